@@ -1,0 +1,21 @@
+"""Experiment configuration: the typed model of `stages.yaml` and the one way to load it."""
+
+from libra_core.config.loader import (
+    ConfigError,
+    config_to_yaml,
+    format_problems,
+    load_config,
+    parse_overrides,
+    write_resolved_config,
+)
+from libra_core.config.models import LibraConfig
+
+__all__ = [
+    "ConfigError",
+    "LibraConfig",
+    "config_to_yaml",
+    "format_problems",
+    "load_config",
+    "parse_overrides",
+    "write_resolved_config",
+]

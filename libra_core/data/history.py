@@ -1,0 +1,69 @@
+"""Per-iteration history of a run: stage timings, token counts, rewards (`history.parquet`).
+
+Written by the experiment flow after each iteration (one row per iteration, rewritten atomically
+so readers never see a partial file); read by the CLI summary, reports and the planner's
+calibration later. Columns are fixed by HISTORY_SCHEMA; stage timings are `<stage>_s`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+STAGES = ("plan", "rollout", "reward", "update", "sync")
+
+HISTORY_SCHEMA = pa.schema(
+    [
+        pa.field("iteration", pa.int32(), nullable=False),
+        pa.field("policy_version", pa.int32(), nullable=False),
+    ]
+    + [pa.field(f"{s}_s", pa.float64(), nullable=False) for s in STAGES]
+    + [
+        pa.field("iteration_s", pa.float64(), nullable=False),  # wall time of the whole iteration
+        pa.field("eval_s", pa.float64(), nullable=True),  # greedy evaluation, when it ran
+        pa.field("tokens_generated", pa.int64(), nullable=False),  # policy tokens sampled
+        pa.field("tokens_trained", pa.int64(), nullable=False),  # loss-mask tokens in the update
+        pa.field("num_trajectories", pa.int32(), nullable=False),
+        pa.field("reward_mean", pa.float64(), nullable=False),
+        pa.field("accuracy", pa.float64(), nullable=False),  # share of exactly correct answers
+        pa.field("mixed_group_share", pa.float64(), nullable=False),  # groups with reward variance
+        pa.field("mean_response_tokens", pa.float64(), nullable=False),
+        pa.field("tool_failure_share", pa.float64(), nullable=False),
+        pa.field("loss", pa.float64(), nullable=False),
+        pa.field("clip_fraction", pa.float64(), nullable=False),
+        pa.field("grad_norm", pa.float64(), nullable=False),
+        pa.field("eval_accuracy", pa.float64(), nullable=True),
+        pa.field("rollout_tokens_per_s", pa.float64(), nullable=False),
+    ]
+)
+
+
+def history_path(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "history.parquet"
+
+
+def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = history_path(run_dir)
+    if not path.exists():
+        return []
+    return pq.read_table(path, schema=HISTORY_SCHEMA).to_pylist()
+
+
+def append_history(run_dir: str | Path, row: dict[str, Any]) -> Path:
+    """Add (or replace, on resume) the row of `row["iteration"]` and rewrite the file atomically."""
+    missing = set(HISTORY_SCHEMA.names) - row.keys()
+    extra = row.keys() - set(HISTORY_SCHEMA.names)
+    if missing or extra:
+        raise ValueError(f"history row: missing {sorted(missing)}, unknown {sorted(extra)}")
+    rows = [r for r in read_history(run_dir) if r["iteration"] != row["iteration"]] + [row]
+    rows.sort(key=lambda r: r["iteration"])
+    path = history_path(run_dir)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA), tmp)
+    os.replace(tmp, path)
+    return path

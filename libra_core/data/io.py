@@ -1,0 +1,76 @@
+"""Moving trajectory batches between stages and onto disk.
+
+Stages exchange Arrow IPC files (one record-batch file per stage output; tasks pass the path), and
+every iteration's rewarded trajectories are appended to the Parquet trajectory lake of the run.
+Every read and write validates against TRAJECTORY_SCHEMA. Writes are atomic (temp file + rename),
+so a crash never leaves a half-written file where a reader expects a whole one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from libra_core.data.schema import TRAJECTORY_SCHEMA, TrajectorySchemaError, validate_trajectories
+
+
+def _atomic_target(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def write_ipc(table: pa.Table, path: str | Path, *, require_reward: bool = False) -> Path:
+    """Validate and write a trajectory table as an Arrow IPC file."""
+    path = Path(path)
+    validate_trajectories(table, require_reward=require_reward)
+    tmp = _atomic_target(path)
+    with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, TRAJECTORY_SCHEMA) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+    return path
+
+
+def read_ipc(path: str | Path, *, require_reward: bool = False) -> pa.Table:
+    """Read (memory-mapped, zero-copy) and validate an Arrow IPC trajectory file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trajectory file {path} does not exist")
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            table = ipc.open_file(source).read_all()
+    except pa.ArrowInvalid as err:
+        raise TrajectorySchemaError(f"{path} is not an Arrow IPC file: {err}") from err
+    validate_trajectories(table, require_reward=require_reward)
+    return table
+
+
+def lake_path(run_dir: str | Path, iteration: int) -> Path:
+    return Path(run_dir) / "lake" / f"iteration={iteration:05d}.parquet"
+
+
+def write_lake(table: pa.Table, run_dir: str | Path, iteration: int) -> Path:
+    """Write one iteration's rewarded trajectories into the run's Parquet lake."""
+    path = lake_path(run_dir, iteration)
+    validate_trajectories(table, require_reward=True)
+    tmp = _atomic_target(path)
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+    return path
+
+
+def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
+    """Read one iteration (or all) from the lake, validated against the schema."""
+    if iteration is not None:
+        paths = [lake_path(run_dir, iteration)]
+    else:
+        paths = sorted((Path(run_dir) / "lake").glob("iteration=*.parquet"))
+    if not paths:
+        return TRAJECTORY_SCHEMA.empty_table()
+    tables = [pq.read_table(p, schema=TRAJECTORY_SCHEMA) for p in paths]
+    table = pa.concat_tables(tables)
+    validate_trajectories(table, require_reward=True)
+    return table

@@ -1,0 +1,164 @@
+"""The trajectory record: the one Arrow schema exchanged by rollout -> reward -> update.
+
+Who writes it: the rollout stage (one row per sampled trajectory, `reward` null); the reward stage
+fills `reward` and `reward_status`. Who reads it: reward, update, the trajectory lake, schedulers
+and the simulator. Every boundary calls `validate_trajectories`, so a malformed batch fails where
+it enters, with the row and field named.
+
+Invariants (checked by `validate_trajectories`):
+- `behavior_logprobs` and `loss_mask` have the length of `response_ids`.
+- `loss_mask[i]` is 1 for tokens the policy generated, 0 for tool/observation tokens; tool tokens
+  carry behaviour log-prob 0.0.
+- `version_spans` are sorted, non-overlapping, inside `[0, len(response_ids))` and cover every
+  policy token; `min_version`/`max_version` are the extremes over the spans.
+- tool event `status` is one of success/failure/timeout.
+- `group_id` is shared by the `group_size` samples of one prompt; `sample_index` is 0..G-1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+
+TOOL_STATUSES = ("success", "failure", "timeout")
+FINISH_REASONS = ("answer", "max_turns", "max_tokens", "error")
+
+VERSION_SPAN = pa.struct(
+    [
+        pa.field("start", pa.int32(), nullable=False),  # first response-token index of the span
+        pa.field("end", pa.int32(), nullable=False),  # one past the last index
+        pa.field("version", pa.int32(), nullable=False),  # policy version that generated it
+    ]
+)
+
+TOOL_EVENT = pa.struct(
+    [
+        pa.field("turn", pa.int32(), nullable=False),  # model turn that issued the call (0-based)
+        pa.field("tool", pa.string(), nullable=False),  # tool name, e.g. "calculator"
+        pa.field("call_tokens", pa.int32(), nullable=False),  # tokens of the call the model wrote
+        pa.field("payload_tokens", pa.int32(), nullable=False),  # tokens of the observation appended
+        pa.field("status", pa.string(), nullable=False),  # success | failure | timeout
+        pa.field("latency_s", pa.float64(), nullable=False),  # wall time the tool took
+    ]
+)
+
+TRAJECTORY_SCHEMA = pa.schema(
+    [
+        pa.field("trajectory_id", pa.string(), nullable=False),
+        pa.field("iteration", pa.int32(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("sample_index", pa.int32(), nullable=False),
+        pa.field("prompt_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("response_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("behavior_logprobs", pa.list_(pa.float32()), nullable=False),
+        pa.field("loss_mask", pa.list_(pa.int8()), nullable=False),
+        pa.field("version_spans", pa.list_(VERSION_SPAN), nullable=False),
+        pa.field("min_version", pa.int32(), nullable=False),
+        pa.field("max_version", pa.int32(), nullable=False),
+        pa.field("tool_events", pa.list_(TOOL_EVENT), nullable=False),
+        pa.field("num_turns", pa.int32(), nullable=False),
+        pa.field("finish_reason", pa.string(), nullable=False),
+        pa.field("final_answer", pa.string(), nullable=True),  # parsed answer text, null if none
+        pa.field("reference_answer", pa.string(), nullable=False),  # ground truth from the environment
+        pa.field("reward", pa.float32(), nullable=True),  # null until the reward stage
+        pa.field("instance_id", pa.string(), nullable=False),  # rollout instance that served it
+        pa.field("rollout_latency_s", pa.float64(), nullable=False),  # admission to finish
+        pa.field("generation_latency_s", pa.float64(), nullable=False),  # time waiting on the engine
+        pa.field("tool_latency_s", pa.float64(), nullable=False),  # time inside tools
+    ]
+)
+
+
+class TrajectorySchemaError(ValueError):
+    """A trajectory batch does not match TRAJECTORY_SCHEMA or breaks an invariant."""
+
+
+def empty_table() -> pa.Table:
+    return TRAJECTORY_SCHEMA.empty_table()
+
+
+def table_from_rows(rows: Iterable[dict[str, Any]]) -> pa.Table:
+    """Build a validated table from row dicts keyed by the schema's field names."""
+    rows = list(rows)
+    names = set(TRAJECTORY_SCHEMA.names)
+    for i, row in enumerate(rows):
+        missing, extra = names - row.keys(), row.keys() - names
+        if missing or extra:
+            raise TrajectorySchemaError(
+                f"row {i}: missing fields {sorted(missing)}, unknown fields {sorted(extra)}"
+            )
+    table = pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA)
+    validate_trajectories(table)
+    return table
+
+
+def validate_trajectories(table: pa.Table, *, require_reward: bool = False) -> None:
+    """Raise TrajectorySchemaError naming the first problem; return None if the batch is sound."""
+    if not table.schema.equals(TRAJECTORY_SCHEMA, check_metadata=False):
+        want = {f.name: f for f in TRAJECTORY_SCHEMA}
+        got = {f.name: f for f in table.schema}
+        problems = [f"missing field {n!r}" for n in want if n not in got]
+        problems += [f"unknown field {n!r}" for n in got if n not in want]
+        problems += [
+            f"field {n!r} has type {got[n].type}, expected {want[n].type}"
+            for n in want
+            if n in got and not got[n].type.equals(want[n].type)
+        ]
+        problems += [
+            f"field {n!r} nullable={got[n].nullable}, expected {want[n].nullable}"
+            for n in want
+            if n in got and got[n].nullable != want[n].nullable
+        ]
+        raise TrajectorySchemaError("trajectory schema mismatch: " + "; ".join(problems or ["field order"]))
+    for i, row in enumerate(table.to_pylist()):
+        _check_row(i, row, require_reward)
+
+
+def _check_row(i: int, row: dict[str, Any], require_reward: bool) -> None:
+    def fail(msg: str) -> None:
+        raise TrajectorySchemaError(f"trajectory {row['trajectory_id']!r} (row {i}): {msg}")
+
+    n = len(row["response_ids"])
+    if len(row["behavior_logprobs"]) != n or len(row["loss_mask"]) != n:
+        fail(
+            f"behavior_logprobs ({len(row['behavior_logprobs'])}) and loss_mask ({len(row['loss_mask'])}) "
+            f"must have the length of response_ids ({n})"
+        )
+    if not row["prompt_ids"]:
+        fail("prompt_ids is empty")
+    mask = row["loss_mask"]
+    if any(m not in (0, 1) for m in mask):
+        fail("loss_mask values must be 0 or 1")
+    if any(m == 0 and lp != 0.0 for m, lp in zip(mask, row["behavior_logprobs"], strict=True)):
+        fail("tool/observation tokens (loss_mask 0) must carry behavior log-prob 0.0")
+    if any(lp > 1e-4 for lp in row["behavior_logprobs"]):
+        fail("behavior log-probs must be <= 0")
+    covered = [False] * n
+    prev_end = 0
+    versions = []
+    for span in row["version_spans"]:
+        s, e = span["start"], span["end"]
+        if not (prev_end <= s < e <= n):
+            fail(f"version span [{s}, {e}) is unsorted, overlapping, empty or outside [0, {n})")
+        prev_end = e
+        versions.append(span["version"])
+        for k in range(s, e):
+            covered[k] = True
+    if any(m == 1 and not c for m, c in zip(mask, covered, strict=True)):
+        fail("a policy token (loss_mask 1) is not covered by any version span")
+    if versions and (min(versions) != row["min_version"] or max(versions) != row["max_version"]):
+        fail(f"min/max_version ({row['min_version']}, {row['max_version']}) disagree with spans {versions}")
+    for ev in row["tool_events"]:
+        if ev["status"] not in TOOL_STATUSES:
+            fail(f"tool event status {ev['status']!r} is not one of {TOOL_STATUSES}")
+        if ev["payload_tokens"] < 0 or ev["latency_s"] < 0:
+            fail("tool event payload_tokens and latency_s must be >= 0")
+    if row["finish_reason"] not in FINISH_REASONS:
+        fail(f"finish_reason {row['finish_reason']!r} is not one of {FINISH_REASONS}")
+    if row["sample_index"] < 0:
+        fail("sample_index must be >= 0")
+    if require_reward and row["reward"] is None:
+        fail("reward is null; run the reward stage before the update")

@@ -1,0 +1,145 @@
+"""Embedded default task: fully parenthesised integer arithmetic solved with a calculator tool.
+
+A problem with k binary operations needs k calculator calls (the tool takes one operation per
+call), so trajectory lengths vary several-fold between 1-op and many-op problems. Text protocol
+(every marker is a special token of the tokenizer):
+
+    <|user|>((3+4)*5)<|assistant|><|call|>3+4<|/call|><|result|>7<|/result|>
+    <|call|>7*5<|/call|><|result|>35<|/result|><|answer|>35<|eos|>
+
+Model turns end at `<|/call|>` or `<|eos|>`; `<|result|>...<|/result|>` is written by the
+environment and is loss-masked during training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import time
+from dataclasses import dataclass
+
+from libra_core.config.models import ArithmeticEnvConfig
+from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction
+from libra_core.envs.calculator import Calculator
+
+USER, ASSISTANT = "<|user|>", "<|assistant|>"
+CALL, END_CALL = "<|call|>", "<|/call|>"
+RESULT, END_RESULT = "<|result|>", "<|/result|>"
+ANSWER, EOS, PAD = "<|answer|>", "<|eos|>", "<|pad|>"
+SPECIAL_TOKENS = (PAD, EOS, USER, ASSISTANT, CALL, END_CALL, RESULT, END_RESULT, ANSWER)
+
+_CALL_TURN = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.S)
+_ANSWER_TURN = re.compile(re.escape(ANSWER) + r"(.*?)" + re.escape(EOS), re.S)
+_INT = re.compile(r"^-?\d+$")
+
+
+@dataclass(frozen=True)
+class _Node:
+    value: int
+    text: str
+    steps: tuple[tuple[int, str, int, int], ...]  # (a, op, b, result) in evaluation order
+
+
+def _apply(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+class ArithmeticEnv:
+    name = "arithmetic"
+    special_tokens = SPECIAL_TOKENS
+    stop_tokens = (END_CALL, EOS)
+
+    def __init__(self, cfg: ArithmeticEnvConfig | None = None) -> None:
+        self.cfg = cfg or ArithmeticEnvConfig()
+        self.calculator = Calculator()
+        self.max_turns = self.cfg.max_turns
+
+    # -- problems -------------------------------------------------------------------------------
+    def _build(self, rng: random.Random, ops: int) -> _Node:
+        if ops == 0:
+            v = rng.randint(1, self.cfg.max_operand)
+            return _Node(v, str(v), ())
+        left_ops = rng.randint(0, ops - 1)
+        left, right = self._build(rng, left_ops), self._build(rng, ops - 1 - left_ops)
+        op = rng.choice(self.cfg.operators)
+        value = _apply(left.value, op, right.value)
+        step = (left.value, op, right.value, value)
+        return _Node(value, f"({left.text}{op}{right.text})", left.steps + right.steps + (step,))
+
+    def sample_problems(self, n: int, seed: int) -> list[Problem]:
+        rng = random.Random(seed)
+        problems = []
+        for _ in range(n):
+            ops = rng.randint(self.cfg.min_ops, self.cfg.max_ops)
+            node = self._build(rng, ops)
+            digest = hashlib.sha1(node.text.encode()).hexdigest()[:12]
+            problems.append(Problem(f"arith-{digest}", node.text, str(node.value), ops))
+        return problems
+
+    def solution_steps(self, problem: Problem) -> tuple[tuple[int, str, int, int], ...]:
+        """Re-derive the evaluation order (innermost-left first) from the question text."""
+        tokens = re.findall(r"\d+|[()+\-*]", problem.question)
+        pos = 0
+
+        def parse() -> _Node:
+            nonlocal pos
+            tok = tokens[pos]
+            pos += 1
+            if tok != "(":
+                return _Node(int(tok), tok, ())
+            left = parse()
+            op = tokens[pos]
+            pos += 1
+            right = parse()
+            pos += 1  # ")"
+            value = _apply(left.value, op, right.value)
+            return _Node(value, "", left.steps + right.steps + ((left.value, op, right.value, value),))
+
+        return parse().steps
+
+    # -- agent-loop protocol --------------------------------------------------------------------
+    def render_prompt(self, problem: Problem) -> str:
+        return f"{USER}{problem.question}{ASSISTANT}"
+
+    def parse_turn(self, turn_text: str) -> TurnAction:
+        call = _CALL_TURN.search(turn_text)
+        if call is not None and turn_text.rstrip().endswith(END_CALL):
+            return TurnAction("tool_call", tool=self.calculator.name, arguments=call.group(1))
+        answer = _ANSWER_TURN.search(turn_text)
+        if answer is not None:
+            return TurnAction("answer", answer=answer.group(1).strip())
+        return TurnAction("invalid")
+
+    def run_tool(self, action: TurnAction) -> ToolResult:
+        if action.tool != self.calculator.name or action.arguments is None:
+            return ToolResult(str(action.tool), "failure", f"error: unknown tool {action.tool!r}", 0.0)
+        start = time.perf_counter()
+        result = self.calculator(action.arguments)
+        elapsed = time.perf_counter() - start
+        if elapsed > self.cfg.tool_timeout_s:
+            return ToolResult(result.tool, "timeout", "error: calculator timed out", elapsed)
+        return result
+
+    def format_observation(self, result: ToolResult) -> str:
+        return f"{RESULT}{result.observation}{END_RESULT}"
+
+    def reward(self, reference_answer: str, final_answer: str | None) -> float:
+        weights = self.cfg.reward
+        if final_answer is None or not _INT.match(final_answer.strip()):
+            return weights.malformed
+        return weights.correct if int(final_answer) == int(reference_answer) else weights.well_formed
+
+    # -- supervision ----------------------------------------------------------------------------
+    def demonstration(self, problem: Problem) -> list[Segment]:
+        segments = [Segment(self.render_prompt(problem), trainable=False)]
+        for a, op, b, value in self.solution_steps(problem):
+            segments.append(Segment(f"{CALL}{a}{op}{b}{END_CALL}", trainable=True))
+            segments.append(Segment(f"{RESULT}{value}{END_RESULT}", trainable=False))
+        segments.append(Segment(f"{ANSWER}{problem.reference_answer}{EOS}", trainable=True))
+        return segments
+
+    def corpus(self, n: int, seed: int) -> list[str]:
+        texts = ["".join(s.text for s in self.demonstration(p)) for p in self.sample_problems(n, seed)]
+        texts.append(self.format_observation(self.calculator("bad call")))
+        return texts

@@ -1,0 +1,38 @@
+"""Registry of environments keyed by the config's `environment.type`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from libra_core.envs.base import Environment
+
+_REGISTRY: dict[str, Callable[[Any], Environment]] = {}
+
+
+def register_environment(name: str, factory: Callable[[Any], Environment]) -> None:
+    if name in _REGISTRY:
+        raise ValueError(f"environment {name!r} is already registered")
+    _REGISTRY[name] = factory
+
+
+def build_environment(cfg: Any) -> Environment:
+    """Build the environment for an environment config (anything with a `type` field)."""
+    _ensure_builtins()
+    try:
+        factory = _REGISTRY[cfg.type]
+    except KeyError:
+        raise ValueError(f"unknown environment type {cfg.type!r}; valid: {sorted(_REGISTRY)}") from None
+    return factory(cfg)
+
+
+def registered_environments() -> list[str]:
+    _ensure_builtins()
+    return sorted(_REGISTRY)
+
+
+def _ensure_builtins() -> None:
+    if "arithmetic" not in _REGISTRY:
+        from libra_core.envs.arithmetic import ArithmeticEnv
+
+        register_environment("arithmetic", ArithmeticEnv)

@@ -1,0 +1,136 @@
+"""The rollout pool: a set of vLLM instances serving the current policy.
+
+Started once per experiment by the flow (engine start-up costs seconds), resized by the plan
+stage's output, and stopped when the experiment ends or fails. Tasks never hold engine handles:
+they pass the pool id and instance URLs (plain strings); this module keeps the processes in a
+per-process registry and kills them at interpreter exit so no server outlives its run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from libra_core.config.models import VllmEngineConfig
+from libra_core.rollout.vllm_server import VllmServer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    """Serializable description of a running pool, safe to pass between tasks."""
+
+    pool_id: str
+    urls: tuple[str, ...]
+    instance_ids: tuple[str, ...]
+    resize_s: float  # wall time of the last start/resize
+
+
+class RolloutPool:
+    def __init__(
+        self,
+        pool_id: str,
+        model_dir: Path,
+        engine: VllmEngineConfig,
+        log_dir: Path,
+        *,
+        max_model_len: int,
+        dtype: str,
+    ) -> None:
+        self.pool_id, self.model_dir, self.engine, self.log_dir = pool_id, model_dir, engine, log_dir
+        self.max_model_len, self.dtype = max_model_len, dtype
+        self.servers: list[VllmServer] = []
+        self._next_index = 0
+
+    def resize(self, size: int) -> float:
+        """Start or stop instances until `size` are healthy; return the wall seconds it took."""
+        assert size >= 1, "a rollout pool needs at least one instance"
+        start = time.monotonic()
+        while len(self.servers) > size:
+            self.servers.pop().stop()
+        new: list[VllmServer] = []
+        while len(self.servers) + len(new) < size:
+            iid = f"{self.pool_id}-{self._next_index}"
+            self._next_index += 1
+            port = self.engine.base_port + self._next_index - 1 if self.engine.base_port else 0
+            server = VllmServer(
+                iid,
+                self.model_dir,
+                self.engine,
+                self.log_dir / f"{iid}.log",
+                self.max_model_len,
+                self.dtype,
+                port,
+            )
+            server.start()
+            new.append(server)
+        deadline = time.monotonic() + self.engine.startup_timeout_s
+        try:
+            for server in new:
+                server.wait_healthy(deadline)
+        except Exception:
+            for server in new:
+                server.stop()
+            raise
+        self.servers += new
+        return time.monotonic() - start
+
+    def info(self, resize_s: float) -> PoolInfo:
+        return PoolInfo(
+            self.pool_id,
+            tuple(s.url for s in self.servers),
+            tuple(s.instance_id for s in self.servers),
+            resize_s,
+        )
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        self.servers = []
+
+
+_POOLS: dict[str, RolloutPool] = {}
+_LOCK = threading.Lock()
+
+
+def ensure_rollout_pool(
+    pool_id: str,
+    model_dir: Path,
+    engine: VllmEngineConfig,
+    log_dir: Path,
+    *,
+    size: int,
+    max_model_len: int,
+    dtype: str,
+) -> PoolInfo:
+    """Create the pool if needed and resize it to `size` healthy instances."""
+    with _LOCK:
+        pool = _POOLS.get(pool_id)
+        if pool is None:
+            pool = _POOLS[pool_id] = RolloutPool(
+                pool_id, model_dir, engine, log_dir, max_model_len=max_model_len, dtype=dtype
+            )
+        dead = [s for s in pool.servers if not s.alive()]
+        for server in dead:
+            log.warning("rollout instance %s died; replacing it", server.instance_id)
+            pool.servers.remove(server)
+        resize_s = pool.resize(size)
+        return pool.info(resize_s)
+
+
+def stop_rollout_pool(pool_id: str) -> None:
+    with _LOCK:
+        pool = _POOLS.pop(pool_id, None)
+    if pool is not None:
+        pool.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for pool_id in list(_POOLS):
+        stop_rollout_pool(pool_id)

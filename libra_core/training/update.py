@@ -1,0 +1,231 @@
+"""One GRPO update: trajectory table in, new policy weights on disk, metrics out.
+
+Called by the update task once per RL iteration, after the reward stage has filled `reward`. It loads
+the policy from its HF folder and the AdamW state from the trainer's state folder, takes
+`cfg.grpo.minibatches` optimizer steps over shuffled minibatches of the table, and writes both back
+atomically, so vLLM can reload the folder and the next iteration (possibly in a fresh process)
+resumes the optimizer. Nothing is kept in memory between calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from libra_core.config.models import TrainingConfig
+from libra_core.data.schema import validate_trajectories
+from libra_core.training.advantages import group_advantages, mixed_group_share
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """Metrics of one update; loss-side values are token-weighted means over the optimizer steps taken.
+
+    When no trajectory carries signal (every advantage is 0) no step is taken, nothing is written,
+    `num_optimizer_steps` is 0 and `new_version` equals the input `version`.
+    """
+
+    loss: float  # total loss (policy + kl_coef * kl_ref)
+    pg_loss: float  # PPO-clip part only
+    num_tokens_trained: int  # loss-mask-1 tokens that went through an optimizer step
+    num_trajectories: int
+    num_optimizer_steps: int
+    clip_fraction: float  # share of trained tokens whose clipped branch was active
+    ratio_mean: float  # mean importance ratio current / behaviour
+    approx_kl: float  # k3 estimate of KL(behaviour || current) before each step
+    kl_ref: float | None  # k3 KL to the reference policy; None when no KL penalty is used
+    grad_norm: float  # mean over steps of the global grad norm before clipping
+    reward_mean: float
+    reward_std: float
+    mixed_group_share: float  # share of prompt groups whose rewards differ (the ones with signal)
+    new_version: int  # policy version now in policy_dir
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _resolve_device(requested: str) -> torch.device:
+    import torch
+
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("training.device is 'cuda' but no CUDA device is available; use 'cpu' or 'auto'")
+    return torch.device(requested)
+
+
+def _has_signal(table: pa.Table, advantages: np.ndarray) -> bool:
+    """True when some trajectory with a nonzero advantage has at least one policy token."""
+    trained = [any(mask) for mask in table.column("loss_mask").to_pylist()]
+    return bool(np.any((advantages != 0) & np.asarray(trained, dtype=bool)))
+
+
+class _Accumulator:
+    """Token-weighted means of the per-minibatch loss metrics."""
+
+    KEYS = ("loss", "pg_loss", "clip_fraction", "ratio_mean", "approx_kl", "kl_ref")
+
+    def __init__(self) -> None:
+        self.sums = dict.fromkeys(self.KEYS, 0.0)
+        self.num_tokens = 0
+        self.grad_norms: list[float] = []
+
+    def add(self, loss: float, metrics: dict[str, float], grad_norm: float) -> None:
+        tokens = int(metrics["num_tokens"])
+        self.num_tokens += tokens
+        for key in self.KEYS:
+            self.sums[key] += (loss if key == "loss" else metrics.get(key, 0.0)) * tokens
+        self.grad_norms.append(grad_norm)
+
+    def mean(self, key: str) -> float:
+        return self.sums[key] / self.num_tokens if self.num_tokens else 0.0
+
+
+def run_grpo_update(
+    policy_dir: Path,
+    state_dir: Path,
+    table: pa.Table,
+    cfg: TrainingConfig,
+    *,
+    version: int,
+    seed: int,
+    reference_dir: Path | None = None,
+) -> UpdateResult:
+    """Apply one GRPO update to the policy in `policy_dir`, using the rewarded trajectories in `table`.
+
+    `version` is the policy version currently stored in `policy_dir`; after a step the folder holds
+    `version + 1`. `state_dir/optimizer.pt` is read if present and rewritten after the steps.
+    `reference_dir` (an HF folder, e.g. the SFT policy) is required when `cfg.grpo.kl_coef > 0` and
+    ignored otherwise. `seed` fixes the minibatch shuffle. Raises TrajectorySchemaError for a
+    malformed table, ValueError for an empty one or a bad config/device, FloatingPointError (before
+    anything is written) if a gradient is not finite.
+    """
+    start = time.perf_counter()
+    validate_trajectories(table, require_reward=True)
+    if table.num_rows == 0:
+        raise ValueError("the trajectory table is empty; the update needs at least one rewarded trajectory")
+    grpo = cfg.grpo
+    if grpo.kl_coef > 0 and reference_dir is None:
+        raise ValueError(
+            f"grpo.kl_coef is {grpo.kl_coef} but no reference_dir was given; pass the reference "
+            "(SFT) policy folder or set kl_coef to 0"
+        )
+
+    rewards = np.asarray(table.column("reward").to_numpy(zero_copy_only=False), dtype=np.float64)
+    group_ids = table.column("group_id").to_pylist()
+    advantages = group_advantages(rewards, group_ids, scale_by_std=grpo.scale_by_std)
+    acc = _Accumulator()
+    if _has_signal(table, advantages):
+        _train(policy_dir, state_dir, table, advantages, cfg, seed=seed, reference_dir=reference_dir, acc=acc)
+        logger.info(
+            "GRPO update v%d -> v%d: %d steps, %d tokens",
+            version,
+            version + 1,
+            len(acc.grad_norms),
+            acc.num_tokens,
+        )
+    else:
+        logger.warning(
+            "GRPO update skipped at v%d: every advantage is 0 (no group has mixed rewards)", version
+        )
+
+    stepped = bool(acc.grad_norms)
+    return UpdateResult(
+        loss=acc.mean("loss"),
+        pg_loss=acc.mean("pg_loss"),
+        num_tokens_trained=acc.num_tokens,
+        num_trajectories=table.num_rows,
+        num_optimizer_steps=len(acc.grad_norms),
+        clip_fraction=acc.mean("clip_fraction"),
+        ratio_mean=acc.mean("ratio_mean"),
+        approx_kl=acc.mean("approx_kl"),
+        kl_ref=acc.mean("kl_ref") if grpo.kl_coef > 0 and stepped else None,
+        grad_norm=float(np.mean(acc.grad_norms)) if stepped else 0.0,
+        reward_mean=float(rewards.mean()),
+        reward_std=float(rewards.std()),
+        mixed_group_share=mixed_group_share(rewards, group_ids),
+        new_version=version + 1 if stepped else version,
+        wall_s=time.perf_counter() - start,
+    )
+
+
+def _train(
+    policy_dir: Path,
+    state_dir: Path,
+    table: pa.Table,
+    advantages: np.ndarray,
+    cfg: TrainingConfig,
+    *,
+    seed: int,
+    reference_dir: Path | None,
+    acc: _Accumulator,
+) -> None:
+    """Load, take the minibatch steps (recording into `acc`), and save weights and optimizer state."""
+    import torch
+
+    from libra_core.training.batch import build_batch, split_minibatches
+    from libra_core.training.checkpoint import (
+        load_optimizer_state,
+        load_policy,
+        save_optimizer_state,
+        save_policy_weights,
+    )
+    from libra_core.training.logprobs import token_logprobs
+    from libra_core.training.losses import ppo_clip_loss
+
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    device = _resolve_device(cfg.device)
+    grpo, opt = cfg.grpo, cfg.optimizer
+    model = load_policy(policy_dir, device)
+    reference = None
+    if grpo.kl_coef > 0 and reference_dir is not None:
+        reference = load_policy(reference_dir, device).requires_grad_(False)
+    pad_id = getattr(model.config, "pad_token_id", None)
+    batch = build_batch(table, advantages, pad_id=int(pad_id) if pad_id is not None else 0)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay)
+    resumed = load_optimizer_state(optimizer, state_dir, device)
+    logger.debug("optimizer state %s", "resumed" if resumed else "fresh")
+    torch.manual_seed(seed)
+    for indices in split_minibatches(table.num_rows, grpo.minibatches, np.random.default_rng(seed)):
+        mb = batch.select(indices).to(device)
+        ref_logprobs = None
+        if reference is not None:
+            with torch.no_grad():
+                ref_logprobs = token_logprobs(reference, mb.input_ids, mb.attention_mask)
+        logprobs = token_logprobs(model, mb.input_ids, mb.attention_mask)
+        loss, metrics = ppo_clip_loss(
+            logprobs,
+            mb.behavior_logprobs,
+            mb.advantages,
+            mb.loss_mask,
+            clip_eps=grpo.clip_eps,
+            ref_logprobs=ref_logprobs,
+            kl_coef=grpo.kl_coef,
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, opt.grad_clip))
+        if not np.isfinite(grad_norm):
+            raise FloatingPointError(
+                f"gradient norm is {grad_norm} at optimizer step {len(acc.grad_norms)}; "
+                "nothing was written (check behaviour log-probs and the learning rate)"
+            )
+        optimizer.step()
+        acc.add(float(loss.detach()), metrics, grad_norm)
+    save_policy_weights(model, policy_dir)
+    save_optimizer_state(optimizer, state_dir)

@@ -1,0 +1,359 @@
+"""Loading `stages.yaml` + overrides into `LibraConfig`, and the error lines users see."""
+
+from __future__ import annotations
+
+import pickle
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from libra_core.config import (
+    ConfigError,
+    LibraConfig,
+    config_to_yaml,
+    format_problems,
+    load_config,
+    parse_overrides,
+    write_resolved_config,
+)
+from libra_core.config.loader import apply_overrides
+
+STAGES_YAML = Path(__file__).resolve().parents[2] / "stages.yaml"
+
+# Keys whose value in stages.yaml deliberately differs from the model default, as dotted path ->
+# value in stages.yaml. Add an entry here when tuning stages.yaml; everything else must match.
+TUNED_IN_STAGES_YAML: dict[str, Any] = {}
+
+
+def write(tmp_path: Path, text: str, name: str = "stages.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def leaf_paths(data: dict[str, Any], prefix: str = "") -> set[str]:
+    paths: set[str] = set()
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        paths |= leaf_paths(value, dotted + ".") if isinstance(value, dict) else {dotted}
+    return paths
+
+
+# ---------------------------------------------------------------------------- stages.yaml
+
+
+def test_stages_yaml_equals_defaults_except_tuned_keys() -> None:
+    expected = LibraConfig.model_validate(
+        apply_overrides(LibraConfig().model_dump(mode="json"), TUNED_IN_STAGES_YAML)
+    )
+    assert load_config(STAGES_YAML) == expected
+
+
+def test_stages_yaml_spells_out_every_key() -> None:
+    raw = yaml.safe_load(STAGES_YAML.read_text(encoding="utf-8"))
+    assert leaf_paths(raw) == leaf_paths(LibraConfig().model_dump(mode="json"))
+
+
+def test_no_path_and_no_overrides_gives_defaults() -> None:
+    assert load_config(None) == LibraConfig()
+
+
+def test_empty_file_gives_defaults(tmp_path: Path) -> None:
+    assert load_config(write(tmp_path, "# nothing set\n")) == LibraConfig()
+
+
+# ---------------------------------------------------------------------------- overrides
+
+
+def test_parse_overrides_types_values_with_yaml() -> None:
+    parsed = parse_overrides(
+        [
+            "experiment.iterations=3",
+            "training.optimizer.lr=1e-4",
+            "training.grpo.scale_by_std=false",
+            "training.optimizer.betas=[0.8, 0.99]",
+            "experiment.name=my-run",
+            "model={type: hf_local, path: /models/q}",
+            "rollout.engine.host= 0.0.0.0 ",
+            "experiment.output_dir=a=b",
+        ]
+    )
+    assert parsed == {
+        "experiment.iterations": 3,
+        "training.optimizer.lr": 1e-4,
+        "training.grpo.scale_by_std": False,
+        "training.optimizer.betas": [0.8, 0.99],
+        "experiment.name": "my-run",
+        "model": {"type": "hf_local", "path": "/models/q"},
+        "rollout.engine.host": "0.0.0.0",
+        "experiment.output_dir": "a=b",
+    }
+    assert type(parsed["experiment.iterations"]) is int
+    assert type(parsed["training.optimizer.lr"]) is float
+
+
+def test_parse_overrides_later_item_wins() -> None:
+    assert parse_overrides(["eval.every=1", "eval.every=7"]) == {"eval.every": 7}
+
+
+def test_parse_overrides_reports_every_malformed_item() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_overrides(["experiment.seed", "=3", "a..b=1", "eval.every=2", "x=[1,"])
+    err = info.value
+    assert err.source == "<overrides>"
+    assert len(err.problems) == 4
+    assert "'experiment.seed'" in err.problems[0] and "no '='" in err.problems[0]
+    assert "'=3'" in err.problems[1] and "empty key" in err.problems[1]
+    assert "'a..b=1'" in err.problems[2] and "empty key" in err.problems[2]
+    assert "'x=[1,'" in err.problems[3] and "not valid YAML" in err.problems[3]
+
+
+def test_parse_overrides_rejects_a_bare_string() -> None:
+    with pytest.raises(TypeError, match="list of 'key.path=value' strings"):
+        parse_overrides("eval.every=1")  # type: ignore[arg-type]
+
+
+def test_load_config_applies_typed_overrides_on_top_of_file() -> None:
+    cfg = load_config(
+        STAGES_YAML,
+        [
+            "training.optimizer.lr=1e-4",
+            "environment.operators=[+, '-']",
+            "stages.rollout.size=3",
+            "experiment.name=tuned",
+        ],
+    )
+    assert cfg.training.optimizer.lr == pytest.approx(1e-4)
+    assert cfg.environment.operators == ("+", "-")
+    assert cfg.stages.rollout.size == 3
+    assert cfg.stages.rollout.pool == "rollout"
+    assert cfg.experiment.name == "tuned"
+    assert cfg.experiment.iterations == LibraConfig().experiment.iterations
+
+
+def test_override_can_switch_model_variant() -> None:
+    cfg = load_config(STAGES_YAML, ["model={type: hf_local, path: /models/qwen3}"])
+    assert cfg.model.type == "hf_local"
+    assert cfg.model.path == "/models/qwen3"
+    assert cfg.model.dtype == "bfloat16"
+
+
+def test_apply_overrides_creates_sections_and_leaves_input_alone() -> None:
+    raw = {"experiment": {"name": "a"}}
+    merged = apply_overrides(raw, {"experiment.seed": 4, "training.grpo.kl_coef": 0.1})
+    assert merged == {"experiment": {"name": "a", "seed": 4}, "training": {"grpo": {"kl_coef": 0.1}}}
+    assert raw == {"experiment": {"name": "a"}}
+
+
+def test_override_into_non_mapping_names_the_path(tmp_path: Path) -> None:
+    path = write(tmp_path, "experiment:\n  name: run\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["experiment.name.first=x"])
+    assert info.value.source == "<overrides>"
+    assert len(info.value.problems) == 1
+    problem = info.value.problems[0]
+    assert problem.startswith("experiment.name.first: cannot set, experiment.name holds 'run' (str)")
+
+
+# ---------------------------------------------------------------------------- validation errors
+
+
+def test_three_problems_in_one_file_each_name_their_key(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """\
+        experiment:
+          iterations: abc
+          foo: 1
+        stages:
+          rollout: {pool: rollout, size: -1}
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    err = info.value
+    assert err.source == str(path)
+    assert sorted(err.problems) == sorted(
+        [
+            "experiment.iterations: Input should be a valid integer, unable to parse string as an integer;"
+            " got 'abc'",
+            "experiment.foo: unknown key; allowed keys: name, iterations, seed, output_dir,"
+            " checkpoint_every, keep_checkpoints",
+            "stages.rollout.size: Input should be greater than or equal to 1; got -1",
+        ]
+    )
+
+
+def test_unknown_key_suggests_the_close_one(tmp_path: Path) -> None:
+    path = write(tmp_path, "environment:\n  reward:\n    corect: 2.0\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        "environment.reward.corect: unknown key; allowed keys: correct, well_formed, malformed;"
+        " did you mean 'correct'?"
+    ]
+
+
+def test_unknown_top_level_section_lists_sections() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["trainer.lr=1"])
+    assert info.value.problems == [
+        "trainer: unknown key; allowed keys: experiment, model, tokenizer, environment, stages, rollout,"
+        " training, scheduler, planner, eval; did you mean 'training'?"
+    ]
+
+
+def test_unknown_key_in_model_variant_lists_that_variants_keys(tmp_path: Path) -> None:
+    path = write(tmp_path, "model:\n  type: hf_local\n  path: /m\n  hidden_size: 64\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == ["model.hidden_size: unknown key; allowed keys: type, path, dtype"]
+
+
+def test_model_variant_errors_name_the_type_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "model:\n  type: gpt5\n"))
+    assert info.value.problems == ["model.type: unknown variant 'gpt5'; allowed: 'tiny_qwen2', 'hf_local'"]
+
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "model:\n  hidden_size: 64\n"))
+    assert info.value.problems == ["model.type: required key is missing; allowed: 'tiny_qwen2', 'hf_local'"]
+
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "model:\n  type: hf_local\n"))
+    assert info.value.problems == ["model.path: required key is missing"]
+
+
+def test_literal_error_lists_allowed_values_and_the_bad_one() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(STAGES_YAML, ["training.device=tpu", "environment.operators=[+, /]"])
+    assert sorted(info.value.problems) == [
+        "environment.operators[1]: Input should be '+', '-' or '*'; got '/' (from an override)",
+        "training.device: Input should be 'cpu', 'cuda' or 'auto'; got 'tpu' (from an override)",
+    ]
+
+
+def test_cross_field_check_reports_the_section(tmp_path: Path) -> None:
+    path = write(tmp_path, "environment:\n  min_ops: 5\n  max_ops: 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == ["environment: min_ops (5) must not exceed max_ops (2)"]
+
+
+def test_problems_without_a_file_come_from_overrides() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["eval.every=-2"])
+    assert info.value.source == "<overrides>"
+    assert info.value.problems == ["eval.every: Input should be greater than or equal to 0; got -2"]
+
+
+# ---------------------------------------------------------------------------- file errors
+
+
+def test_yaml_syntax_error_gives_line_and_column(tmp_path: Path) -> None:
+    path = write(tmp_path, "experiment:\n  name: x\n  iterations: [1\nmodel: {}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.source == str(path)
+    assert len(info.value.problems) == 1
+    assert info.value.problems[0].startswith("invalid YAML at line 4, column 6:")
+
+
+def test_duplicate_key_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "eval:\n  every: 1\neval:\n  every: 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        "invalid YAML at line 3, column 1: duplicate key 'eval' (first defined on line 1)"
+    ]
+
+
+def test_unhashable_key_is_a_yaml_error_not_a_crash(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "? [a]\n: 1\n"))
+    assert info.value.problems == [
+        "invalid YAML at line 1, column 3: while constructing a mapping; found unhashable key"
+    ]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.source == str(path)
+    assert info.value.problems == [f"config file not found: {path}; pass an existing YAML file"]
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "- experiment\n- model\n"))
+    assert info.value.problems == [
+        "top level must be a mapping of sections (experiment:, model:, ...), got list"
+    ]
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def non_default_config() -> LibraConfig:
+    return load_config(
+        STAGES_YAML,
+        [
+            "model={type: hf_local, path: /models/qwen3, dtype: float32}",
+            "training.optimizer.lr=2.5e-6",
+            "training.optimizer.betas=[0.8, 0.95]",
+            "environment.operators=['*']",
+            "rollout.engine.extra_args=['--enforce-eager', '--seed', '7']",
+            "rollout.engine.host='::1'",
+            "experiment.name=round.trip-1",
+        ],
+    )
+
+
+def test_config_to_yaml_round_trips(tmp_path: Path) -> None:
+    for cfg in (LibraConfig(), non_default_config()):
+        path = tmp_path / "resolved.yaml"
+        path.write_text(config_to_yaml(cfg), encoding="utf-8")
+        assert load_config(path) == cfg
+
+
+def test_write_resolved_config_is_complete_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    cfg = non_default_config()
+    run_dir = tmp_path / "runs" / "x-1"
+    written = write_resolved_config(cfg, run_dir)
+    assert written == run_dir / "config.resolved.yaml"
+    assert load_config(written) == cfg
+    assert leaf_paths(yaml.safe_load(written.read_text(encoding="utf-8"))) == leaf_paths(
+        cfg.model_dump(mode="json")
+    )
+    written = write_resolved_config(LibraConfig(), run_dir)  # replaces the previous file
+    assert load_config(written) == LibraConfig()
+    assert [p.name for p in run_dir.iterdir()] == ["config.resolved.yaml"]
+    assert written.stat().st_mode & 0o777 == 0o644
+
+
+def test_config_is_frozen() -> None:
+    cfg = load_config(STAGES_YAML)
+    with pytest.raises(ValidationError):
+        cfg.experiment.iterations = 1  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        cfg.experiment = cfg.experiment  # type: ignore[misc]
+    assert cfg.experiment.iterations == LibraConfig().experiment.iterations
+
+
+# ---------------------------------------------------------------------------- ConfigError
+
+
+def test_format_problems_prefixes_each_line_with_the_source() -> None:
+    err = ConfigError(["a.b: bad", "c: worse"], "stages.yaml")
+    assert format_problems(err) == "stages.yaml: a.b: bad\nstages.yaml: c: worse"
+    assert str(err) == format_problems(err)
+
+
+def test_config_error_survives_pickling() -> None:
+    err = pickle.loads(pickle.dumps(ConfigError(["x: y"], "<overrides>")))
+    assert (err.problems, err.source) == (["x: y"], "<overrides>")

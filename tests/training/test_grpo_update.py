@@ -1,0 +1,182 @@
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from conftest import make_row
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from libra_core.config.models import GRPOConfig, OptimizerConfig, TrainingConfig
+from libra_core.data.schema import table_from_rows
+from libra_core.training.advantages import group_advantages
+from libra_core.training.batch import build_batch
+from libra_core.training.checkpoint import OPTIMIZER_FILE, WEIGHTS_FILE, load_policy
+from libra_core.training.logprobs import token_logprobs
+from libra_core.training.update import run_grpo_update
+
+PROMPTS = {"a": [1, 2, 3], "b": [4, 5]}
+RESPONSES = [  # (group, response, loss_mask); the 0-masked tokens play tool results
+    ("a", [6, 7, 8, 9], [1, 1, 0, 1]),
+    ("a", [10, 11, 12], [1, 1, 1]),
+    ("b", [13, 14, 15, 16, 17], [1, 0, 0, 1, 1]),
+    ("b", [18, 19], [1, 1]),
+]
+NUM_POLICY_TOKENS = 3 + 3 + 3 + 2
+
+
+def _table(policy_dir: Path, rewards: list[float]) -> pa.Table:
+    """Trajectories whose behaviour log-probs are the policy's own (ratio 1 at the first step)."""
+    rows = [
+        make_row(
+            prompt_ids=PROMPTS[g],
+            response_ids=r,
+            loss_mask=m,
+            group_id=g,
+            sample_index=i,
+            reward=rewards[i],
+            behavior_logprobs=[0.0] * len(r),
+        )
+        for i, (g, r, m) in enumerate(RESPONSES)
+    ]
+    draft = table_from_rows([{**row, "loss_mask": [0] * len(row["response_ids"])} for row in rows])
+    batch = build_batch(draft, np.zeros(len(rows)), pad_id=0)
+    with torch.no_grad():
+        logp = token_logprobs(load_policy(policy_dir, "cpu"), batch.input_ids, batch.attention_mask)
+    for i, row in enumerate(rows):
+        start = len(row["prompt_ids"]) - 1
+        own = logp[i, start : start + len(row["response_ids"])].tolist()
+        row["behavior_logprobs"] = [lp if m else 0.0 for lp, m in zip(own, row["loss_mask"], strict=True)]
+    return table_from_rows(rows)
+
+
+def _cfg(*, minibatches: int = 2, lr: float = 1e-3, kl_coef: float = 0.0) -> TrainingConfig:
+    return TrainingConfig(
+        device="cpu",
+        threads=1,
+        optimizer=OptimizerConfig(lr=lr),
+        grpo=GRPOConfig(minibatches=minibatches, kl_coef=kl_coef),
+    )
+
+
+def _surrogate(policy_dir: Path, table: pa.Table) -> float:
+    """sum_i A_i * mean log-prob of trajectory i's policy tokens: what a GRPO step should increase."""
+    adv = group_advantages(
+        np.asarray(table.column("reward").to_pylist()),
+        table.column("group_id").to_pylist(),
+        scale_by_std=True,
+    )
+    batch = build_batch(table, adv, pad_id=0)
+    with torch.no_grad():
+        logp = token_logprobs(load_policy(policy_dir, "cpu"), batch.input_ids, batch.attention_mask)
+    per_traj = (logp * batch.loss_mask).sum(1) / batch.loss_mask.sum(1)
+    return float((batch.advantages * per_traj).sum())
+
+
+def test_update_changes_weights_and_resumes_optimizer(policy_dir: Path, tmp_path: Path):
+    state_dir = tmp_path / "state"
+    table = _table(policy_dir, rewards=[1.0, 0.0, 0.1, 1.0])
+    before = load_file(str(policy_dir / WEIGHTS_FILE))
+
+    result = run_grpo_update(policy_dir, state_dir, table, _cfg(), version=3, seed=0)
+
+    after = load_file(str(policy_dir / WEIGHTS_FILE))
+    assert after.keys() == before.keys() and "lm_head.weight" in after
+    assert all(after[k].dtype == torch.float32 for k in after)
+    assert not torch.equal(after["lm_head.weight"], before["lm_head.weight"])
+    assert not torch.equal(
+        after["model.layers.0.mlp.down_proj.weight"], before["model.layers.0.mlp.down_proj.weight"]
+    )
+    assert sorted(p.name for p in policy_dir.iterdir()) == [
+        "config.json",
+        "generation_config.json",
+        WEIGHTS_FILE,
+    ]
+    # The folder still loads as an HF model, with the new weights.
+    reloaded = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32)
+    assert torch.equal(reloaded.lm_head.weight.detach(), after["lm_head.weight"])
+
+    assert result.new_version == 4
+    assert result.num_optimizer_steps == 2
+    assert result.num_tokens_trained == NUM_POLICY_TOKENS
+    assert result.num_trajectories == 4
+    assert result.reward_mean == pytest.approx(0.525)
+    assert result.mixed_group_share == 1.0
+    assert result.kl_ref is None
+    assert result.grad_norm > 0
+    assert 0.9 < result.ratio_mean < 1.1  # 1 exactly on the first minibatch, near 1 on the second
+
+    saved = torch.load(state_dir / OPTIMIZER_FILE, weights_only=True)
+    assert int(saved["state"][0]["step"]) == 2
+
+    second = run_grpo_update(policy_dir, state_dir, table, _cfg(), version=4, seed=1)
+    assert second.new_version == 5
+    assert int(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True)["state"][0]["step"]) == 4
+
+
+def test_update_increases_the_surrogate(policy_dir: Path, tmp_path: Path):
+    table = _table(policy_dir, rewards=[1.0, 0.0, 0.1, 1.0])
+    before = _surrogate(policy_dir, table)
+    result = run_grpo_update(
+        policy_dir, tmp_path / "state", table, _cfg(minibatches=1, lr=1e-3), version=0, seed=0
+    )
+    # One on-policy step: ratio exactly 1, nothing clipped, and the advantage-weighted log-prob goes up.
+    assert result.ratio_mean == pytest.approx(1.0, abs=1e-5)
+    assert result.clip_fraction == 0.0
+    assert result.approx_kl == pytest.approx(0.0, abs=1e-6)
+    assert _surrogate(policy_dir, table) > before + 1e-4
+
+
+def test_zero_advantages_leave_weights_untouched(policy_dir: Path, tmp_path: Path):
+    state_dir = tmp_path / "state"
+    table = _table(policy_dir, rewards=[1.0, 1.0, 0.1, 0.1])  # each group uniform: no signal
+    weights = (policy_dir / WEIGHTS_FILE).read_bytes()
+
+    result = run_grpo_update(policy_dir, state_dir, table, _cfg(), version=7, seed=0)
+
+    assert (policy_dir / WEIGHTS_FILE).read_bytes() == weights
+    assert not (state_dir / OPTIMIZER_FILE).exists()
+    assert result.new_version == 7
+    assert result.num_optimizer_steps == 0 and result.num_tokens_trained == 0
+    assert result.mixed_group_share == 0.0
+    assert result.reward_mean == pytest.approx(0.55)
+
+
+def test_kl_penalty_uses_the_reference(policy_dir: Path, tmp_path: Path):
+    reference_dir = tmp_path / "reference"
+    shutil.copytree(policy_dir, reference_dir)
+    table = _table(policy_dir, rewards=[1.0, 0.0, 0.1, 1.0])
+    with pytest.raises(ValueError, match="reference_dir"):
+        run_grpo_update(policy_dir, tmp_path / "state", table, _cfg(kl_coef=0.1), version=0, seed=0)
+
+    # One minibatch from a policy identical to the reference: KL is 0 before the step.
+    first = run_grpo_update(
+        policy_dir,
+        tmp_path / "state",
+        table,
+        _cfg(minibatches=1, kl_coef=0.1),
+        version=0,
+        seed=0,
+        reference_dir=reference_dir,
+    )
+    assert first.kl_ref == pytest.approx(0.0, abs=1e-7)
+    # The policy has moved away from the reference now, so the next update sees a positive KL.
+    second = run_grpo_update(
+        policy_dir,
+        tmp_path / "state",
+        table,
+        _cfg(minibatches=1, kl_coef=0.1),
+        version=1,
+        seed=0,
+        reference_dir=reference_dir,
+    )
+    assert second.kl_ref is not None and second.kl_ref > 1e-9
+    assert second.loss == pytest.approx(second.pg_loss + 0.1 * second.kl_ref, rel=1e-5)
+
+
+def test_rejects_unrewarded_table(policy_dir: Path, tmp_path: Path, row):
+    table = table_from_rows([row(prompt_ids=[1], response_ids=[2], reward=None)])
+    with pytest.raises(ValueError, match="reward is null"):
+        run_grpo_update(policy_dir, tmp_path / "state", table, _cfg(), version=0, seed=0)

@@ -1,0 +1,89 @@
+import math
+
+import pytest
+import torch
+
+from libra_core.training.losses import ppo_clip_loss
+
+LN = math.log
+
+# Two trajectories, T = 3, clip_eps = 0.2 (ratios clipped to [0.8, 1.2]).
+# Trajectory 0, A = +1, mask [1, 1, 0]:
+#   t0 ratio 1.0 -> min(1.0, 1.0) = 1.0           -> loss -1.0
+#   t1 ratio 1.5 -> min(1.5, 1.2) = 1.2 (clipped) -> loss -1.2
+#   t2 masked (ratio 10, would dominate if counted)
+# Trajectory 1, A = -2, mask [1, 1, 1]:
+#   t0 ratio 0.5 -> min(-1.0, 0.8 * -2 = -1.6) = -1.6 (clipped) -> loss 1.6
+#   t1 ratio 1.1 -> min(-2.2, -2.2) = -2.2                      -> loss 2.2
+#   t2 ratio 1.5 -> min(-3.0, 1.2 * -2 = -2.4) = -3.0 (unclipped, pessimistic) -> loss 3.0
+# Token mean over the 5 masked tokens: (-1.0 - 1.2 + 1.6 + 2.2 + 3.0) / 5 = 4.6 / 5 = 0.92.
+# clip_fraction = 2 / 5 = 0.4; ratio_mean = (1 + 1.5 + 0.5 + 1.1 + 1.5) / 5 = 1.12.
+# approx_kl = mean(r - 1 - ln r) = (0 + 0.0945349 + 0.1931472 + 0.0046898 + 0.0945349) / 5 = 0.0773814.
+BEHAVIOUR = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -1.0, -1.5]])
+RATIOS = torch.tensor([[1.0, 1.5, 10.0], [0.5, 1.1, 1.5]])
+MASK = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.int8)
+ADV = torch.tensor([1.0, -2.0])
+
+
+def _logprobs() -> torch.Tensor:
+    return (BEHAVIOUR + torch.log(RATIOS)).requires_grad_(True)
+
+
+def test_hand_computed_loss_and_metrics():
+    logprobs = _logprobs()
+    loss, metrics = ppo_clip_loss(logprobs, BEHAVIOUR, ADV, MASK, clip_eps=0.2)
+    assert loss.item() == pytest.approx(0.92, abs=1e-6)
+    assert metrics["pg_loss"] == pytest.approx(0.92, abs=1e-6)
+    assert metrics["clip_fraction"] == pytest.approx(0.4)
+    assert metrics["ratio_mean"] == pytest.approx(1.12, abs=1e-6)
+    assert metrics["approx_kl"] == pytest.approx(0.0773814, abs=1e-6)
+    assert metrics["num_tokens"] == 5
+    assert "kl_ref" not in metrics
+
+
+def test_gradient_zero_on_clipped_and_masked_tokens():
+    # d loss / d logp = -A * ratio / N on unclipped tokens (N = 5), 0 on clipped and masked ones:
+    # traj 0: t0 -1 * 1.0 / 5 = -0.2; t1 clipped 0; t2 masked 0.
+    # traj 1: t0 clipped 0; t1 2 * 1.1 / 5 = 0.44; t2 2 * 1.5 / 5 = 0.6.
+    logprobs = _logprobs()
+    loss, _ = ppo_clip_loss(logprobs, BEHAVIOUR, ADV, MASK, clip_eps=0.2)
+    loss.backward()
+    assert logprobs.grad is not None
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-0.2, 0.0, 0.0], [0.0, 0.44, 0.6]]))
+
+
+def test_kl_to_reference():
+    # ref - logp: traj 0 [0, ln 2, ln 5 (masked)], traj 1 [-ln 2, 0, 0].
+    # k3 = e^d - d - 1: d = ln 2 -> 2 - ln 2 - 1 = 0.3068528; d = -ln 2 -> 0.5 + ln 2 - 1 = 0.1931472.
+    # Sum 0.5 over 5 tokens -> kl_ref = 0.1; loss = 0.92 + 0.1 * 0.1 = 0.93.
+    logprobs = _logprobs()
+    ref = logprobs.detach() + torch.tensor([[0.0, LN(2), LN(5)], [-LN(2), 0.0, 0.0]])
+    loss, metrics = ppo_clip_loss(logprobs, BEHAVIOUR, ADV, MASK, clip_eps=0.2, ref_logprobs=ref, kl_coef=0.1)
+    assert metrics["kl_ref"] == pytest.approx(0.1, abs=1e-6)
+    assert metrics["pg_loss"] == pytest.approx(0.92, abs=1e-6)
+    assert loss.item() == pytest.approx(0.93, abs=1e-6)
+
+
+def test_masked_positions_cannot_poison_the_loss():
+    # Padding with absurd values (behaviour +inf-like, logp -inf) must not produce NaN loss or grads.
+    logprobs = torch.tensor([[-1.0, float("-inf")]], requires_grad=True)
+    behaviour = torch.tensor([[-1.0, 50.0]])
+    loss, metrics = ppo_clip_loss(
+        logprobs, behaviour, torch.tensor([1.0]), torch.tensor([[1, 0]]), clip_eps=0.2
+    )
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.0)
+    assert logprobs.grad is not None and torch.isfinite(logprobs.grad).all()
+    assert metrics["ratio_mean"] == pytest.approx(1.0)
+
+
+def test_no_masked_tokens_gives_zero_loss():
+    loss, metrics = ppo_clip_loss(
+        torch.zeros(1, 2, requires_grad=True),
+        torch.zeros(1, 2),
+        torch.ones(1),
+        torch.zeros(1, 2),
+        clip_eps=0.2,
+    )
+    assert loss.item() == 0.0 and loss.requires_grad
+    assert metrics["num_tokens"] == 0

@@ -1,0 +1,66 @@
+import numpy as np
+import torch
+
+from libra_core.data.schema import table_from_rows
+from libra_core.training.batch import build_batch, split_minibatches
+
+
+def _table(row):
+    return table_from_rows(
+        [
+            # Response [7, 8, 9] at positions 2, 3, 4; token 8 is a tool token (mask 0, log-prob 0).
+            row(
+                prompt_ids=[5, 6],
+                response_ids=[7, 8, 9],
+                loss_mask=[1, 0, 1],
+                behavior_logprobs=[-0.5, 0.0, -0.25],
+                group_id="g",
+                sample_index=0,
+            ),
+            # Response [4] at position 3.
+            row(
+                prompt_ids=[1, 2, 3],
+                response_ids=[4],
+                loss_mask=[1],
+                behavior_logprobs=[-1.5],
+                group_id="g",
+                sample_index=1,
+            ),
+        ]
+    )
+
+
+def test_alignment(row):
+    batch = build_batch(_table(row), np.array([0.5, -0.5]), pad_id=31)
+    assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9], [1, 2, 3, 4, 31]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    # Column c scores token c + 1: row 0 response tokens 7, 8, 9 sit in columns 1, 2, 3; row 1's token 4 in 2.
+    assert batch.loss_mask.tolist() == [[0, 1, 0, 1], [0, 0, 1, 0]]
+    assert batch.behavior_logprobs.tolist() == [[0.0, -0.5, 0.0, -0.25], [0.0, 0.0, -1.5, 0.0]]
+    assert batch.advantages.tolist() == [0.5, -0.5]
+    assert batch.num_tokens == 3
+    # The trained columns point at exactly the policy-generated response tokens.
+    trained = batch.input_ids[:, 1:][batch.loss_mask.bool()].tolist()
+    assert trained == [7, 9, 4]
+
+
+def test_select_trims_padding(row):
+    batch = build_batch(_table(row), np.array([0.5, -0.5]), pad_id=0)
+    one = batch.select([1])
+    assert one.input_ids.tolist() == [[1, 2, 3, 4]]
+    assert one.loss_mask.tolist() == [[0, 0, 1]]
+    assert one.behavior_logprobs.tolist() == [[0.0, 0.0, -1.5]]
+    assert one.advantages.tolist() == [-0.5]
+    both = batch.select(np.array([1, 0]))
+    assert both.input_ids.shape == (2, 5) and both.input_ids[1].tolist() == [5, 6, 7, 8, 9]
+    assert both.to("cpu").advantages.dtype == torch.float32
+
+
+def test_split_minibatches():
+    parts = split_minibatches(5, 2, np.random.default_rng(3))
+    assert [len(p) for p in parts] == [3, 2]
+    assert sorted(np.concatenate(parts).tolist()) == [0, 1, 2, 3, 4]
+    again = split_minibatches(5, 2, np.random.default_rng(3))
+    assert all((a == b).all() for a, b in zip(parts, again, strict=True))
+    assert [len(p) for p in split_minibatches(2, 4, np.random.default_rng(0))] == [1, 1]
+    assert split_minibatches(0, 2, np.random.default_rng(0)) == []

@@ -235,3 +235,19 @@ class LibraConfig(Frozen):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_model_type(cls, data: object) -> object:
+        # `model:` without `type` means the default tiny model, so partial overrides work.
+        if isinstance(data, dict) and isinstance(data.get("model"), dict) and "type" not in data["model"]:
+            data = {**data, "model": {"type": "tiny_qwen2", **data["model"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _context_fits(self) -> LibraConfig:
+        limit = getattr(self.model, "max_position_embeddings", None)
+        if limit is not None and self.rollout.max_total_tokens > limit:
+            raise ValueError(f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
+                             f"model.max_position_embeddings ({limit})")
+        return self

@@ -219,9 +219,8 @@ def test_model_variant_errors_name_the_type_key(tmp_path: Path) -> None:
         load_config(write(tmp_path, "model:\n  type: gpt5\n"))
     assert info.value.problems == ["model.type: unknown variant 'gpt5'; allowed: 'tiny_qwen2', 'hf_local'"]
 
-    with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, "model:\n  hidden_size: 64\n"))
-    assert info.value.problems == ["model.type: required key is missing; allowed: 'tiny_qwen2', 'hf_local'"]
+    # without `type`, a model section means the default tiny model
+    assert load_config(write(tmp_path, "model:\n  hidden_size: 64\n")).model.hidden_size == 64
 
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, "model:\n  type: hf_local\n"))

@@ -1,0 +1,1 @@
+"""Prefect flows (compose tasks only) and the `libra` CLI."""

@@ -1,0 +1,101 @@
+"""`libra`: the command line.
+
+    libra run [CONFIG] [--set a.b=c ...] [--resume RUN_DIR]   run an experiment (ephemeral Prefect)
+    libra config validate [CONFIG] [--set ...]                  check a stages.yaml; exit 2 on problems
+    libra config show [CONFIG] [--set ...]                      print the resolved config
+
+Heavy modules (torch, vllm, prefect) are imported only by `run`, so config commands are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_CONFIG_ERROR = 2
+DEFAULT_CONFIG = "stages.yaml"
+
+
+def _config_arg(value: str | None) -> str | None:
+    if value is not None:
+        return value
+    return DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="libra", description="Libra: agentic RL post-training runtime.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add_config_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("config", nargs="?", help=f"stages file (default: ./{DEFAULT_CONFIG} if present)")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config value, e.g. --set experiment.iterations=2 (repeatable)")
+
+    run = sub.add_parser("run", help="run an RL experiment")
+    add_config_args(run)
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    run.add_argument("-v", "--verbose", action="store_true", help="show Prefect and engine logs")
+
+    cfg = sub.add_parser("config", help="inspect configuration")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
+    add_config_args(cfg_sub.add_parser("validate", help="validate a stages file"))
+    add_config_args(cfg_sub.add_parser("show", help="print the resolved config as YAML"))
+    return parser
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from libra_core.config import ConfigError, load_config
+    from libra_core.config.loader import format_problems
+
+    try:
+        return load_config(_config_arg(args.config), args.overrides)
+    except ConfigError as err:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]invalid configuration[/] ({len(err.problems)} problem(s)):")
+        print(format_problems(err), file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG_ERROR) from None
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if args.config_command == "validate":
+        from rich.console import Console
+
+        Console().print(f"[green]ok[/]: {_config_arg(args.config) or '<defaults>'} is valid")
+    else:
+        from libra_core.config import config_to_yaml
+
+        print(config_to_yaml(cfg), end="")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    if args.resume:
+        if not (Path(args.resume) / "config.resolved.yaml").is_file():
+            print(f"libra: --resume {args.resume}: not a run folder (no config.resolved.yaml)", file=sys.stderr)
+            return EXIT_CONFIG_ERROR
+        config_path = None
+    else:
+        _load(args)  # fail fast, before importing torch/vllm/prefect
+        config_path = _config_arg(args.config)
+    if not args.verbose:
+        os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.progress_view import run_with_progress
+
+    return run_with_progress(config_path, args.overrides, args.resume)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "config":
+        return _cmd_config(args)
+    return _cmd_run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Layout and state of a run folder, checkpoints and resume.
+
+    <output_dir>/<name>-<timestamp>/
+      config.resolved.yaml      the exact config the run used (written before anything else)
+      state.json                completed iterations, policy version, status
+      policy/                   HF folder the rollout engines serve and reload after each update
+      reference/                frozen warm-up policy (only when training.grpo.kl_coef > 0)
+      trainer/optimizer.pt      AdamW state of the trainer
+      stages/iteration=NNNNN/   Arrow IPC files exchanged between rollout, reward and update
+      lake/iteration=NNNNN.parquet   rewarded trajectories (the trajectory lake)
+      history.parquet           one row per iteration: stage timings, tokens, rewards
+      checkpoints/iter_NNNNN/   policy + optimizer + state copies for resume
+      logs/                     engine logs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+
+from libra_core.config import LibraConfig, load_config
+from libra_core.config.loader import RESOLVED_CONFIG_NAME
+
+
+@dataclass(frozen=True)
+class RunState:
+    completed_iterations: int = 0
+    policy_version: int = 0
+    status: str = "created"  # created | running | finished | failed | cancelled
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / RESOLVED_CONFIG_NAME
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def policy(self) -> Path:
+        return self.root / "policy"
+
+    @property
+    def reference(self) -> Path:
+        return self.root / "reference"
+
+    @property
+    def trainer(self) -> Path:
+        return self.root / "trainer"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def stage_dir(self, iteration: int) -> Path:
+        return self.root / "stages" / f"iteration={iteration:05d}"
+
+    def checkpoint(self, iteration: int) -> Path:
+        return self.checkpoints / f"iter_{iteration:05d}"
+
+
+def new_run_dir(cfg: LibraConfig, now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    root = Path(cfg.experiment.output_dir) / f"{cfg.experiment.name}-{stamp}"
+    suffix = 1
+    candidate = root
+    while candidate.exists():
+        suffix += 1
+        candidate = root.with_name(f"{root.name}-{suffix}")
+    return candidate.resolve()
+
+
+@lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int) -> LibraConfig:
+    return load_config(path)
+
+
+def load_run_config(run_dir: str | Path) -> LibraConfig:
+    """The resolved config of a run (cached; re-read if the file changes)."""
+    path = RunLayout(Path(run_dir)).config
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder: {path.name} is missing")
+    return _load_cached(str(path), path.stat().st_mtime_ns)
+
+
+def read_state(run_dir: str | Path) -> RunState:
+    path = RunLayout(Path(run_dir)).state
+    if not path.exists():
+        return RunState()
+    data = json.loads(path.read_text())
+    return RunState(**data)
+
+
+def write_state(run_dir: str | Path, state: RunState) -> None:
+    path = RunLayout(Path(run_dir)).state
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2))
+    os.replace(tmp, path)
+
+
+def _copy_tree_atomic(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    if dst.exists():
+        shutil.rmtree(dst)
+    os.replace(tmp, dst)
+
+
+def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: int) -> Path:
+    """Copy policy, optimizer and state into checkpoints/iter_N; keep the `keep` newest."""
+    layout = RunLayout(Path(run_dir))
+    ckpt = layout.checkpoint(iteration)
+    staging = ckpt.with_name(f".{ckpt.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    shutil.copytree(layout.policy, staging / "policy")
+    if layout.trainer.exists():
+        shutil.copytree(layout.trainer, staging / "trainer")
+    (staging / "state.json").write_text(json.dumps(asdict(state), indent=2))
+    if ckpt.exists():
+        shutil.rmtree(ckpt)
+    os.replace(staging, ckpt)
+    for old in sorted(layout.checkpoints.glob("iter_*"))[:-keep]:
+        shutil.rmtree(old)
+    return ckpt
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    ckpts = sorted(RunLayout(Path(run_dir)).checkpoints.glob("iter_*"))
+    return ckpts[-1] if ckpts else None
+
+
+def restore_checkpoint(run_dir: str | Path) -> RunState:
+    """Put the newest checkpoint's policy and optimizer back in place; return its state.
+
+    Iterations after the checkpoint are re-run (their lake and history rows are overwritten).
+    """
+    layout = RunLayout(Path(run_dir))
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return RunState()
+    _copy_tree_atomic(ckpt / "policy", layout.policy)
+    if (ckpt / "trainer").exists():
+        _copy_tree_atomic(ckpt / "trainer", layout.trainer)
+    state = RunState(**json.loads((ckpt / "state.json").read_text()))
+    write_state(run_dir, state)
+    return state

@@ -1,0 +1,25 @@
+"""Bookkeeping after each iteration: history row, run state, checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+
+from libra_core.data.history import append_history
+from libra_core.observability.progress import report
+from libra_core.pipeline.run_dir import RunState, load_run_config, save_checkpoint, write_state
+from tasks.common import TASK_OPTIONS
+
+
+@task(name="record-iteration", **TASK_OPTIONS)
+def record_iteration_task(run_dir: str, row: dict[str, Any]) -> None:
+    cfg = load_run_config(run_dir)
+    append_history(run_dir, row)
+    iteration = int(row["iteration"])
+    state = RunState(iteration, int(row["policy_version"]), "running")
+    write_state(run_dir, state)
+    last = iteration == cfg.experiment.iterations
+    if last or iteration % cfg.experiment.checkpoint_every == 0:
+        save_checkpoint(run_dir, iteration, state, cfg.experiment.keep_checkpoints)
+    report("iterations", 1, cfg.experiment.iterations)

@@ -1,0 +1,78 @@
+"""Tasks that create or restore a run and bring up its policy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from prefect import task
+
+from libra_core.config import load_config, write_resolved_config
+from libra_core.pipeline.run_dir import (
+    RunLayout,
+    RunState,
+    load_run_config,
+    new_run_dir,
+    read_state,
+    restore_checkpoint,
+    write_state,
+)
+from tasks.common import TASK_OPTIONS
+
+
+@dataclass(frozen=True)
+class RunStart:
+    run_dir: str
+    start_iteration: int  # first iteration to run (1-based)
+    policy_version: int
+    resumed: bool
+
+
+@task(name="create-run", **TASK_OPTIONS)
+def create_run_task(config_path: str | None, overrides: list[str], resume: str | None) -> RunStart:
+    """New run: validate config, make the folder, write the resolved config. Resume: restore state."""
+    if resume:
+        layout = RunLayout(Path(resume).resolve())
+        base = load_run_config(layout.root)
+        if overrides:  # e.g. more iterations; written back so the folder stays self-describing
+            from libra_core.config.loader import apply_overrides, parse_overrides
+
+            raw = apply_overrides(base.model_dump(mode="json"), parse_overrides(overrides))
+            write_resolved_config(type(base).model_validate(raw), layout.root)
+        state = restore_checkpoint(layout.root) if read_state(layout.root).completed_iterations else RunState()
+        write_state(layout.root, RunState(state.completed_iterations, state.policy_version, "running"))
+        return RunStart(str(layout.root), state.completed_iterations + 1, state.policy_version, True)
+    cfg = load_config(config_path, overrides)
+    root = new_run_dir(cfg)
+    root.mkdir(parents=True)
+    write_resolved_config(cfg, root)
+    write_state(root, RunState(status="running"))
+    return RunStart(str(root), 1, 0, False)
+
+
+@task(name="prepare-policy", **TASK_OPTIONS)
+def prepare_policy_task(run_dir: str) -> dict[str, object]:
+    """Tokenizer + tiny model + SFT warm-up (or cache hit) into the run's policy folder."""
+    import shutil
+
+    from libra_core.model.prepare import prepare_initial_policy
+
+    cfg = load_run_config(run_dir)
+    layout = RunLayout(Path(run_dir))
+    from libra_core.observability.progress import report
+
+    def progress(step: int, total: int, loss: float) -> None:
+        report("warm-up", 1, total)
+
+    prepared = prepare_initial_policy(cfg, layout.policy, Path(cfg.experiment.output_dir) / ".cache",
+                                      progress=progress)
+    if cfg.training.grpo.kl_coef > 0:
+        shutil.copytree(layout.policy, layout.reference, dirs_exist_ok=True)
+    return {"num_params": prepared.num_params, "from_cache": prepared.from_cache,
+            "greedy_accuracy": prepared.greedy_accuracy}
+
+
+@task(name="finish-run", **TASK_OPTIONS)
+def finish_run_task(run_dir: str, status: str) -> None:
+    state = read_state(run_dir)
+    write_state(run_dir, RunState(state.completed_iterations, state.policy_version, status))

@@ -1,0 +1,68 @@
+"""The stage tasks of one RL iteration: plan -> rollout -> reward -> update -> sync (+ eval)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+
+from libra_core.pipeline.plan_stage import Plan, make_plan
+from libra_core.pipeline.reward_stage import RewardResult, run_reward
+from libra_core.pipeline.rollout_stage import RolloutResult, run_greedy_eval, run_rollout
+from libra_core.pipeline.run_dir import RunLayout, load_run_config
+from libra_core.pipeline.sync_stage import SyncResult, sync_weights
+from libra_core.pipeline.update_stage import run_update
+from libra_core.pools.rollout import PoolInfo, ensure_rollout_pool, stop_rollout_pool
+from libra_core.training.update import UpdateResult
+from tasks.common import TASK_OPTIONS
+
+
+def pool_id(run_dir: str) -> str:
+    return f"rollout:{Path(run_dir).name}"
+
+
+@task(name="plan", **TASK_OPTIONS)
+def plan_task(run_dir: str, iteration: int) -> Plan:
+    return make_plan(load_run_config(run_dir), iteration)
+
+
+@task(name="rollout-pool", **TASK_OPTIONS)
+def rollout_pool_task(run_dir: str, size: int) -> PoolInfo:
+    """Bring the rollout pool to `size` healthy vLLM instances serving the run's policy folder."""
+    cfg = load_run_config(run_dir)
+    layout = RunLayout(Path(run_dir))
+    max_len = getattr(cfg.model, "max_position_embeddings", cfg.rollout.max_total_tokens)
+    return ensure_rollout_pool(pool_id(run_dir), layout.policy, cfg.rollout.engine, layout.logs,
+                               size=size, max_model_len=max_len, dtype=cfg.model.dtype)
+
+
+@task(name="stop-rollout-pool", **TASK_OPTIONS)
+def stop_pool_task(run_dir: str) -> None:
+    stop_rollout_pool(pool_id(run_dir))
+
+
+@task(name="rollout", retries=1, retry_delay_seconds=2, **TASK_OPTIONS)
+def rollout_task(run_dir: str, pool: PoolInfo, iteration: int, version: int) -> RolloutResult:
+    return run_rollout(run_dir, pool.urls, pool.instance_ids, iteration=iteration, version=version)
+
+
+@task(name="reward", **TASK_OPTIONS)
+def reward_task(run_dir: str, rollout_path: str, iteration: int) -> RewardResult:
+    return run_reward(run_dir, rollout_path, iteration=iteration)
+
+
+@task(name="update", **TASK_OPTIONS)
+def update_task(run_dir: str, rewarded_path: str, iteration: int, version: int) -> UpdateResult:
+    return run_update(run_dir, rewarded_path, iteration=iteration, version=version)
+
+
+@task(name="sync", retries=2, retry_delay_seconds=1, **TASK_OPTIONS)
+def sync_task(run_dir: str, pool: PoolInfo) -> SyncResult:
+    cfg = load_run_config(run_dir)
+    return sync_weights(pool.urls, str(RunLayout(Path(run_dir)).policy),
+                        timeout_s=cfg.rollout.engine.request_timeout_s)
+
+
+@task(name="eval", **TASK_OPTIONS)
+def eval_task(run_dir: str, pool: PoolInfo, iteration: int, version: int) -> float:
+    return run_greedy_eval(run_dir, pool.urls, pool.instance_ids, iteration=iteration, version=version)

@@ -34,9 +34,11 @@ class RolloutResult:
 
 @lru_cache(maxsize=4)
 def load_tokenizer(policy_dir: str) -> Any:
-    from transformers import AutoTokenizer
+    # Explicitly the fast tokenizer from tokenizer.json: AutoTokenizer maps a qwen2 config to
+    # Qwen2Tokenizer, whose byte-level pre-processing drops spaces from our observations.
+    from transformers import PreTrainedTokenizerFast
 
-    return AutoTokenizer.from_pretrained(policy_dir)
+    return PreTrainedTokenizerFast.from_pretrained(policy_dir)
 
 
 def _run_loop(run_dir: str, urls: tuple[str, ...], instance_ids: tuple[str, ...], env: Environment,

@@ -27,9 +27,9 @@ LOGPROB_ATOL = 2e-3
 
 
 def _rollout(test_config, url: str, policy: Path, n_problems: int, seed: int, version: int = 0):
-    from transformers import AutoTokenizer
+    from libra_core.pipeline.rollout_stage import load_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(policy)
+    tok = load_tokenizer(str(policy))
     env = ArithmeticEnv(test_config.environment)
     loop = AgentLoop(env, tok, [EngineClient(url)], test_config.rollout, policy_version=version, iteration=1)
     requests = make_requests(env.sample_problems(n_problems, seed), 4, 1, seed)

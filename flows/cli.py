@@ -31,8 +31,14 @@ def _parser() -> argparse.ArgumentParser:
 
     def add_config_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("config", nargs="?", help=f"stages file (default: ./{DEFAULT_CONFIG} if present)")
-        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config value, e.g. --set experiment.iterations=2 (repeatable)")
+        p.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a config value, e.g. --set experiment.iterations=2 (repeatable)",
+        )
 
     run = sub.add_parser("run", help="run an RL experiment")
     add_config_args(run)
@@ -76,7 +82,9 @@ def _cmd_config(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         if not (Path(args.resume) / "config.resolved.yaml").is_file():
-            print(f"libra: --resume {args.resume}: not a run folder (no config.resolved.yaml)", file=sys.stderr)
+            print(
+                f"libra: --resume {args.resume}: not a run folder (no config.resolved.yaml)", file=sys.stderr
+            )
             return EXIT_CONFIG_ERROR
         config_path = None
     else:

@@ -20,8 +20,14 @@ def run_with_progress(config_path: str | None, overrides: list[str], resume: str
     from flows.rl_experiment import rl_experiment
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    bars = Progress(TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+    bars = Progress(
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
     tasks: dict[str, Any] = {}
 
     def listener(stage: str, advance: int, total: int) -> None:
@@ -50,9 +56,15 @@ def print_summary(run_dir: str, wall_s: float) -> None:
     for col in ("iter", *STAGES, "total", "tokens", "reward", "acc", "eval acc"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(str(r["iteration"]), *(f"{r[f'{s}_s']:.2f}" for s in STAGES), f"{r['iteration_s']:.2f}",
-                      str(r["tokens_generated"]), f"{r['reward_mean']:.3f}", f"{r['accuracy']:.2f}",
-                      "" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.2f}")
+        table.add_row(
+            str(r["iteration"]),
+            *(f"{r[f'{s}_s']:.2f}" for s in STAGES),
+            f"{r['iteration_s']:.2f}",
+            str(r["tokens_generated"]),
+            f"{r['reward_mean']:.3f}",
+            f"{r['accuracy']:.2f}",
+            "" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.2f}",
+        )
     console.print(table)
     if rows:
         totals = {s: sum(r[f"{s}_s"] for r in rows) for s in STAGES}
@@ -61,6 +73,8 @@ def print_summary(run_dir: str, wall_s: float) -> None:
         first = sum(r["reward_mean"] for r in rows[:k]) / k
         last = sum(r["reward_mean"] for r in rows[-k:]) / k
         console.print(f"stage totals: {share}")
-        console.print(f"mean reward, first {k} iterations: {first:.3f}; last {k}: {last:.3f} "
-                      f"(change {last - first:+.3f})")
+        console.print(
+            f"mean reward, first {k} iterations: {first:.3f}; last {k}: {last:.3f} "
+            f"(change {last - first:+.3f})"
+        )
     console.print(f"run folder: [bold]{run_dir}[/]  (wall {wall_s:.0f}s)")

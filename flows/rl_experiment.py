@@ -17,8 +17,9 @@ from tasks.stages import stop_pool_task
 
 
 @flow(name="rl-experiment", log_prints=False)
-def rl_experiment(config_path: str | None = None, overrides: list[str] | None = None,
-                  resume: str | None = None) -> str:
+def rl_experiment(
+    config_path: str | None = None, overrides: list[str] | None = None, resume: str | None = None
+) -> str:
     start = create_run_task(config_path, list(overrides or []), resume)
     run_dir = start.run_dir
     cfg = load_run_config(run_dir)

@@ -39,7 +39,9 @@ def create_run_task(config_path: str | None, overrides: list[str], resume: str |
 
             raw = apply_overrides(base.model_dump(mode="json"), parse_overrides(overrides))
             write_resolved_config(type(base).model_validate(raw), layout.root)
-        state = restore_checkpoint(layout.root) if read_state(layout.root).completed_iterations else RunState()
+        state = (
+            restore_checkpoint(layout.root) if read_state(layout.root).completed_iterations else RunState()
+        )
         write_state(layout.root, RunState(state.completed_iterations, state.policy_version, "running"))
         return RunStart(str(layout.root), state.completed_iterations + 1, state.policy_version, True)
     cfg = load_config(config_path, overrides)
@@ -64,12 +66,16 @@ def prepare_policy_task(run_dir: str) -> dict[str, object]:
     def progress(step: int, total: int, loss: float) -> None:
         report("warm-up", 1, total)
 
-    prepared = prepare_initial_policy(cfg, layout.policy, Path(cfg.experiment.output_dir) / ".cache",
-                                      progress=progress)
+    prepared = prepare_initial_policy(
+        cfg, layout.policy, Path(cfg.experiment.output_dir) / ".cache", progress=progress
+    )
     if cfg.training.grpo.kl_coef > 0:
         shutil.copytree(layout.policy, layout.reference, dirs_exist_ok=True)
-    return {"num_params": prepared.num_params, "from_cache": prepared.from_cache,
-            "greedy_accuracy": prepared.greedy_accuracy}
+    return {
+        "num_params": prepared.num_params,
+        "from_cache": prepared.from_cache,
+        "greedy_accuracy": prepared.greedy_accuracy,
+    }
 
 
 @task(name="finish-run", **TASK_OPTIONS)

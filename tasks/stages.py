@@ -32,8 +32,15 @@ def rollout_pool_task(run_dir: str, size: int) -> PoolInfo:
     cfg = load_run_config(run_dir)
     layout = RunLayout(Path(run_dir))
     max_len = getattr(cfg.model, "max_position_embeddings", cfg.rollout.max_total_tokens)
-    return ensure_rollout_pool(pool_id(run_dir), layout.policy, cfg.rollout.engine, layout.logs,
-                               size=size, max_model_len=max_len, dtype=cfg.model.dtype)
+    return ensure_rollout_pool(
+        pool_id(run_dir),
+        layout.policy,
+        cfg.rollout.engine,
+        layout.logs,
+        size=size,
+        max_model_len=max_len,
+        dtype=cfg.model.dtype,
+    )
 
 
 @task(name="stop-rollout-pool", **TASK_OPTIONS)
@@ -59,8 +66,9 @@ def update_task(run_dir: str, rewarded_path: str, iteration: int, version: int) 
 @task(name="sync", retries=2, retry_delay_seconds=1, **TASK_OPTIONS)
 def sync_task(run_dir: str, pool: PoolInfo) -> SyncResult:
     cfg = load_run_config(run_dir)
-    return sync_weights(pool.urls, str(RunLayout(Path(run_dir)).policy),
-                        timeout_s=cfg.rollout.engine.request_timeout_s)
+    return sync_weights(
+        pool.urls, str(RunLayout(Path(run_dir)).policy), timeout_s=cfg.rollout.engine.request_timeout_s
+    )
 
 
 @task(name="eval", **TASK_OPTIONS)

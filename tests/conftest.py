@@ -65,8 +65,15 @@ def vllm_engine(test_config, served_policy: Path, tmp_path_factory: pytest.TempP
     from libra_core.pools.rollout import ensure_rollout_pool, stop_rollout_pool
 
     logs = tmp_path_factory.mktemp("engine-logs")
-    info = ensure_rollout_pool("tests", served_policy, test_config.rollout.engine, logs, size=1,
-                               max_model_len=test_config.model.max_position_embeddings, dtype="float32")
+    info = ensure_rollout_pool(
+        "tests",
+        served_policy,
+        test_config.rollout.engine,
+        logs,
+        size=1,
+        max_model_len=test_config.model.max_position_embeddings,
+        dtype="float32",
+    )
     yield info.urls[0]
     stop_rollout_pool("tests")
 

@@ -187,7 +187,7 @@ class GRPOConfig(Frozen):
 class WarmupConfig(Frozen):
     """Supervised warm-up on generated demonstrations, so RL starts from a policy that sometimes wins."""
 
-    steps: int = Field(1500, ge=0, description="SFT optimizer steps (0 skips warm-up).")
+    steps: int = Field(350, ge=0, description="SFT optimizer steps (0 skips warm-up).")
     batch_size: int = Field(64, ge=1, description="Demonstrations per SFT step.")
     lr: float = Field(1e-3, gt=0, description="SFT learning rate (cosine-decayed).")
     cache: bool = Field(
@@ -248,6 +248,8 @@ class LibraConfig(Frozen):
     def _context_fits(self) -> LibraConfig:
         limit = getattr(self.model, "max_position_embeddings", None)
         if limit is not None and self.rollout.max_total_tokens > limit:
-            raise ValueError(f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
-                             f"model.max_position_embeddings ({limit})")
+            raise ValueError(
+                f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
+                f"model.max_position_embeddings ({limit})"
+            )
         return self

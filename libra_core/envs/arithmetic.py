@@ -47,8 +47,8 @@ def _apply(a: int, op: str, b: int) -> int:
 
 class ArithmeticEnv:
     name = "arithmetic"
-    special_tokens = SPECIAL_TOKENS
-    stop_tokens = (END_CALL, EOS)
+    special_tokens: tuple[str, ...] = SPECIAL_TOKENS
+    stop_tokens: tuple[str, ...] = (END_CALL, EOS)
 
     def __init__(self, cfg: ArithmeticEnvConfig | None = None) -> None:
         self.cfg = cfg or ArithmeticEnvConfig()

@@ -32,8 +32,9 @@ def run_reward(run_dir: str, rollout_path: str, *, iteration: int) -> RewardResu
     rewards = np.array([env.reward(r, a) for r, a in zip(refs, answers, strict=True)], dtype=np.float32)
     idx = table.schema.get_field_index("reward")
     table = table.set_column(idx, table.schema.field("reward"), pa.array(rewards, type=pa.float32()))
-    path = write_ipc(table, RunLayout(Path(run_dir)).stage_dir(iteration) / "rewarded.arrow",
-                     require_reward=True)
+    path = write_ipc(
+        table, RunLayout(Path(run_dir)).stage_dir(iteration) / "rewarded.arrow", require_reward=True
+    )
     lake = write_lake(table, run_dir, iteration)
     correct = float(np.mean(rewards >= cfg.environment.reward.correct)) if len(rewards) else 0.0
     return RewardResult(

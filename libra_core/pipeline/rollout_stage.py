@@ -41,31 +41,51 @@ def load_tokenizer(policy_dir: str) -> Any:
     return PreTrainedTokenizerFast.from_pretrained(policy_dir)
 
 
-def _run_loop(run_dir: str, urls: tuple[str, ...], instance_ids: tuple[str, ...], env: Environment,
-              requests: list[RolloutRequest], *, version: int, iteration: int, greedy: bool,
-              stage: str) -> list[dict[str, Any]]:
+def _run_loop(
+    run_dir: str,
+    urls: tuple[str, ...],
+    instance_ids: tuple[str, ...],
+    env: Environment,
+    requests: list[RolloutRequest],
+    *,
+    version: int,
+    iteration: int,
+    greedy: bool,
+    stage: str,
+) -> list[dict[str, Any]]:
     cfg = load_run_config(run_dir)
     rollout_cfg = cfg.rollout.model_copy(update={"temperature": 0.0}) if greedy else cfg.rollout
     tok = load_tokenizer(str(RunLayout(Path(run_dir)).policy))
     engines = [EngineClient(u, timeout_s=cfg.rollout.engine.request_timeout_s) for u in urls]
-    loop = AgentLoop(env, tok, engines, rollout_cfg, policy_version=version, iteration=iteration,
-                     instance_ids=instance_ids)
+    loop = AgentLoop(
+        env, tok, engines, rollout_cfg, policy_version=version, iteration=iteration, instance_ids=instance_ids
+    )
     router = build_router(cfg.scheduler.type, len(engines))
     total = len(requests)
     report(stage, 0, total)
     return loop.run(requests, router.route, on_done=lambda n: report(stage, n, total))
 
 
-def run_rollout(run_dir: str, urls: tuple[str, ...], instance_ids: tuple[str, ...], *,
-                iteration: int, version: int) -> RolloutResult:
+def run_rollout(
+    run_dir: str, urls: tuple[str, ...], instance_ids: tuple[str, ...], *, iteration: int, version: int
+) -> RolloutResult:
     start = time.perf_counter()
     cfg = load_run_config(run_dir)
     env = build_environment(cfg.environment)
     seed = cfg.experiment.seed * 100_003 + iteration
     problems = env.sample_problems(cfg.rollout.prompts_per_iteration, seed)
     requests = make_requests(problems, cfg.training.grpo.group_size, iteration, seed)
-    rows = _run_loop(run_dir, urls, instance_ids, env, requests, version=version, iteration=iteration,
-                     greedy=False, stage="rollout")
+    rows = _run_loop(
+        run_dir,
+        urls,
+        instance_ids,
+        env,
+        requests,
+        version=version,
+        iteration=iteration,
+        greedy=False,
+        stage="rollout",
+    )
     table = table_from_rows(rows)
     path = write_ipc(table, RunLayout(Path(run_dir)).stage_dir(iteration) / "rollout.arrow")
     wall = time.perf_counter() - start
@@ -86,15 +106,25 @@ def eval_problems(env: Environment, seed: int, n: int) -> list[Problem]:
     return env.sample_problems(n, seed + EVAL_SEED_OFFSET)
 
 
-def run_greedy_eval(run_dir: str, urls: tuple[str, ...], instance_ids: tuple[str, ...], *,
-                    iteration: int, version: int) -> float:
+def run_greedy_eval(
+    run_dir: str, urls: tuple[str, ...], instance_ids: tuple[str, ...], *, iteration: int, version: int
+) -> float:
     """Exact-answer accuracy of greedy decoding on a fixed held-out problem set."""
     cfg = load_run_config(run_dir)
     env = build_environment(cfg.environment)
     problems = eval_problems(env, cfg.experiment.seed, cfg.eval.num_prompts)
     requests = make_requests(problems, 1, iteration, 0)
-    rows = _run_loop(run_dir, urls, instance_ids, env, requests, version=version, iteration=iteration,
-                     greedy=True, stage="eval")
+    rows = _run_loop(
+        run_dir,
+        urls,
+        instance_ids,
+        env,
+        requests,
+        version=version,
+        iteration=iteration,
+        greedy=True,
+        stage="eval",
+    )
     best = cfg.environment.reward.correct
     correct = [env.reward(r["reference_answer"], r["final_answer"]) >= best for r in rows]
     return sum(correct) / max(len(correct), 1)

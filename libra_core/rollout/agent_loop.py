@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
+import aiohttp
 
 from libra_core.config.models import RolloutConfig
 from libra_core.envs.base import Environment, Problem
@@ -78,8 +78,9 @@ class AgentLoop:
     ) -> list[dict[str, Any]]:
         limit = self.cfg.concurrency * len(self.engines)
         sem = asyncio.Semaphore(limit)
-        limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
-        async with httpx.AsyncClient(limits=limits) as http:
+        # aiohttp rather than httpx: at ~150 short requests/s on 2 cores, client CPU per request matters.
+        connector = aiohttp.TCPConnector(limit=limit)
+        async with aiohttp.ClientSession(connector=connector) as http:
 
             async def one(req: RolloutRequest) -> dict[str, Any]:
                 async with sem:
@@ -91,7 +92,7 @@ class AgentLoop:
             return list(await asyncio.gather(*(one(r) for r in requests)))
 
     async def run_one(
-        self, http: httpx.AsyncClient, req: RolloutRequest, engine_index: int
+        self, http: aiohttp.ClientSession, req: RolloutRequest, engine_index: int
     ) -> dict[str, Any]:
         engine = self.engines[engine_index]
         start = time.perf_counter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import httpx
 
 SERVED_MODEL_NAME = "policy"
@@ -68,10 +69,13 @@ class EngineClient:
             "stop_token_ids": stop_token_ids,
             "seed": seed,
         }
-        resp = await http.post(f"{self.url}/v1/completions", json=body, timeout=self.timeout_s)
-        if resp.status_code != 200:
-            raise EngineRequestError(f"{self.url} completion failed ({resp.status_code}): {resp.text[:300]}")
-        return parse_completion(resp.json())
+        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        async with http.post(f"{self.url}/v1/completions", json=body, timeout=timeout) as resp:
+            if resp.status != 200:
+                text = await resp.text()
+                raise EngineRequestError(f"{self.url} completion failed ({resp.status}): {text[:300]}")
+            payload = await resp.json()
+        return parse_completion(payload)
 
     # -- weight sync (dev-mode endpoints), synchronous: the sync stage calls them in order ------
     def _post(self, path: str, json: dict[str, Any] | None = None) -> Any:

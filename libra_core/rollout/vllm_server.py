@@ -91,6 +91,7 @@ class VllmServer:
             "--seed",
             "0",
             "--disable-log-stats",
+            "--disable-uvicorn-access-log",
             *self.cfg.extra_args,
         ]
 

@@ -23,9 +23,11 @@ from libra_core.pools.rollout import ensure_rollout_pool, stop_rollout_pool
 from libra_core.rollout.agent_loop import AgentLoop, make_requests
 from libra_core.rollout.client import EngineClient
 
-VARIANTS: dict[str, tuple[str, ...]] = {
-    "default": (),
-    "eager": ("--enforce-eager",),
+# name -> (extra server arguments, OpenMP threads of the engine; 0 lets vLLM bind all cores)
+VARIANTS: dict[str, tuple[tuple[str, ...], int]] = {
+    "default": ((), 0),
+    "eager": (("--enforce-eager",), 0),
+    "one-thread": ((), 1),
 }
 
 
@@ -40,14 +42,17 @@ def main() -> None:
     env = ArithmeticEnv(cfg.environment)
     tok = load_tokenizer(str(args.policy))
     for name in args.variant or sorted(VARIANTS):
-        engine = VllmEngineConfig(extra_args=VARIANTS[name])
+        extra, threads = VARIANTS[name]
+        engine = VllmEngineConfig(extra_args=extra, cpu_threads=threads)
         with tempfile.TemporaryDirectory() as logs:
             start = time.perf_counter()
-            info = ensure_rollout_pool(f"bench-{name}", args.policy, engine, Path(logs), size=1,
-                                       max_model_len=512, dtype="float32")
+            info = ensure_rollout_pool(
+                f"bench-{name}", args.policy, engine, Path(logs), size=1, max_model_len=512, dtype="float32"
+            )
             startup_s = time.perf_counter() - start
-            loop = AgentLoop(env, tok, [EngineClient(u) for u in info.urls], cfg.rollout,
-                             policy_version=0, iteration=1)
+            loop = AgentLoop(
+                env, tok, [EngineClient(u) for u in info.urls], cfg.rollout, policy_version=0, iteration=1
+            )
             rates = []
             for rep in range(args.repeats + 1):
                 requests = make_requests(env.sample_problems(16, rep), 8, 1, rep)
@@ -57,8 +62,10 @@ def main() -> None:
                 if rep:  # the first batch warms caches
                     rates.append(sum(sum(r["loss_mask"]) for r in rows) / wall)
             stop_rollout_pool(f"bench-{name}")
-        print(f"{name:>8}: startup {startup_s:5.1f}s  policy tokens/s {statistics.mean(rates):7.1f} "
-              f"(min {min(rates):.1f}, max {max(rates):.1f}, {args.repeats} batches of 128 trajectories)")
+        print(
+            f"{name:>8}: startup {startup_s:5.1f}s  policy tokens/s {statistics.mean(rates):7.1f} "
+            f"(min {min(rates):.1f}, max {max(rates):.1f}, {args.repeats} batches of 128 trajectories)"
+        )
 
 
 if __name__ == "__main__":

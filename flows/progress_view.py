@@ -20,6 +20,9 @@ def run_with_progress(config_path: str | None, overrides: list[str], resume: str
     from flows.rl_experiment import rl_experiment
 
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-update "Loading weights" bars would break ours
     bars = Progress(
         TextColumn("{task.description:<12}"),
         BarColumn(),

@@ -49,6 +49,9 @@ def server_environment(cfg: VllmEngineConfig) -> dict[str, str]:
         }
     )
     if cfg.cpu_threads > 0:
+        # vLLM's CPU worker binds its OpenMP threads to these cores; leaving a core free for the
+        # API server and the agent loop avoids OpenMP barriers stalling on descheduled threads.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if cfg.cpu_threads == 1 else f"0-{cfg.cpu_threads - 1}"
         env["OMP_NUM_THREADS"] = str(cfg.cpu_threads)
     return env
 

@@ -1,0 +1,61 @@
+"""The `libra` CLI as a user runs it (subprocess): exit codes and messages, no tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def libra(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_validate_default_file_ok() -> None:
+    out = libra("config", "validate", "stages.yaml")
+    assert out.returncode == 0, out.stderr
+    assert "valid" in out.stdout
+
+
+def test_validate_names_each_problem_and_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiment:\n  iterations: many\n  colour: red\nstages:\n  rollout:\n    size: -3\n")
+    out = libra("config", "validate", str(bad))
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith(str(bad))]
+    assert len(lines) == 3
+    assert any("experiment.colour: unknown key" in ln for ln in lines)
+    assert any("experiment.iterations:" in ln and "'many'" in ln for ln in lines)
+    assert any("stages.rollout.size:" in ln and "-3" in ln for ln in lines)
+
+
+def test_set_override_applies_and_is_checked() -> None:
+    out = libra("config", "show", "stages.yaml", "--set", "experiment.iterations=2")
+    assert out.returncode == 0
+    assert "iterations: 2" in out.stdout
+    out = libra("config", "validate", "stages.yaml", "--set", "rollout.temperature=-1")
+    assert out.returncode == 2 and "rollout.temperature" in out.stderr
+
+
+def test_run_with_bad_config_fails_before_starting(tmp_path: Path) -> None:
+    out = libra(
+        "run", "stages.yaml", "--set", "stages.update.size=0", "--set", f"experiment.output_dir={tmp_path}"
+    )
+    assert out.returncode == 2
+    assert "stages.update.size" in out.stderr
+    assert not any(tmp_path.iterdir())  # nothing was created
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    out = libra("config", "validate", str(tmp_path / "absent.yaml"))
+    assert out.returncode == 2 and "absent.yaml" in out.stderr and "Traceback" not in out.stderr

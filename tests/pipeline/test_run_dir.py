@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from libra_core.config import load_config, write_resolved_config
+from libra_core.pipeline.run_dir import (
+    RunLayout,
+    RunState,
+    latest_checkpoint,
+    load_run_config,
+    new_run_dir,
+    read_state,
+    restore_checkpoint,
+    save_checkpoint,
+    write_state,
+)
+
+
+def make_run(tmp_path: Path) -> RunLayout:
+    cfg = load_config(None, [f"experiment.output_dir={tmp_path}"])
+    root = new_run_dir(cfg)
+    root.mkdir(parents=True)
+    write_resolved_config(cfg, root)
+    layout = RunLayout(root)
+    layout.policy.mkdir()
+    layout.trainer.mkdir()
+    return layout
+
+
+def test_checkpoint_restore_roundtrip_and_retention(tmp_path: Path) -> None:
+    layout = make_run(tmp_path)
+    for it in (1, 2, 3):
+        (layout.policy / "model.safetensors").write_text(f"weights-{it}")
+        (layout.trainer / "optimizer.pt").write_text(f"adam-{it}")
+        state = RunState(it, it, "running")
+        write_state(layout.root, state)
+        save_checkpoint(layout.root, it, state, keep=2)
+    assert [p.name for p in sorted(layout.checkpoints.iterdir())] == ["iter_00002", "iter_00003"]
+    assert latest_checkpoint(layout.root) == layout.checkpoint(3)
+
+    # the run went on past the checkpoint and then died
+    (layout.policy / "model.safetensors").write_text("weights-4-partial")
+    write_state(layout.root, RunState(4, 4, "failed"))
+    state = restore_checkpoint(layout.root)
+    assert state == RunState(3, 3, "running")
+    assert read_state(layout.root) == state
+    assert (layout.policy / "model.safetensors").read_text() == "weights-3"
+    assert (layout.trainer / "optimizer.pt").read_text() == "adam-3"
+
+
+def test_restore_without_checkpoint_starts_over(tmp_path: Path) -> None:
+    layout = make_run(tmp_path)
+    assert restore_checkpoint(layout.root) == RunState()
+
+
+def test_run_dirs_are_unique_and_config_readable(tmp_path: Path) -> None:
+    a = make_run(tmp_path)
+    b = make_run(tmp_path)
+    assert a.root != b.root
+    assert load_run_config(a.root).experiment.output_dir == str(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        load_run_config(tmp_path / "nope")

@@ -12,7 +12,7 @@ from libra_core.pipeline.rollout_stage import RolloutResult, run_greedy_eval, ru
 from libra_core.pipeline.run_dir import RunLayout, load_run_config
 from libra_core.pipeline.sync_stage import SyncResult, sync_weights
 from libra_core.pipeline.update_stage import run_update
-from libra_core.pools.rollout import PoolInfo, ensure_rollout_pool, stop_rollout_pool
+from libra_core.pools.rollout import PoolInfo, ensure_rollout_pool, live_pool, stop_rollout_pool
 from libra_core.training.update import UpdateResult
 from tasks.common import TASK_OPTIONS
 
@@ -50,7 +50,8 @@ def stop_pool_task(run_dir: str) -> None:
 
 @task(name="rollout", retries=1, retry_delay_seconds=2, **TASK_OPTIONS)
 def rollout_task(run_dir: str, pool: PoolInfo, iteration: int, version: int) -> RolloutResult:
-    return run_rollout(run_dir, pool.urls, pool.instance_ids, iteration=iteration, version=version)
+    live = live_pool(pool.pool_id)  # on a retry, a crashed engine has been replaced
+    return run_rollout(run_dir, live.urls, live.instance_ids, iteration=iteration, version=version)
 
 
 @task(name="reward", **TASK_OPTIONS)
@@ -67,10 +68,13 @@ def update_task(run_dir: str, rewarded_path: str, iteration: int, version: int) 
 def sync_task(run_dir: str, pool: PoolInfo) -> SyncResult:
     cfg = load_run_config(run_dir)
     return sync_weights(
-        pool.urls, str(RunLayout(Path(run_dir)).policy), timeout_s=cfg.rollout.engine.request_timeout_s
+        live_pool(pool.pool_id).urls,
+        str(RunLayout(Path(run_dir)).policy),
+        timeout_s=cfg.rollout.engine.request_timeout_s,
     )
 
 
 @task(name="eval", **TASK_OPTIONS)
 def eval_task(run_dir: str, pool: PoolInfo, iteration: int, version: int) -> float:
-    return run_greedy_eval(run_dir, pool.urls, pool.instance_ids, iteration=iteration, version=version)
+    live = live_pool(pool.pool_id)
+    return run_greedy_eval(run_dir, live.urls, live.instance_ids, iteration=iteration, version=version)

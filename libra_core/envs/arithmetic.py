@@ -69,9 +69,14 @@ class ArithmeticEnv:
 
     def sample_problems(self, n: int, seed: int) -> list[Problem]:
         rng = random.Random(seed)
+        # Stratified difficulty: every op count appears equally often (up to rounding), so the
+        # per-iteration reward measures the policy rather than that batch's difficulty mix.
+        levels = list(range(self.cfg.min_ops, self.cfg.max_ops + 1))
+        start = rng.randrange(len(levels))
+        op_counts = [levels[(start + i) % len(levels)] for i in range(n)]
+        rng.shuffle(op_counts)
         problems = []
-        for _ in range(n):
-            ops = rng.randint(self.cfg.min_ops, self.cfg.max_ops)
+        for ops in op_counts:
             node = self._build(rng, ops)
             digest = hashlib.sha1(node.text.encode()).hexdigest()[:12]
             problems.append(Problem(f"arith-{digest}", node.text, str(node.value), ops))

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 """Bump when tokenizer, model or SFT code changes what a given config produces (invalidates caches)."""
 CORPUS_SIZE = 2000  # demonstrations the tokenizer is trained on
 EVAL_SEED_OFFSET = 1_000_003  # held-out problems: seed + offset (SFT draws from hashed seeds)

@@ -123,6 +123,21 @@ def ensure_rollout_pool(
         return pool.info(resize_s)
 
 
+def live_pool(pool_id: str) -> PoolInfo:
+    """The pool's current instances, replacing any that died (same size). Called by the stages
+    that talk to engines, so a task retry after an engine crash runs against a healthy pool."""
+    with _LOCK:
+        pool = _POOLS.get(pool_id)
+        if pool is None:
+            raise RuntimeError(f"rollout pool {pool_id!r} is not running; the plan stage starts it")
+        size = max(len(pool.servers), 1)
+        dead = [s for s in pool.servers if not s.alive()]
+        for server in dead:
+            log.warning("rollout instance %s died; replacing it\n%s", server.instance_id, server.log_tail(10))
+            pool.servers.remove(server)
+        return pool.info(pool.resize(size) if dead else 0.0)
+
+
 def stop_rollout_pool(pool_id: str) -> None:
     with _LOCK:
         pool = _POOLS.pop(pool_id, None)

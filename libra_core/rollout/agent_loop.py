@@ -119,7 +119,6 @@ class AgentLoop:
                 temperature=self.cfg.temperature,
                 top_p=self.cfg.top_p,
                 stop_token_ids=self.stop_ids,
-                seed=req.seed + 7919 * turn,
             )
             gen_s += time.perf_counter() - t0
             turns += 1

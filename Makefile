@@ -27,7 +27,7 @@ run: setup
 	$(VENV)/bin/libra run $(CONFIG) $(ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check libra_core tasks flows tests
+	$(VENV)/bin/ruff check libra_core tasks flows tests benchmarks
 	$(VENV)/bin/mypy
 
 test: setup lint

@@ -24,8 +24,7 @@ class ExperimentConfig(Frozen):
         pattern=r"^[A-Za-z0-9_.-]+$",
         description="Experiment name; the run folder is `<output_dir>/<name>-<timestamp>`.",
     )
-    iterations: int = Field(
-        40, ge=1, description="Number of RL iterations (rollout -> reward -> update -> sync)."
+    iterations: int = Field(70, ge=1, description="Number of RL iterations (rollout -> reward -> update -> sync)."
     )
     seed: int = Field(0, ge=0, description="Seed for problem generation, sampling and model init.")
     output_dir: str = Field("runs", min_length=1, description="Folder under which run folders are created.")
@@ -166,7 +165,7 @@ class RolloutConfig(Frozen):
 
 class OptimizerConfig(Frozen):
     type: Literal["adamw"] = Field("adamw", description="Optimizer.")
-    lr: float = Field(3e-5, gt=0, description="Learning rate.")
+    lr: float = Field(5e-5, gt=0, description="Learning rate.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
@@ -180,7 +179,7 @@ class GRPOConfig(Frozen):
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the k3 KL penalty to the reference (SFT) policy."
     )
-    minibatches: int = Field(2, ge=1, description="Optimizer steps per iteration.")
+    minibatches: int = Field(4, ge=1, description="Optimizer steps per iteration.")
     scale_by_std: bool = Field(True, description="Divide group-centred rewards by the group std.")
 
 

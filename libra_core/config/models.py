@@ -155,6 +155,12 @@ class VllmEngineConfig(Frozen):
 
 class RolloutConfig(Frozen):
     engine: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
+    min_difficulty: int | None = Field(
+        None,
+        ge=1,
+        description="Sample RL problems at least this hard (arithmetic: operation count); groups the "
+        "warmed-up policy always solves carry no GRPO signal. null: the environment's full range.",
+    )
     prompts_per_iteration: int = Field(16, ge=1, description="Distinct problems per iteration (P).")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 is greedy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")

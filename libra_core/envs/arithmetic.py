@@ -67,11 +67,14 @@ class ArithmeticEnv:
         step = (left.value, op, right.value, value)
         return _Node(value, f"({left.text}{op}{right.text})", left.steps + right.steps + (step,))
 
-    def sample_problems(self, n: int, seed: int) -> list[Problem]:
+    def sample_problems(self, n: int, seed: int, *, min_difficulty: int | None = None) -> list[Problem]:
         rng = random.Random(seed)
         # Stratified difficulty: every op count appears equally often (up to rounding), so the
         # per-iteration reward measures the policy rather than that batch's difficulty mix.
-        levels = list(range(self.cfg.min_ops, self.cfg.max_ops + 1))
+        lowest = max(self.cfg.min_ops, min_difficulty or 0)
+        if lowest > self.cfg.max_ops:
+            raise ValueError(f"min_difficulty {min_difficulty} exceeds environment.max_ops ({self.cfg.max_ops})")
+        levels = list(range(lowest, self.cfg.max_ops + 1))
         start = rng.randrange(len(levels))
         op_counts = [levels[(start + i) % len(levels)] for i in range(n)]
         rng.shuffle(op_counts)

@@ -67,3 +67,11 @@ def test_difficulty_is_stratified_per_batch() -> None:
         assert sorted(counts) == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4
     odd = [p.difficulty for p in env.sample_problems(6, 0)]
     assert max(odd.count(k) for k in range(1, 5)) - min(odd.count(k) for k in range(1, 5)) <= 1
+
+
+def test_min_difficulty_restricts_rl_problems() -> None:
+    env = ArithmeticEnv(ArithmeticEnvConfig(min_ops=1, max_ops=4))
+    counts = [p.difficulty for p in env.sample_problems(16, 0, min_difficulty=3)]
+    assert sorted(counts) == [3] * 8 + [4] * 8
+    with pytest.raises(ValueError, match="exceeds environment.max_ops"):
+        env.sample_problems(4, 0, min_difficulty=5)

@@ -156,7 +156,7 @@ class VllmEngineConfig(Frozen):
 class RolloutConfig(Frozen):
     engine: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
     min_difficulty: int | None = Field(
-        None,
+        3,
         ge=1,
         description="Sample RL problems at least this hard (arithmetic: operation count); groups the "
         "warmed-up policy always solves carry no GRPO signal. null: the environment's full range.",

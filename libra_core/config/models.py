@@ -24,7 +24,8 @@ class ExperimentConfig(Frozen):
         pattern=r"^[A-Za-z0-9_.-]+$",
         description="Experiment name; the run folder is `<output_dir>/<name>-<timestamp>`.",
     )
-    iterations: int = Field(70, ge=1, description="Number of RL iterations (rollout -> reward -> update -> sync)."
+    iterations: int = Field(
+        70, ge=1, description="Number of RL iterations (rollout -> reward -> update -> sync)."
     )
     seed: int = Field(0, ge=0, description="Seed for problem generation, sampling and model init.")
     output_dir: str = Field("runs", min_length=1, description="Folder under which run folders are created.")

@@ -73,7 +73,9 @@ class ArithmeticEnv:
         # per-iteration reward measures the policy rather than that batch's difficulty mix.
         lowest = max(self.cfg.min_ops, min_difficulty or 0)
         if lowest > self.cfg.max_ops:
-            raise ValueError(f"min_difficulty {min_difficulty} exceeds environment.max_ops ({self.cfg.max_ops})")
+            raise ValueError(
+                f"min_difficulty {min_difficulty} exceeds environment.max_ops ({self.cfg.max_ops})"
+            )
         levels = list(range(lowest, self.cfg.max_ops + 1))
         start = rng.randrange(len(levels))
         op_counts = [levels[(start + i) % len(levels)] for i in range(n)]

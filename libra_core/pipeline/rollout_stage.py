@@ -73,8 +73,9 @@ def run_rollout(
     cfg = load_run_config(run_dir)
     env = build_environment(cfg.environment)
     seed = cfg.experiment.seed * 100_003 + iteration
-    problems = env.sample_problems(cfg.rollout.prompts_per_iteration, seed,
-                                   min_difficulty=cfg.rollout.min_difficulty)
+    problems = env.sample_problems(
+        cfg.rollout.prompts_per_iteration, seed, min_difficulty=cfg.rollout.min_difficulty
+    )
     requests = make_requests(problems, cfg.training.grpo.group_size, iteration, seed)
     rows = _run_loop(
         run_dir,

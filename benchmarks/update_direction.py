@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/update_direction.py RUN_DIR [--iteration 5] [--lr 3e-4]
 
-Copies the run's oldest checkpointed policy, applies one update on `stages/iteration=N/rewarded.arrow`
-with the given learning rate, and prints the mean change of each trajectory's summed policy-token
+Copies the policy that generated `stages/iteration=N/rewarded.arrow` (checkpoint `iter_{N-1}`,
+which must be a kept checkpoint) and the run's AdamW state, applies one update on that batch with
+the given learning rate, and prints the mean change of each trajectory's summed policy-token
 log-prob, split by the sign of its GRPO advantage. Positive-advantage trajectories should gain
 relative to negative-advantage ones.
 """
@@ -53,7 +54,13 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as tmp:
         policy = Path(tmp) / "policy"
-        shutil.copytree(sorted((args.run_dir / "checkpoints").glob("iter_*"))[0] / "policy", policy)
+        source = args.run_dir / "checkpoints" / f"iter_{args.iteration - 1:05d}" / "policy"
+        if not source.is_dir():
+            kept = sorted(p.name for p in (args.run_dir / "checkpoints").glob("iter_*"))
+            raise SystemExit(f"{source} is missing; pick --iteration one past a kept checkpoint: {kept}")
+        shutil.copytree(source, policy)
+        if (source.parent / "trainer").is_dir():  # continue with the run's AdamW state
+            shutil.copytree(source.parent / "trainer", Path(tmp) / "state")
         before = summed_logprobs(policy)
         cfg = TrainingConfig(optimizer=OptimizerConfig(lr=args.lr))
         result = run_grpo_update(policy, Path(tmp) / "state", table, cfg, version=0, seed=0)

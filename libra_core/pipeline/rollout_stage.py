@@ -76,7 +76,7 @@ def run_rollout(
     problems = env.sample_problems(
         cfg.rollout.prompts_per_iteration, seed, min_difficulty=cfg.rollout.min_difficulty
     )
-    requests = make_requests(problems, cfg.training.grpo.group_size, iteration, seed)
+    requests = make_requests(problems, cfg.training.grpo.group_size, iteration)
     rows = _run_loop(
         run_dir,
         urls,
@@ -115,7 +115,7 @@ def run_greedy_eval(
     cfg = load_run_config(run_dir)
     env = build_environment(cfg.environment)
     problems = eval_problems(env, cfg.experiment.seed, cfg.eval.num_prompts)
-    requests = make_requests(problems, 1, iteration, 0)
+    requests = make_requests(problems, 1, iteration)
     rows = _run_loop(
         run_dir,
         urls,

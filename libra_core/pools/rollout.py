@@ -98,6 +98,15 @@ _POOLS: dict[str, RolloutPool] = {}
 _LOCK = threading.Lock()
 
 
+def _drop_dead(pool: RolloutPool) -> int:
+    """Forget instances whose process exited (logging why); return how many."""
+    dead = [s for s in pool.servers if not s.alive()]
+    for server in dead:
+        log.warning("rollout instance %s died; replacing it\n%s", server.instance_id, server.log_tail(10))
+        pool.servers.remove(server)
+    return len(dead)
+
+
 def ensure_rollout_pool(
     pool_id: str,
     model_dir: Path,
@@ -115,10 +124,7 @@ def ensure_rollout_pool(
             pool = _POOLS[pool_id] = RolloutPool(
                 pool_id, model_dir, engine, log_dir, max_model_len=max_model_len, dtype=dtype
             )
-        dead = [s for s in pool.servers if not s.alive()]
-        for server in dead:
-            log.warning("rollout instance %s died; replacing it", server.instance_id)
-            pool.servers.remove(server)
+        _drop_dead(pool)
         resize_s = pool.resize(size)
         return pool.info(resize_s)
 
@@ -131,10 +137,7 @@ def live_pool(pool_id: str) -> PoolInfo:
         if pool is None:
             raise RuntimeError(f"rollout pool {pool_id!r} is not running; the plan stage starts it")
         size = max(len(pool.servers), 1)
-        dead = [s for s in pool.servers if not s.alive()]
-        for server in dead:
-            log.warning("rollout instance %s died; replacing it\n%s", server.instance_id, server.log_tail(10))
-            pool.servers.remove(server)
+        dead = _drop_dead(pool)
         return pool.info(pool.resize(size) if dead else 0.0)
 
 

@@ -33,20 +33,17 @@ class RolloutRequest:
     problem: Problem
     group_id: str
     sample_index: int
-    seed: int
 
 
 Router = Callable[[RolloutRequest], int]  # returns an index into the engine list
 
 
-def make_requests(
-    problems: Sequence[Problem], group_size: int, iteration: int, seed: int
-) -> list[RolloutRequest]:
+def make_requests(problems: Sequence[Problem], group_size: int, iteration: int) -> list[RolloutRequest]:
     requests = []
     for p_idx, problem in enumerate(problems):
         group_id = f"it{iteration:05d}-g{p_idx:04d}"
         for k in range(group_size):
-            requests.append(RolloutRequest(problem, group_id, k, seed * 1_000_003 + p_idx * 1009 + k))
+            requests.append(RolloutRequest(problem, group_id, k))
     return requests
 
 

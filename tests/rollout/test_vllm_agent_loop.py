@@ -37,7 +37,7 @@ def _rollout(test_config, url: str, policy: Path, n_problems: int, seed: int, ve
     tok = load_tokenizer(str(policy))
     env = ArithmeticEnv(test_config.environment)
     loop = AgentLoop(env, tok, [EngineClient(url)], test_config.rollout, policy_version=version, iteration=1)
-    requests = make_requests(env.sample_problems(n_problems, seed), 4, 1, seed)
+    requests = make_requests(env.sample_problems(n_problems, seed), 4, 1)
     return loop.run(requests, lambda r: 0), tok, env
 
 

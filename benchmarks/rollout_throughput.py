@@ -22,6 +22,7 @@ from libra_core.pipeline.rollout_stage import load_tokenizer
 from libra_core.pools.rollout import ensure_rollout_pool, stop_rollout_pool
 from libra_core.rollout.agent_loop import AgentLoop, make_requests
 from libra_core.rollout.client import EngineClient
+from libra_core.rollout.router import static_router
 
 # name -> (extra server arguments, OpenMP threads of the engine; 0 lets vLLM bind all cores)
 VARIANTS: dict[str, tuple[tuple[str, ...], int]] = {
@@ -57,7 +58,7 @@ def main() -> None:
             for rep in range(args.repeats + 1):
                 requests = make_requests(env.sample_problems(16, rep), 8, 1)
                 t0 = time.perf_counter()
-                rows = loop.run(requests, lambda r: 0)
+                rows = loop.run(requests, static_router())
                 wall = time.perf_counter() - t0
                 if rep:  # the first batch warms caches
                     rates.append(sum(sum(r["loss_mask"]) for r in rows) / wall)

@@ -3,6 +3,9 @@
     libra run [CONFIG] [--set a.b=c ...] [--resume RUN_DIR]   run an experiment (ephemeral Prefect)
     libra config validate [CONFIG] [--set ...]                  check a stages.yaml; exit 2 on problems
     libra config show [CONFIG] [--set ...]                      print the resolved config
+    libra trace export RUN_DIR -o FILE                          routing trace of a run (Parquet)
+    libra trace-eval --trace FILE --buckets B1,B2 [--scheduler NAME|all] [--json OUT]
+                                                                score schedulers on a trace
 
 Heavy modules (torch, vllm, prefect) are imported only by `run`, so config commands are instant.
 """
@@ -49,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
     add_config_args(cfg_sub.add_parser("validate", help="validate a stages file"))
     add_config_args(cfg_sub.add_parser("show", help="print the resolved config as YAML"))
+
+    from flows import cli_trace
+
+    cli_trace.add_parsers(sub, add_config_args)
     return parser
 
 
@@ -105,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "config":
         return _cmd_config(args)
+    if args.command in ("trace", "trace-eval"):
+        from flows import cli_trace
+
+        if args.command == "trace":
+            return cli_trace.cmd_trace(args)
+        return cli_trace.cmd_trace_eval(args, _load)
     return _cmd_run(args)
 
 

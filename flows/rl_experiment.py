@@ -28,8 +28,10 @@ def rl_experiment(
         if not start.resumed or start.start_iteration == 1:
             prepare_policy_task(run_dir)
         version = start.policy_version
+        next_rollout = None  # async pipeline: the rollout that overlapped the previous update
         for iteration in range(start.start_iteration, cfg.experiment.iterations + 1):
-            row = rl_iteration(run_dir, iteration, version)
+            out = rl_iteration(run_dir, iteration, version, next_rollout)
+            row, next_rollout = out["row"], out["next_rollout"]
             record_iteration_task(run_dir, row)
             version = int(row["policy_version"])
         status = "finished"

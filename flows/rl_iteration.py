@@ -1,7 +1,13 @@
 """One RL iteration as a Prefect flow: plan -> rollout -> reward -> update -> sync (-> eval).
 
-Returns the iteration's history row (stage wall times, tokens, rewards, update metrics). Each
-stage is a task, so the Prefect UI shows the per-stage timeline of every iteration.
+Returns the iteration's history row (stage wall times, tokens, rewards, update metrics) and, in the
+async pipeline, the result of the next iteration's rollout. Each stage is a task, so the Prefect UI
+shows the per-stage timeline of every iteration.
+
+`pipeline.mode: async`: right after the reward stage, the rollout of iteration i+1 is submitted
+and runs while iteration i updates; the weight sync pauses the engines with those requests in
+flight, reloads and resumes them (interruptible rollout), so iteration i's flow run also shows the
+rollout of i+1. The next iteration then starts from that finished rollout (`rollout` argument).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any, TypeVar
 
 from prefect import flow
 
+from libra_core.pipeline.rollout_stage import RolloutResult
 from libra_core.pipeline.run_dir import load_run_config
 from tasks.stages import (
     eval_task,
@@ -33,21 +40,34 @@ def _timed(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
 
 
 @flow(name="rl-iteration", flow_run_name="iteration-{iteration}", log_prints=False)
-def rl_iteration(run_dir: str, iteration: int, version: int) -> dict[str, Any]:
+def rl_iteration(
+    run_dir: str, iteration: int, version: int, rollout: RolloutResult | None = None
+) -> dict[str, Any]:
+    """Run iteration `iteration` from policy `version`; returns {"row": history row,
+    "next_rollout": the next iteration's RolloutResult in async mode, else None}."""
     start = time.perf_counter()
     cfg = load_run_config(run_dir)
     plan, plan_s = _timed(plan_task, run_dir, iteration)
-    pool, pool_s = _timed(rollout_pool_task, run_dir, plan.rollout_instances)
-    rollout, rollout_s = _timed(rollout_task, run_dir, pool, iteration, version)
+    pool, pool_s = _timed(rollout_pool_task, run_dir, plan.rollout_instances, version)
+    if rollout is None:
+        rollout, rollout_s = _timed(rollout_task, run_dir, pool, iteration)
+    else:
+        rollout_s = rollout.wall_s  # ran overlapped with the previous iteration's update
     reward, reward_s = _timed(reward_task, run_dir, rollout.path, iteration)
-    update, update_s = _timed(update_task, run_dir, reward.path, iteration, version)
+    last = iteration == cfg.experiment.iterations
+    next_future = None
+    if cfg.pipeline.mode == "async" and not last:
+        next_future = rollout_task.submit(run_dir, pool, iteration + 1)
+    stage, update_s = _timed(update_task, run_dir, reward.path, iteration, version)
+    update, selection = stage.update, stage.selection
     sync_s = 0.0
     if update.new_version != version:
-        _, sync_s = _timed(sync_task, run_dir, pool)
+        _, sync_s = _timed(sync_task, run_dir, pool, update.new_version)
+    next_rollout = next_future.result() if next_future is not None else None
     eval_acc = eval_s = None
-    if cfg.eval.every and (iteration % cfg.eval.every == 0 or iteration == cfg.experiment.iterations):
+    if cfg.eval.every and (iteration % cfg.eval.every == 0 or last):
         eval_acc, eval_s = _timed(eval_task, run_dir, pool, iteration, update.new_version)
-    return {
+    row = {
         "iteration": iteration,
         "policy_version": update.new_version,
         "plan_s": plan_s + pool_s,
@@ -70,4 +90,18 @@ def rl_iteration(run_dir: str, iteration: int, version: int) -> dict[str, Any]:
         "grad_norm": update.grad_norm,
         "eval_accuracy": eval_acc,
         "rollout_tokens_per_s": rollout.tokens_per_s,
+        "routing_moves": rollout.routing.moves,
+        "routing_migrations": rollout.routing.migrations,
+        "migrated_tokens": rollout.routing.migrated_tokens,
+        "optimizer_steps": update.num_optimizer_steps,
+        "stale_dropped": selection.stale_dropped,
+        "stale_recomputed": selection.stale_recomputed,
+        "groups_filtered": selection.groups_filtered,
+        "max_staleness_seen": selection.max_staleness_seen,
+        "behavior_weight_mean": update.behavior_weight_mean,
+        "train_reward_mean": selection.train_reward_mean,
+        "train_response_tokens_mean": selection.train_response_tokens_mean,
+        "response_tokens_p90": selection.all_response_tokens_p90,
+        "train_response_tokens_p90": selection.train_response_tokens_p90,
     }
+    return {"row": row, "next_rollout": next_rollout}

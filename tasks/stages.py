@@ -10,10 +10,15 @@ from libra_core.pipeline.plan_stage import Plan, make_plan
 from libra_core.pipeline.reward_stage import RewardResult, run_reward
 from libra_core.pipeline.rollout_stage import RolloutResult, run_greedy_eval, run_rollout
 from libra_core.pipeline.run_dir import RunLayout, load_run_config
-from libra_core.pipeline.sync_stage import SyncResult, sync_weights
-from libra_core.pipeline.update_stage import run_update
-from libra_core.pools.rollout import PoolInfo, ensure_rollout_pool, live_pool, stop_rollout_pool
-from libra_core.training.update import UpdateResult
+from libra_core.pipeline.sync_stage import SyncResult, sync_pool
+from libra_core.pipeline.update_stage import UpdateStageResult, run_update
+from libra_core.pools.rollout import (
+    PoolInfo,
+    ensure_rollout_pool,
+    live_pool,
+    served_version,
+    stop_rollout_pool,
+)
 from tasks.common import TASK_OPTIONS
 
 
@@ -27,8 +32,9 @@ def plan_task(run_dir: str, iteration: int) -> Plan:
 
 
 @task(name="rollout-pool", **TASK_OPTIONS)
-def rollout_pool_task(run_dir: str, size: int) -> PoolInfo:
-    """Bring the rollout pool to `size` healthy vLLM instances serving the run's policy folder."""
+def rollout_pool_task(run_dir: str, size: int, version: int) -> PoolInfo:
+    """Bring the rollout pool to `size` healthy vLLM instances serving the run's policy folder
+    (which holds `version`)."""
     cfg = load_run_config(run_dir)
     layout = RunLayout(Path(run_dir))
     max_len = getattr(cfg.model, "max_position_embeddings", cfg.rollout.max_total_tokens)
@@ -40,6 +46,7 @@ def rollout_pool_task(run_dir: str, size: int) -> PoolInfo:
         size=size,
         max_model_len=max_len,
         dtype=cfg.model.dtype,
+        version=version,
     )
 
 
@@ -49,9 +56,17 @@ def stop_pool_task(run_dir: str) -> None:
 
 
 @task(name="rollout", retries=1, retry_delay_seconds=2, **TASK_OPTIONS)
-def rollout_task(run_dir: str, pool: PoolInfo, iteration: int, version: int) -> RolloutResult:
+def rollout_task(run_dir: str, pool: PoolInfo, iteration: int) -> RolloutResult:
+    """Sample the iteration's trajectories; tokens are labelled with the version the pool serves at
+    the start of each turn (a sync during the rollout advances it)."""
     live = live_pool(pool.pool_id)  # on a retry, a crashed engine has been replaced
-    return run_rollout(run_dir, live.urls, live.instance_ids, iteration=iteration, version=version)
+    return run_rollout(
+        run_dir,
+        live.urls,
+        live.instance_ids,
+        iteration=iteration,
+        version=lambda: served_version(pool.pool_id),
+    )
 
 
 @task(name="reward", **TASK_OPTIONS)
@@ -60,16 +75,17 @@ def reward_task(run_dir: str, rollout_path: str, iteration: int) -> RewardResult
 
 
 @task(name="update", **TASK_OPTIONS)
-def update_task(run_dir: str, rewarded_path: str, iteration: int, version: int) -> UpdateResult:
+def update_task(run_dir: str, rewarded_path: str, iteration: int, version: int) -> UpdateStageResult:
     return run_update(run_dir, rewarded_path, iteration=iteration, version=version)
 
 
 @task(name="sync", retries=2, retry_delay_seconds=1, **TASK_OPTIONS)
-def sync_task(run_dir: str, pool: PoolInfo) -> SyncResult:
+def sync_task(run_dir: str, pool: PoolInfo, version: int) -> SyncResult:
     cfg = load_run_config(run_dir)
-    return sync_weights(
-        live_pool(pool.pool_id).urls,
+    return sync_pool(
+        pool.pool_id,
         str(RunLayout(Path(run_dir)).policy),
+        version,
         timeout_s=cfg.rollout.engine.request_timeout_s,
     )
 

@@ -8,13 +8,20 @@ silently falls back to a default.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from libra_core.config.base import Frozen
+from libra_core.config.environments import (
+    CodeEnvConfig,
+    MathToolsEnvConfig,
+    SearchEnvConfig,
+    default_environment_type,
+)
+from libra_core.config.pipeline import PipelineConfig
+from libra_core.config.pools import PoolsConfig
+from libra_core.config.pretrained import SmolLM2ModelConfig
 
 
 class ExperimentConfig(Frozen):
@@ -202,7 +209,11 @@ class WarmupConfig(Frozen):
 
 
 class TrainingConfig(Frozen):
-    backend: Literal["torch"] = Field("torch", description="Training backend.")
+    backend: Literal["torch", "ddp", "deepspeed"] = Field(
+        "torch",
+        description="Training backend (libra_core/training/backends): torch (one process) | ddp "
+        "(torch.distributed) | deepspeed (ZeRO-1/2, optional extra).",
+    )
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="Device for the update stage.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
@@ -210,17 +221,136 @@ class TrainingConfig(Frozen):
     threads: int = Field(0, ge=0, description="torch intra-op threads on CPU; 0 keeps torch's default.")
 
 
+SchedulerType = Literal["static", "round_robin", "least_load", "mlfq", "input_length", "oracle", "cmlfq"]
+
+
+def _check_ascending(name: str, values: tuple[int, ...]) -> None:
+    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        raise ValueError(f"{name} must be strictly ascending, got {list(values)}")
+
+
 class SchedulerConfig(Frozen):
-    type: Literal["static", "round_robin"] = Field(
-        "static", description="Rollout routing policy (C-MLFQ later)."
+    """Rollout routing across buckets (libra_core/scheduling; metrics and formulas in docs/scheduling.md).
+
+    `buckets` lists N upper bounds in tokens and defines N + 1 buckets: bucket i holds trajectories of
+    at most `buckets[i]` tokens (prompt + generated + tool payload) and the last bucket is open.
+    """
+
+    type: SchedulerType = Field(
+        "static",
+        description="Routing policy: static | round_robin | least_load | mlfq | input_length | cmlfq "
+        "(oracle reads realised lengths and is for trace evaluation only).",
     )
+    buckets: tuple[int, ...] = Field(
+        (48, 64),
+        min_length=1,
+        description="Ascending upper bounds in tokens; N bounds give N + 1 buckets (the last is open). "
+        "The default splits the arithmetic task near its median and 90th-percentile sizes.",
+    )
+    min_support: float = Field(
+        4.0,
+        ge=0,
+        description="C-MLFQ: aged samples the tree needs at the exact tool-return path before the "
+        "estimate may place or move a request.",
+    )
+    backoff_pseudocount: float = Field(
+        8.0,
+        gt=0,
+        description="C-MLFQ: a node with n aged samples gets weight n / (n + this) against its back-off "
+        "(prompt node -> global node -> Markov node -> global ancestors).",
+    )
+    max_samples_per_node: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="C-MLFQ: bounded sample of remaining tokens per tree node (oldest evicted).",
+    )
+    aging_half_life_versions: float = Field(
+        4.0,
+        gt=0,
+        description="C-MLFQ: a sample's weight halves every this many policy versions.",
+    )
+    prune_below_support: float = Field(
+        0.05,
+        ge=0,
+        description="C-MLFQ: per-prompt subtrees whose aged support falls below this are dropped at a "
+        "policy-version change (0: never prune).",
+    )
+    tail_quantile: float = Field(
+        0.9,
+        gt=0.5,
+        lt=1,
+        description="C-MLFQ: the tail quantile that must agree with the mean on a bucket (P90 in the paper).",
+    )
+    payload_class_edges: tuple[int, ...] = Field(
+        (16, 256, 2048),
+        description="C-MLFQ: tool payload sizes in tokens separating payload-size classes (ascending).",
+    )
+    prefill_decode_cost_ratio: float = Field(
+        0.1,
+        ge=0,
+        description="C-MLFQ: time to re-prefill one context token relative to decoding one token.",
+    )
+    misplaced_decode_slowdown: float = Field(
+        0.5,
+        gt=0,
+        description="C-MLFQ: share of a token's decode time saved by decoding it in its right bucket; a "
+        "move needs mean remaining generated tokens x this > context tokens x prefill_decode_cost_ratio.",
+    )
+
+    @model_validator(mode="after")
+    def _ascending(self) -> SchedulerConfig:
+        _check_ascending("scheduler.buckets", self.buckets)
+        _check_ascending("scheduler.payload_class_edges", self.payload_class_edges)
+        if self.buckets[0] < 1:
+            raise ValueError(f"scheduler.buckets must be positive token counts, got {list(self.buckets)}")
+        return self
+
+    @property
+    def num_buckets(self) -> int:
+        return len(self.buckets) + 1
 
 
 class PlannerConfig(Frozen):
-    type: Literal["static"] = Field(
-        "static", description="Resource planner; `static` returns the sizes in `stages`."
+    """Global Resource Planner settings (libra_core/planner; formulas in docs/planner.md)."""
+
+    type: Literal["static", "libra"] = Field(
+        "static",
+        description="Resource planner; `static` returns the sizes in `stages`, `libra` runs the cost "
+        "model and search of libra_core/planner.",
     )
     replan_every: int = Field(0, ge=0, description="Iterations between replans (0: never).")
+    hardware: str = Field(
+        "1xcpu",
+        pattern=r"^[0-9]+x[A-Za-z0-9_.-]+$",
+        description="Cluster as COUNTxGPU, e.g. 48xA800; names in libra_core/planner/hardware.yaml.",
+    )
+    gpu_budget: int = Field(0, ge=0, description="Devices the planner may use; 0: all of `hardware`.")
+    model_spec: str | None = Field(
+        None,
+        description="Model name in libra_core/planner/models.yaml; null: derived from `model`.",
+    )
+    initial_workload: str = Field(
+        "arith-tiny", min_length=1, description="Workload preset assumed before any trajectory is measured."
+    )
+    window_iterations: int = Field(
+        8, ge=1, description="Recent iterations whose trajectory statistics drive a replan."
+    )
+    min_gain_fraction: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="Hysteresis: apply a new plan only if it saves at least this share of T_iter.",
+    )
+    expected_iterations: int = Field(
+        50, ge=1, description="Iterations a new plan is expected to serve (amortises the move cost)."
+    )
+    move_cost_s: float = Field(
+        60.0, ge=0, description="Seconds lost when GPUs move between training and rollout."
+    )
+    staleness: int = Field(
+        0, ge=0, description="Policy-version lag; 0 serialises rollout and training, >=1 overlaps them."
+    )
 
 
 class EvalConfig(Frozen):
@@ -232,15 +362,22 @@ class LibraConfig(Frozen):
     """The whole `stages.yaml`."""
 
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
-    model: TinyModelConfig | HFLocalModelConfig = Field(default_factory=TinyModelConfig, discriminator="type")
+    model: TinyModelConfig | HFLocalModelConfig | SmolLM2ModelConfig = Field(
+        default_factory=TinyModelConfig, discriminator="type"
+    )
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
-    environment: ArithmeticEnvConfig = Field(default_factory=ArithmeticEnvConfig)
+    environment: Annotated[
+        ArithmeticEnvConfig | MathToolsEnvConfig | SearchEnvConfig | CodeEnvConfig,
+        BeforeValidator(default_environment_type),
+    ] = Field(default_factory=ArithmeticEnvConfig, discriminator="type")
     stages: StagesConfig = Field(default_factory=StagesConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    pools: PoolsConfig = Field(default_factory=PoolsConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -249,6 +386,17 @@ class LibraConfig(Frozen):
         if isinstance(data, dict) and isinstance(data.get("model"), dict) and "type" not in data["model"]:
             data = {**data, "model": {"type": "tiny_qwen2", **data["model"]}}
         return data
+
+    @model_validator(mode="after")
+    def _async_overlap_fits(self) -> LibraConfig:
+        steps = self.training.grpo.minibatches
+        if self.pipeline.mode == "async" and self.pipeline.max_staleness < steps:
+            raise ValueError(
+                f"pipeline.mode async overlaps one update ({steps} optimizer steps = "
+                f"training.grpo.minibatches) with the next rollout, so pipeline.max_staleness must be "
+                f">= {steps}; got {self.pipeline.max_staleness}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _context_fits(self) -> LibraConfig:

@@ -38,6 +38,20 @@ HISTORY_SCHEMA = pa.schema(
         pa.field("grad_norm", pa.float64(), nullable=False),
         pa.field("eval_accuracy", pa.float64(), nullable=True),
         pa.field("rollout_tokens_per_s", pa.float64(), nullable=False),
+        pa.field("routing_moves", pa.int32(), nullable=False),  # bucket changes the scheduler asked for
+        pa.field("routing_migrations", pa.int32(), nullable=False),  # moves that changed instance
+        pa.field("migrated_tokens", pa.int64(), nullable=False),  # context re-prefilled by migrations
+        # what the update trained on vs everything generated (staleness bound, dynamic sampling)
+        pa.field("optimizer_steps", pa.int32(), nullable=False),
+        pa.field("stale_dropped", pa.int32(), nullable=False),  # trajectories past max_staleness
+        pa.field("stale_recomputed", pa.int32(), nullable=False),
+        pa.field("groups_filtered", pa.int32(), nullable=False),  # equal-reward groups dropped
+        pa.field("max_staleness_seen", pa.int32(), nullable=False),  # optimizer steps, trained data
+        pa.field("behavior_weight_mean", pa.float64(), nullable=False),  # decoupled PPO weight
+        pa.field("train_reward_mean", pa.float64(), nullable=False),
+        pa.field("train_response_tokens_mean", pa.float64(), nullable=False),
+        pa.field("response_tokens_p90", pa.float64(), nullable=False),  # all generated
+        pa.field("train_response_tokens_p90", pa.float64(), nullable=False),
     ]
 )
 

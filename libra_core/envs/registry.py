@@ -36,3 +36,26 @@ def _ensure_builtins() -> None:
         from libra_core.envs.arithmetic import ArithmeticEnv
 
         register_environment("arithmetic", ArithmeticEnv)
+    if "math_tools" not in _REGISTRY:
+        # Data-backed environments (docs/environments.md); imported lazily: they load datasets.
+        register_environment("math_tools", _math_tools)
+        register_environment("search", _search)
+        register_environment("code", _code)
+
+
+def _math_tools(cfg: Any) -> Environment:
+    from libra_core.envs.math_tools import MathToolsEnv
+
+    return MathToolsEnv(cfg)
+
+
+def _search(cfg: Any) -> Environment:
+    from libra_core.envs.search import SearchEnv
+
+    return SearchEnv(cfg)
+
+
+def _code(cfg: Any) -> Environment:
+    from libra_core.envs.code import CodeEnv
+
+    return CodeEnv(cfg)

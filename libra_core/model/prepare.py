@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from libra_core.config.models import HFLocalModelConfig, LibraConfig
+from libra_core.config.pretrained import SmolLM2ModelConfig
 from libra_core.envs.registry import build_environment
 from libra_core.model.policy import build_tiny_policy, count_parameters, replace_dir, save_policy
 from libra_core.model.sft import ProgressFn, greedy_accuracy, sft_warmup
@@ -71,6 +72,11 @@ def prepare_initial_policy(
     out_dir = Path(out_dir)
     if isinstance(cfg.model, HFLocalModelConfig):
         return _link_local(cfg.model, out_dir)
+    if isinstance(cfg.model, SmolLM2ModelConfig):  # pretrained: converted and copied, no SFT
+        from libra_core.model.smollm2 import prepare_smollm2
+
+        path, from_cache = prepare_smollm2(cfg.model, out_dir, cache_root)
+        return PreparedPolicy(path, _safetensors_num_params(path), (), from_cache, None)
     n_eval = cfg.eval.num_prompts if num_eval_problems is None else num_eval_problems
     use_cache = cfg.training.warmup.cache and cache_root is not None
     cache_dir = Path(cache_root) / cache_key(cfg, n_eval) if use_cache and cache_root is not None else None

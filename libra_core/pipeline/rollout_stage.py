@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from libra_core.config import LibraConfig
+from libra_core.data.history import read_history
 from libra_core.data.io import write_ipc
 from libra_core.data.schema import table_from_rows
 from libra_core.envs.base import Environment, Problem
@@ -16,7 +20,11 @@ from libra_core.observability.progress import report
 from libra_core.pipeline.run_dir import RunLayout, load_run_config
 from libra_core.rollout.agent_loop import AgentLoop, RolloutRequest, make_requests
 from libra_core.rollout.client import EngineClient
-from libra_core.scheduling.routers import build_router
+from libra_core.rollout.router import InstanceRouter, RoutingStats
+from libra_core.scheduling.base import Scheduler
+from libra_core.scheduling.cmlfq import CMLFQScheduler
+from libra_core.scheduling.registry import build_scheduler
+from libra_core.scheduling.tree_io import load_tree, save_tree
 
 EVAL_SEED_OFFSET = 1_000_000_007
 
@@ -30,6 +38,19 @@ class RolloutResult:
     tool_failure_share: float
     tokens_per_s: float
     wall_s: float
+    routing: RoutingStats
+
+
+def _load_scheduler(cfg: LibraConfig, layout: RunLayout) -> Scheduler:
+    """The run's scheduler; C-MLFQ resumes the tree that earlier iterations built."""
+    if cfg.scheduler.type == "cmlfq" and layout.scheduler_tree.exists():
+        return CMLFQScheduler(cfg.scheduler, load_tree(layout.scheduler_tree))
+    return build_scheduler(cfg.scheduler)
+
+
+def _save_scheduler(scheduler: Scheduler, layout: RunLayout) -> None:
+    if isinstance(scheduler, CMLFQScheduler):
+        save_tree(scheduler.tree, layout.scheduler_tree)
 
 
 @lru_cache(maxsize=4)
@@ -48,36 +69,63 @@ def _run_loop(
     env: Environment,
     requests: list[RolloutRequest],
     *,
-    version: int,
+    version: int | Callable[[], int],
     iteration: int,
     greedy: bool,
     stage: str,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], RoutingStats]:
     cfg = load_run_config(run_dir)
+    layout = RunLayout(Path(run_dir))
     rollout_cfg = cfg.rollout.model_copy(update={"temperature": 0.0}) if greedy else cfg.rollout
-    tok = load_tokenizer(str(RunLayout(Path(run_dir)).policy))
+    tok = load_tokenizer(str(layout.policy))
     engines = [EngineClient(u, timeout_s=cfg.rollout.engine.request_timeout_s) for u in urls]
     loop = AgentLoop(
         env, tok, engines, rollout_cfg, policy_version=version, iteration=iteration, instance_ids=instance_ids
     )
-    router = build_router(cfg.scheduler.type, len(engines))
+    # Greedy evaluation uses the same scheduler type but must not teach it (its lengths are not the
+    # sampled workload's), so it starts from and keeps no statistics.
+    scheduler = build_scheduler(cfg.scheduler) if greedy else _load_scheduler(cfg, layout)
+    scheduler.on_policy_version(version() if callable(version) else version)
+    router = InstanceRouter(scheduler, cfg.scheduler.num_buckets, len(engines))
     total = len(requests)
     report(stage, 0, total)
-    return loop.run(requests, router.route, on_done=lambda n: report(stage, n, total))
+    rows = loop.run(requests, router, on_done=lambda n: report(stage, n, total))
+    if not greedy:
+        _save_scheduler(scheduler, layout)
+    return rows, router.stats()
+
+
+def prompts_to_sample(cfg: LibraConfig, run_dir: str) -> int:
+    """Prompts for this iteration: P, or with dynamic sampling P times an over-sampling factor that
+    follows the last iteration's share of groups with signal (capped; the cap when unknown)."""
+    wanted = cfg.rollout.prompts_per_iteration
+    ds = cfg.pipeline.dynamic_sampling
+    if not ds.enabled:
+        return wanted
+    history = read_history(run_dir)
+    share = history[-1]["mixed_group_share"] if history else 0.0
+    factor = min(ds.max_oversample, 1.0 / share) if share > 0 else ds.max_oversample
+    return math.ceil(wanted * factor)
 
 
 def run_rollout(
-    run_dir: str, urls: tuple[str, ...], instance_ids: tuple[str, ...], *, iteration: int, version: int
+    run_dir: str,
+    urls: tuple[str, ...],
+    instance_ids: tuple[str, ...],
+    *,
+    iteration: int,
+    version: int | Callable[[], int],
 ) -> RolloutResult:
+    """`version`: the served policy version, or a function that returns it now (async pipeline)."""
     start = time.perf_counter()
     cfg = load_run_config(run_dir)
     env = build_environment(cfg.environment)
     seed = cfg.experiment.seed * 100_003 + iteration
     problems = env.sample_problems(
-        cfg.rollout.prompts_per_iteration, seed, min_difficulty=cfg.rollout.min_difficulty
+        prompts_to_sample(cfg, run_dir), seed, min_difficulty=cfg.rollout.min_difficulty
     )
     requests = make_requests(problems, cfg.training.grpo.group_size, iteration)
-    rows = _run_loop(
+    rows, routing = _run_loop(
         run_dir,
         urls,
         instance_ids,
@@ -101,6 +149,7 @@ def run_rollout(
         tool_failure_share=sum(e["status"] != "success" for e in calls) / max(len(calls), 1),
         tokens_per_s=generated / wall if wall > 0 else 0.0,
         wall_s=wall,
+        routing=routing,
     )
 
 
@@ -116,7 +165,7 @@ def run_greedy_eval(
     env = build_environment(cfg.environment)
     problems = eval_problems(env, cfg.experiment.seed, cfg.eval.num_prompts)
     requests = make_requests(problems, 1, iteration)
-    rows = _run_loop(
+    rows, _ = _run_loop(
         run_dir,
         urls,
         instance_ids,

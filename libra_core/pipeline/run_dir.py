@@ -9,6 +9,7 @@
   stages/iteration=NNNNN/   Arrow IPC files exchanged between rollout, reward and update
   lake/iteration=NNNNN.parquet   rewarded trajectories (the trajectory lake)
   history.parquet           one row per iteration: stage timings, tokens, rewards
+  scheduler/cmlfq_tree.json C-MLFQ statistics carried across iterations (scheduler.type: cmlfq)
   checkpoints/iter_NNNNN/   policy + optimizer + state copies for resume
   logs/                     engine logs
 """
@@ -65,6 +66,10 @@ class RunLayout:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
+
+    @property
+    def scheduler_tree(self) -> Path:
+        return self.root / "scheduler" / "cmlfq_tree.json"
 
     def stage_dir(self, iteration: int) -> Path:
         return self.root / "stages" / f"iteration={iteration:05d}"

@@ -46,6 +46,9 @@ class RolloutPool:
         self.max_model_len, self.dtype = max_model_len, dtype
         self.servers: list[VllmServer] = []
         self._next_index = 0
+        # Policy version the instances serve: set when the pool starts, advanced by each weight sync.
+        # The agent loop reads it at the start of every turn to label the tokens it generates.
+        self.served_version = 0
 
     def resize(self, size: int) -> float:
         """Start or stop instances until `size` are healthy; return the wall seconds it took."""
@@ -116,14 +119,17 @@ def ensure_rollout_pool(
     size: int,
     max_model_len: int,
     dtype: str,
+    version: int = 0,
 ) -> PoolInfo:
-    """Create the pool if needed and resize it to `size` healthy instances."""
+    """Create the pool if needed and resize it to `size` healthy instances. `version` is the policy
+    version in `model_dir`; it becomes the served version of a pool created by this call."""
     with _LOCK:
         pool = _POOLS.get(pool_id)
         if pool is None:
             pool = _POOLS[pool_id] = RolloutPool(
                 pool_id, model_dir, engine, log_dir, max_model_len=max_model_len, dtype=dtype
             )
+            pool.served_version = version
         _drop_dead(pool)
         resize_s = pool.resize(size)
         return pool.info(resize_s)
@@ -139,6 +145,26 @@ def live_pool(pool_id: str) -> PoolInfo:
         size = max(len(pool.servers), 1)
         dead = _drop_dead(pool)
         return pool.info(pool.resize(size) if dead else 0.0)
+
+
+def served_version(pool_id: str) -> int:
+    """The policy version the pool's instances serve now (read by the agent loop every turn)."""
+    pool = _POOLS.get(pool_id)
+    if pool is None:
+        raise RuntimeError(f"rollout pool {pool_id!r} is not running")
+    return pool.served_version
+
+
+def set_served_version(pool_id: str, version: int) -> None:
+    """Record that a weight sync finished: the instances now serve `version`."""
+    with _LOCK:
+        pool = _POOLS.get(pool_id)
+        if pool is None:
+            raise RuntimeError(f"rollout pool {pool_id!r} is not running")
+        assert version >= pool.served_version, (
+            f"served version going back: {pool.served_version} -> {version}"
+        )
+        pool.served_version = version
 
 
 def stop_rollout_pool(pool_id: str) -> None:

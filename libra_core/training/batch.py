@@ -21,7 +21,8 @@ class TrainBatch:
 
     input_ids [B, T] int64, right-padded; attention_mask [B, T] int64 (1 real token, 0 padding);
     loss_mask [B, T-1] float32 and behavior_logprobs [B, T-1] float32, both aligned with the output of
-    `token_logprobs` (column t-1 scores token t); advantages [B] float32.
+    `token_logprobs` (column t-1 scores token t); advantages [B] float32; proximal_logprobs [B, T-1]
+    (the policy at the start of the update, for decoupled PPO) or None.
     """
 
     input_ids: torch.Tensor
@@ -29,13 +30,16 @@ class TrainBatch:
     loss_mask: torch.Tensor
     behavior_logprobs: torch.Tensor
     advantages: torch.Tensor
+    proximal_logprobs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         b, t = self.input_ids.shape
         assert self.attention_mask.shape == (b, t), (
             f"attention_mask {tuple(self.attention_mask.shape)} != {(b, t)}"
         )
-        for name in ("loss_mask", "behavior_logprobs"):
+        for name in ("loss_mask", "behavior_logprobs", "proximal_logprobs"):
+            if getattr(self, name) is None:
+                continue
             shape = tuple(getattr(self, name).shape)
             assert shape == (b, t - 1), f"{name} {shape} must be {(b, t - 1)}"
         assert tuple(self.advantages.shape) == (b,), (
@@ -58,14 +62,19 @@ class TrainBatch:
             loss_mask=self.loss_mask[idx, : width - 1],
             behavior_logprobs=self.behavior_logprobs[idx, : width - 1],
             advantages=self.advantages[idx],
+            proximal_logprobs=None
+            if self.proximal_logprobs is None
+            else self.proximal_logprobs[idx, : width - 1],
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:
         return TrainBatch(
-            **{
-                name: getattr(self, name).to(device)
-                for name in ("input_ids", "attention_mask", "loss_mask", "behavior_logprobs", "advantages")
-            }
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            loss_mask=self.loss_mask.to(device),
+            behavior_logprobs=self.behavior_logprobs.to(device),
+            advantages=self.advantages.to(device),
+            proximal_logprobs=None if self.proximal_logprobs is None else self.proximal_logprobs.to(device),
         )
 
 

@@ -9,6 +9,7 @@ resumes the optimizer. Nothing is kept in memory between calls.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -49,7 +50,8 @@ class UpdateResult:
     reward_mean: float
     reward_std: float
     mixed_group_share: float  # share of prompt groups whose rewards differ (the ones with signal)
-    new_version: int  # policy version now in policy_dir
+    new_version: int  # policy version now in policy_dir (input version + optimizer steps)
+    behavior_weight_mean: float  # mean proximal/behaviour weight (1.0 without decoupled PPO)
     wall_s: float
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,7 +77,7 @@ def _has_signal(table: pa.Table, advantages: np.ndarray) -> bool:
 class _Accumulator:
     """Token-weighted means of the per-minibatch loss metrics."""
 
-    KEYS = ("loss", "pg_loss", "clip_fraction", "ratio_mean", "approx_kl", "kl_ref")
+    KEYS = ("loss", "pg_loss", "clip_fraction", "ratio_mean", "approx_kl", "kl_ref", "behavior_weight_mean")
 
     def __init__(self) -> None:
         self.sums = dict.fromkeys(self.KEYS, 0.0)
@@ -86,7 +88,8 @@ class _Accumulator:
         tokens = int(metrics["num_tokens"])
         self.num_tokens += tokens
         for key in self.KEYS:
-            self.sums[key] += (loss if key == "loss" else metrics.get(key, 0.0)) * tokens
+            default = 1.0 if key == "behavior_weight_mean" else 0.0
+            self.sums[key] += (loss if key == "loss" else metrics.get(key, default)) * tokens
         self.grad_norms.append(grad_norm)
 
     def mean(self, key: str) -> float:
@@ -102,11 +105,17 @@ def run_grpo_update(
     version: int,
     seed: int,
     reference_dir: Path | None = None,
+    decoupled: bool = False,
+    behavior_weight_cap: float | None = None,
+    recompute: np.ndarray | None = None,
 ) -> UpdateResult:
     """Apply one GRPO update to the policy in `policy_dir`, using the rewarded trajectories in `table`.
 
-    `version` is the policy version currently stored in `policy_dir`; after a step the folder holds
-    `version + 1`. `state_dir/optimizer.pt` is read if present and rewritten after the steps.
+    `version` is the policy version currently stored in `policy_dir`; after k optimizer steps the
+    folder holds `version + k`. `decoupled` recomputes proximal log-probs with the policy as loaded
+    and uses the decoupled PPO loss (see losses.ppo_clip_loss); `recompute` (bool per row) marks
+    rows whose behaviour log-probs are replaced by those proximal log-probs (stale trajectories).
+    `state_dir/optimizer.pt` is read if present and rewritten after the steps.
     `reference_dir` (an HF folder, e.g. the SFT policy) is required when `cfg.grpo.kl_coef > 0` and
     ignored otherwise. `seed` fixes the minibatch shuffle. Raises TrajectorySchemaError for a
     malformed table, ValueError for an empty one or a bad config/device, FloatingPointError (before
@@ -128,11 +137,23 @@ def run_grpo_update(
     advantages = group_advantages(rewards, group_ids, scale_by_std=grpo.scale_by_std)
     acc = _Accumulator()
     if _has_signal(table, advantages):
-        _train(policy_dir, state_dir, table, advantages, cfg, seed=seed, reference_dir=reference_dir, acc=acc)
+        _train(
+            policy_dir,
+            state_dir,
+            table,
+            advantages,
+            cfg,
+            seed=seed,
+            reference_dir=reference_dir,
+            acc=acc,
+            decoupled=decoupled,
+            behavior_weight_cap=behavior_weight_cap,
+            recompute=recompute,
+        )
         logger.info(
             "GRPO update v%d -> v%d: %d steps, %d tokens",
             version,
-            version + 1,
+            version + len(acc.grad_norms),
             len(acc.grad_norms),
             acc.num_tokens,
         )
@@ -156,7 +177,8 @@ def run_grpo_update(
         reward_mean=float(rewards.mean()),
         reward_std=float(rewards.std()),
         mixed_group_share=mixed_group_share(rewards, group_ids),
-        new_version=version + 1 if stepped else version,
+        new_version=version + len(acc.grad_norms),
+        behavior_weight_mean=acc.mean("behavior_weight_mean") if stepped else 1.0,
         wall_s=time.perf_counter() - start,
     )
 
@@ -171,6 +193,9 @@ def _train(
     seed: int,
     reference_dir: Path | None,
     acc: _Accumulator,
+    decoupled: bool,
+    behavior_weight_cap: float | None,
+    recompute: np.ndarray | None,
 ) -> None:
     """Load, take the minibatch steps (recording into `acc`), and save weights and optimizer state."""
     import torch
@@ -195,6 +220,15 @@ def _train(
         reference = load_policy(reference_dir, device).requires_grad_(False)
     pad_id = getattr(model.config, "pad_token_id", None)
     batch = build_batch(table, advantages, pad_id=int(pad_id) if pad_id is not None else 0)
+    needs_recompute = recompute is not None and bool(recompute.any())
+    if decoupled or needs_recompute:
+        proximal = _policy_logprobs(model, batch, device)
+        if needs_recompute:
+            assert recompute is not None
+            rows = torch.as_tensor(np.flatnonzero(recompute))
+            batch.behavior_logprobs[rows] = proximal[rows]
+        if decoupled:
+            batch = dataclasses.replace(batch, proximal_logprobs=proximal)
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay)
@@ -216,6 +250,8 @@ def _train(
             clip_eps=grpo.clip_eps,
             ref_logprobs=ref_logprobs,
             kl_coef=grpo.kl_coef,
+            proximal_logprobs=mb.proximal_logprobs,
+            behavior_weight_cap=behavior_weight_cap,
         )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -229,3 +265,22 @@ def _train(
         acc.add(float(loss.detach()), metrics, grad_norm)
     save_policy_weights(model, policy_dir)
     save_optimizer_state(optimizer, state_dir)
+
+
+def _policy_logprobs(model: Any, batch: Any, device: torch.device, chunk: int = 32) -> torch.Tensor:
+    """Log-probs of the batch's tokens under `model` as it is now (no gradient), aligned like
+    `batch.behavior_logprobs`; computed in chunks of rows to bound activation memory."""
+    import torch
+
+    from libra_core.training.logprobs import token_logprobs
+
+    out = torch.zeros_like(batch.behavior_logprobs)
+    n = batch.input_ids.shape[0]
+    with torch.no_grad():
+        for lo in range(0, n, chunk):
+            rows = np.arange(lo, min(lo + chunk, n))
+            mb = batch.select(rows).to(device)
+            out[lo : lo + len(rows), : mb.behavior_logprobs.shape[1]] = token_logprobs(
+                model, mb.input_ids, mb.attention_mask
+            ).cpu()
+    return out

@@ -68,9 +68,11 @@ def test_two_iteration_experiment(
             assert r[f"{stage}_s"] >= 0.0
         assert r["rollout_s"] > 0 and r["update_s"] > 0
         assert r["tokens_generated"] > 0
-        # the version advances exactly when an optimizer step was taken (some group had mixed rewards)
-        version += 1 if r["tokens_trained"] > 0 else 0
+        # one version per optimizer step; steps are taken exactly when some group had mixed rewards
+        assert r["optimizer_steps"] == (4 if r["tokens_trained"] > 0 else 0)  # grpo.minibatches
+        version += r["optimizer_steps"]
         assert r["policy_version"] == version
+        assert r["max_staleness_seen"] == 0 and r["stale_dropped"] == 0  # synchronous: on-policy
         assert (r["sync_s"] > 0) == (r["tokens_trained"] > 0)
     assert rows[-1]["eval_accuracy"] is not None
     state = read_state(run_dir)

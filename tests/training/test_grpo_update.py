@@ -98,7 +98,7 @@ def test_update_changes_weights_and_resumes_optimizer(policy_dir: Path, tmp_path
     reloaded = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32)
     assert torch.equal(reloaded.lm_head.weight.detach(), after["lm_head.weight"])
 
-    assert result.new_version == 4
+    assert result.new_version == 3 + 2  # one version per optimizer step
     assert result.num_optimizer_steps == 2
     assert result.num_tokens_trained == NUM_POLICY_TOKENS
     assert result.num_trajectories == 4
@@ -111,8 +111,8 @@ def test_update_changes_weights_and_resumes_optimizer(policy_dir: Path, tmp_path
     saved = torch.load(state_dir / OPTIMIZER_FILE, weights_only=True)
     assert int(saved["state"][0]["step"]) == 2
 
-    second = run_grpo_update(policy_dir, state_dir, table, _cfg(), version=4, seed=1)
-    assert second.new_version == 5
+    second = run_grpo_update(policy_dir, state_dir, table, _cfg(), version=result.new_version, seed=1)
+    assert second.new_version == 5 + 2
     assert int(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True)["state"][0]["step"]) == 4
 
 
@@ -180,3 +180,33 @@ def test_rejects_unrewarded_table(policy_dir: Path, tmp_path: Path, row):
     table = table_from_rows([row(prompt_ids=[1], response_ids=[2], reward=None)])
     with pytest.raises(ValueError, match="reward is null"):
         run_grpo_update(policy_dir, tmp_path / "state", table, _cfg(), version=0, seed=0)
+
+
+def test_decoupled_update_on_fresh_data_matches_on_policy(policy_dir: Path, tmp_path: Path):
+    """Zero staleness: proximal == behaviour, so decoupled PPO takes the same steps."""
+    table = _table(policy_dir, rewards=[1.0, 0.0, 0.1, 1.0])
+    other = tmp_path / "other"
+    shutil.copytree(policy_dir, other)
+    plain = run_grpo_update(policy_dir, tmp_path / "s1", table, _cfg(), version=0, seed=0)
+    dec = run_grpo_update(other, tmp_path / "s2", table, _cfg(), version=0, seed=0, decoupled=True)
+    assert dec.behavior_weight_mean == pytest.approx(1.0, abs=1e-5)
+    assert plain.behavior_weight_mean == 1.0
+    a, b = load_file(str(policy_dir / WEIGHTS_FILE)), load_file(str(other / WEIGHTS_FILE))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+
+
+def test_recompute_replaces_stale_behaviour_logprobs(policy_dir: Path, tmp_path: Path):
+    """Rows marked for recompute train as if their behaviour log-probs were the policy's own."""
+    table = _table(policy_dir, rewards=[1.0, 0.0, 0.1, 1.0])
+    rows = table.to_pylist()
+    rows[1]["behavior_logprobs"] = [-9.0] * len(rows[1]["response_ids"])  # a very stale sample
+    stale = table_from_rows(rows)
+    other = tmp_path / "other"
+    shutil.copytree(policy_dir, other)
+    run_grpo_update(policy_dir, tmp_path / "s1", table, _cfg(), version=0, seed=0)
+    mask = np.array([False, True, False, False])
+    run_grpo_update(other, tmp_path / "s2", stale, _cfg(), version=0, seed=0, recompute=mask)
+    a, b = load_file(str(policy_dir / WEIGHTS_FILE)), load_file(str(other / WEIGHTS_FILE))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)

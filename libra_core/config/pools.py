@@ -1,0 +1,72 @@
+"""Worker-pool and Elastic Hybrid Pool settings (the `pools:` section of stages.yaml).
+
+`pools.type` picks the pool backend from libra_core/pools/registry.py (`local` subprocesses on this
+machine, or `ray` actors on a Ray cluster); `pools.local` and `pools.ray` hold each backend's
+settings and only the selected one is used. `pools.elastic` configures how hybrid workers join
+core training (libra_core/elastic; the rules are in docs/elastic.md).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from libra_core.config.base import Frozen
+
+PoolType = Literal["local", "ray"]
+
+
+class LocalPoolConfig(Frozen):
+    """Subprocess workers on this machine, each addressable by id (the embedded default)."""
+
+    start_method: Literal["spawn", "forkserver"] = Field(
+        "spawn", description="multiprocessing start method; spawn never inherits threads or locks."
+    )
+    threads_per_worker: int = Field(
+        1, ge=1, description="torch/OMP intra-op threads set in each worker before it runs anything."
+    )
+    start_timeout_s: float = Field(60.0, gt=0, description="Give up if a worker has not answered by then.")
+
+
+class RayPoolConfig(Frozen):
+    """Ray actors, one per worker, with explicit resource requests (multi-node pools)."""
+
+    address: str | None = Field(
+        None, description="Ray cluster address (e.g. `auto`); null starts a local cluster in-process."
+    )
+    num_cpus_per_worker: float = Field(1.0, ge=0, description="CPU resource request of each actor.")
+    num_gpus_per_worker: float = Field(0.0, ge=0, description="GPU resource request of each actor.")
+    local_num_cpus: int = Field(
+        2, ge=1, description="CPUs given to a local cluster started when `address` is null."
+    )
+    namespace: str = Field("libra", min_length=1, description="Ray namespace the actors live in.")
+
+
+class ElasticConfig(Frozen):
+    """Elastic Hybrid Pool: hybrid replicas that join and leave data-parallel training."""
+
+    payload_deadline_s: float = Field(
+        5.0,
+        gt=0,
+        description="How long core rank 0 waits for an active hybrid's gradient after its own is ready; "
+        "a hybrid that misses it is left out of that step (and of the divisor) and evicted.",
+    )
+    host: str = Field("127.0.0.1", description="Interface the side-channel gateway on core rank 0 binds to.")
+    port: int = Field(0, ge=0, le=65535, description="Side-channel port; 0 picks a free port.")
+    max_frame_mib: int = Field(
+        1024, ge=1, description="Largest side-channel frame accepted (model snapshot included), in MiB."
+    )
+    update_log_steps: int = Field(
+        64,
+        ge=1,
+        description="Averaged updates kept on rank 0 so a joining hybrid can replay from its snapshot; "
+        "a join whose snapshot is older than this restarts from a fresh snapshot.",
+    )
+
+
+class PoolsConfig(Frozen):
+    type: PoolType = Field("local", description="Worker-pool backend: local | ray.")
+    local: LocalPoolConfig = Field(default_factory=LocalPoolConfig)
+    ray: RayPoolConfig = Field(default_factory=RayPoolConfig)
+    elastic: ElasticConfig = Field(default_factory=ElasticConfig)

@@ -1,0 +1,57 @@
+"""The hybrid's end of the side channel: one persistent, authenticated connection to the gateway.
+
+Used by the hybrid training loop (libra_core/elastic/replica.py) from a single thread; each method
+sends one frame and reads one reply frame, whose MAC is verified before its header or tensors are
+parsed (a reply that fails verification raises AuthError and nothing from it is used).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING, Any
+
+from libra_core.elastic.wire import bytes_to_tensors, encode_frame, read_frame, tensors_to_bytes
+
+if TYPE_CHECKING:
+    import torch
+
+
+class GatewayClient:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        key: bytes,
+        worker_id: str,
+        *,
+        timeout_s: float = 150.0,
+        max_frame_bytes: int = 1 << 30,
+    ) -> None:
+        self.key, self.worker_id, self.max_frame_bytes = key, worker_id, max_frame_bytes
+        self._sock = socket.create_connection(address, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def request(self, kind: str, body: bytes = b"", **fields: Any) -> tuple[dict[str, Any], bytes]:
+        self._sock.sendall(encode_frame(self.key, {"kind": kind, "worker": self.worker_id, **fields}, body))
+        return read_frame(self._sock, self.key, self.max_frame_bytes)
+
+    def snapshot(self, wait_s: float = 60.0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        reply, body = self.request("snapshot", wait_s=wait_s)
+        if not reply.get("ok"):
+            raise RuntimeError(f"snapshot refused for {self.worker_id}: {reply.get('reason')}")
+        return reply, bytes_to_tensors(body)
+
+    def loaded(self, aligned_through: int) -> None:
+        reply, _ = self.request("loaded", aligned_through=aligned_through)
+        if not reply.get("ok"):
+            raise RuntimeError(f"loaded refused for {self.worker_id}: {reply.get('reason')}")
+
+    def push(self, grad: torch.Tensor, *, step: int, version: int, epoch: int) -> dict[str, Any]:
+        body = tensors_to_bytes({"grad": grad.reshape(-1)})
+        reply, _ = self.request("push", body, step=step, version=version, epoch=epoch)
+        return reply
+
+    def pull(self, step: int, wait_s: float = 60.0) -> tuple[dict[str, Any], torch.Tensor | None]:
+        reply, body = self.request("pull", step=step, wait_s=wait_s)
+        return reply, (bytes_to_tensors(body)["update"] if reply.get("ok") else None)

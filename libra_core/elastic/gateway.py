@@ -1,0 +1,323 @@
+"""The side-channel gateway on core rank 0: hybrid gradients in, averaged updates and snapshots out.
+
+Hybrids never join the core's process group (its communicators are built once and never rebuilt).
+Instead each talks to this TCP server over authenticated frames (libra_core/elastic/wire.py). Core
+rank 0 is the only core rank that sees hybrid gradients: it adds their sum to its own gradient and
+their count to the divisor carried in the core all-reduce (libra_core/elastic/replica.py), so every
+core rank applies the same update without knowing hybrids exist.
+
+Call context: the core training loop on rank 0 calls `collect` then `publish` once per step, in that
+order; handler threads (one per hybrid connection) call into the coordinator under one lock. Message
+kinds and their checks (a failed check is a typed rejection, logged and counted, never a crash):
+
+- `push` (step, version, epoch, grad): accepted only for the open step, at its frozen version and
+  membership epoch, from an ACTIVE member, once, with the expected shape and dtype. A payload for a
+  step that has closed (late), a future step, an old version or epoch is rejected.
+- `pull` (step): blocks until update `step` is published; replies with the update and whether the
+  worker is active in step+1. An update older than the log is `expired` (the join fails).
+- `snapshot`: the model + optimizer snapshot, for a worker whose join was requested.
+- `loaded` (aligned_through): the worker has loaded the snapshot and starts replaying updates.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import socketserver
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from libra_core.elastic.membership import Coordinator, Membership
+from libra_core.elastic.state_machine import HybridState, IllegalTransition
+from libra_core.elastic.wire import (
+    AuthError,
+    FrameError,
+    bytes_to_tensors,
+    encode_frame,
+    read_frame,
+    tensors_to_bytes,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+MAX_PULL_WAIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class StepCollection:
+    """What rank 0 gathered from hybrids for one step."""
+
+    step: int
+    membership: Membership
+    included: tuple[str, ...]  # hybrids whose gradient is in the sum (and in the divisor)
+    missing: tuple[str, ...]  # active hybrids with no valid payload by the deadline (evicted)
+    rejected: tuple[tuple[str, str], ...]  # (worker, reason) of payloads refused while the step was open
+    wait_s: float  # time rank 0 waited for hybrids after its own gradient was ready
+
+
+@dataclass
+class _Snapshot:
+    step: int  # the first step the snapshot's weights are used for (taken after update step-1)
+    version: int
+    tensors: dict[str, torch.Tensor]
+    encoded: bytes | None = None
+
+
+@dataclass
+class _Open:
+    membership: Membership
+    received: dict[str, torch.Tensor] = field(default_factory=dict)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+    closed: bool = False
+
+
+class Gateway:
+    def __init__(
+        self,
+        key: bytes,
+        coordinator: Coordinator,
+        *,
+        numel: int,
+        dtype: torch.dtype,
+        deadline_s: float,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_frame_bytes: int = 1 << 30,
+        update_log_steps: int = 64,
+    ) -> None:
+        assert len(key) >= 16, "the side-channel key must be at least 16 bytes"
+        # Import the codec now: a first import on a handler thread would hold the GIL during a core step.
+        import safetensors.torch  # noqa: F401
+
+        self.key, self.coordinator, self.numel, self.dtype = key, coordinator, numel, dtype
+        self.deadline_s, self.max_frame_bytes, self.update_log_steps = (
+            deadline_s,
+            max_frame_bytes,
+            update_log_steps,
+        )
+        self._cond = threading.Condition()
+        self._open = _Open(coordinator.current)
+        self._log: OrderedDict[int, tuple[torch.Tensor, Membership]] = OrderedDict()
+        self._snapshot: _Snapshot | None = None
+        self.unauthenticated = 0  # frames dropped for a bad MAC or malformed prefix
+        gateway = self
+
+        class _Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                gateway._serve_connection(self.request)
+
+        class _Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self._server = _Server((host, port), _Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="libra-gateway", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # ------------------------------------------------------------------ control (plan applier, rank 0)
+
+    def request_join(self, worker_id: str) -> None:
+        with self._cond:
+            self.coordinator.request_join(worker_id)
+            self._cond.notify_all()
+
+    def request_leave(self, worker_id: str) -> None:
+        with self._cond:
+            self.coordinator.request_leave(worker_id)
+
+    def cancel(self, worker_id: str) -> None:
+        with self._cond:
+            self.coordinator.cancel(worker_id)
+            self._cond.notify_all()
+
+    def states(self) -> dict[str, str]:
+        with self._cond:
+            return {w: life.state.value for w, life in self.coordinator.hybrids.items()}
+
+    # ------------------------------------------------------------------ core side (rank 0 training loop)
+
+    def wants_snapshot(self) -> bool:
+        """True when a join waits and there is no snapshot recent enough to replay from."""
+        with self._cond:
+            pending = any(
+                life.state is HybridState.JOIN_REQUESTED for life in self.coordinator.hybrids.values()
+            )
+            snap = self._snapshot
+            fresh = snap is not None and self._open.membership.step - snap.step < self.update_log_steps // 2
+            return pending and not fresh
+
+    def set_snapshot(self, tensors: dict[str, torch.Tensor], *, step: int, version: int) -> None:
+        """Store clones of the state to serve; encoding happens on a handler thread, off the core's path."""
+        snap = _Snapshot(step, version, {k: v.detach().clone() for k, v in tensors.items()})
+        with self._cond:
+            self._snapshot = snap
+            self._cond.notify_all()
+
+    def collect(self, step: int, version: int) -> tuple[torch.Tensor | None, StepCollection]:
+        """Wait (at most the deadline) for the active hybrids' payloads of `step`; close the step."""
+        t0 = time.perf_counter()
+        with self._cond:
+            current = self._open
+            m = current.membership
+            assert m.step == step and m.version == version and not current.closed, (
+                f"collect(step={step}, version={version}) does not match the open step "
+                f"{m.step} (version {m.version}, closed={current.closed})"
+            )
+            deadline = t0 + self.deadline_s
+            while set(current.received) != m.active and (left := deadline - time.perf_counter()) > 0:
+                self._cond.wait(left)
+            current.closed = True  # from here on, payloads for this step are late
+            included = tuple(sorted(current.received))
+            missing = tuple(sorted(m.active - set(current.received)))
+            for worker_id in missing:
+                self.coordinator.fail(worker_id, f"missed the payload deadline of step {step}")
+            total = None
+            for worker_id in included:
+                grad = current.received[worker_id]
+                total = grad.clone() if total is None else total.add_(grad)
+            rejected = tuple(current.rejected)
+        if missing:
+            log.warning(
+                "step %d completes without hybrids %s (deadline %.2f s)", step, missing, self.deadline_s
+            )
+        return total, StepCollection(step, m, included, missing, rejected, time.perf_counter() - t0)
+
+    def publish(self, step: int, update: torch.Tensor, next_version: int) -> Membership:
+        """Log the applied update of `step`, freeze and open the membership of step+1."""
+        with self._cond:
+            nxt = self.coordinator.freeze_next(step, next_version)
+            self._log[step] = (update.detach().clone(), nxt)
+            while len(self._log) > self.update_log_steps:
+                self._log.popitem(last=False)
+            self._open = _Open(nxt)
+            self._cond.notify_all()
+        return nxt
+
+    # ------------------------------------------------------------------ hybrid side (handler threads)
+
+    def _serve_connection(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                header, body = read_frame(sock, self.key, self.max_frame_bytes)
+            except ConnectionError:
+                return
+            except (AuthError, FrameError) as exc:
+                with self._cond:
+                    self.unauthenticated += 1
+                    self._open.rejected.append(("<unauthenticated>", str(exc)))
+                log.warning("side channel: dropped a frame and its connection: %s", exc)
+                return
+            try:
+                reply, reply_body = self._dispatch(header, body)
+            except (KeyError, TypeError, ValueError, IllegalTransition) as exc:
+                reply, reply_body = {"ok": False, "reason": f"bad request: {exc!r}"}, b""
+            reply = {**reply, "kind": f"{header.get('kind')}_reply", "worker": header.get("worker")}
+            try:
+                sock.sendall(encode_frame(self.key, reply, reply_body))
+            except OSError:
+                return
+
+    def _dispatch(self, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+        kind, worker = header["kind"], str(header["worker"])
+        if kind == "push":
+            return self._on_push(worker, header, body), b""
+        if kind == "pull":
+            return self._on_pull(worker, int(header["step"]), float(header.get("wait_s", 60.0)))
+        if kind == "snapshot":
+            return self._on_snapshot(worker, float(header.get("wait_s", 60.0)))
+        if kind == "loaded":
+            with self._cond:
+                self.coordinator.loaded(worker, int(header["aligned_through"]))
+            return {"ok": True}, b""
+        raise ValueError(f"unknown message kind {kind!r}")
+
+    def _on_push(self, worker: str, header: dict[str, Any], body: bytes) -> dict[str, Any]:
+        with self._cond:
+            current = self._open
+            m = current.membership
+            step, version, epoch = int(header["step"]), int(header["version"]), int(header["epoch"])
+            reason = None
+            if step != m.step or current.closed:
+                reason = f"step {step} is not open (open step {m.step}, closed={current.closed})"
+            elif version != m.version:
+                reason = f"version {version} != {m.version} of step {m.step}"
+            elif epoch != m.epoch:
+                reason = f"membership epoch {epoch} != {m.epoch}"
+            elif worker not in m.active:
+                reason = f"{worker} is not an active member of step {m.step}"
+            elif worker in current.received:
+                reason = f"duplicate payload from {worker} for step {m.step}"
+            if reason is None:
+                tensors = bytes_to_tensors(body)
+                grad = tensors.get("grad")
+                if (
+                    grad is None
+                    or grad.dtype != self.dtype
+                    or grad.numel() != self.numel
+                    or len(tensors) != 1
+                ):
+                    reason = f"payload must hold one tensor 'grad' of {self.numel} {self.dtype} values"
+                else:
+                    current.received[worker] = grad.reshape(-1)
+                    self._cond.notify_all()
+                    return {"ok": True}
+            current.rejected.append((worker, reason))
+        log.warning("side channel: rejected payload from %s: %s", worker, reason)
+        return {"ok": False, "reason": reason}
+
+    def _on_pull(self, worker: str, step: int, wait_s: float) -> tuple[dict[str, Any], bytes]:
+        deadline = time.perf_counter() + min(wait_s, MAX_PULL_WAIT_S)
+        with self._cond:
+            while step not in self._log:
+                oldest = next(iter(self._log), None)
+                if oldest is not None and step < oldest:
+                    self.coordinator.fail(worker, f"update {step} expired from the log (oldest {oldest})")
+                    return {"ok": False, "reason": "expired"}, b""
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    return {"ok": False, "reason": f"update {step} not published within {wait_s} s"}, b""
+                self._cond.wait(left)
+            update, nxt = self._log[step]
+            self.coordinator.update_applied(worker, step)
+            state = self.coordinator.state(worker)
+        reply = {
+            "ok": True,
+            "step": step,
+            "next_step": nxt.step,
+            "next_version": nxt.version,
+            "next_epoch": nxt.epoch,
+            "active_next": worker in nxt.active,
+            "state": state.value,
+        }
+        return reply, tensors_to_bytes({"update": update})
+
+    def _on_snapshot(self, worker: str, wait_s: float) -> tuple[dict[str, Any], bytes]:
+        deadline = time.perf_counter() + min(wait_s, MAX_PULL_WAIT_S)
+        with self._cond:
+            if self.coordinator.state(worker) is not HybridState.JOIN_REQUESTED:
+                return {"ok": False, "reason": f"no join requested for {worker}"}, b""
+            while self._snapshot is None:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    return {"ok": False, "reason": "no snapshot within the wait"}, b""
+                self._cond.wait(left)
+            snap = self._snapshot
+            self.coordinator.snapshot_fetched(worker)
+        if snap.encoded is None:
+            snap.encoded = tensors_to_bytes(snap.tensors)
+        return {"ok": True, "step": snap.step, "version": snap.version}, snap.encoded

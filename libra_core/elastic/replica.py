@@ -1,0 +1,205 @@
+"""Core and hybrid replicas of the Elastic Hybrid Pool, and the exact averaging rule they share.
+
+Averaging rule for step s. Let K be the core size and A_s the active hybrids frozen for step s, and
+R_s ⊆ A_s those whose payload passed every check before the deadline. Each replica r computes g_r,
+the gradient of its mean loss on its own shard, at the step's version. Core rank 0 adds
+sum_{h in R_s} g_h to g_0 and 1 + |R_s| to its count; one all-reduce over the core group of
+[g, count] gives, on every core rank,
+
+    update_s = (sum_{k < K} g_k + sum_{h in R_s} g_h) / (K + |R_s|)
+
+which is then clipped (torch's clip_grad_norm_ formula on the averaged vector) and applied, and
+published to the hybrids, which apply the same vector. So step s equals a static data-parallel job of
+K + |R_s| replicas on the same shards. Warming (joining) hybrids are not in A_s: they contribute
+nothing and are not counted; they only apply published updates (zero-gradient steps). A missing or
+late hybrid is not in R_s: the step completes at the deadline with K + |R_s| in the divisor, as if
+that replica's shard had not been part of the step, and the hybrid is evicted from later steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from libra_core.elastic.client import GatewayClient
+from libra_core.elastic.gateway import Gateway
+from libra_core.training.backends.ddp import DDPBackend
+from libra_core.training.backends.flat import clip_flat_, flat_grad, set_flat_grad, trainable
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+LossFn = Callable[["torch.nn.Module", int], "torch.Tensor"]  # (model, step) -> mean loss on own shard
+
+
+def state_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    """Model parameters and optimizer state as named tensors (the snapshot a joining hybrid loads)."""
+    import torch
+
+    out = {f"param.{i}": p.detach() for i, p in enumerate(trainable(model))}
+    for index, state in optimizer.state_dict()["state"].items():
+        for name, value in state.items():
+            out[f"opt.{index}.{name}"] = value if torch.is_tensor(value) else torch.tensor(value)
+    return out
+
+
+def load_state_tensors(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]
+) -> None:
+    import torch
+
+    params = trainable(model)
+    with torch.no_grad():
+        for i, p in enumerate(params):
+            p.copy_(tensors[f"param.{i}"])
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value.clone()
+    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
+
+
+@dataclass(frozen=True)
+class CoreStepReport:
+    step: int
+    loss: float  # this rank's local loss
+    divisor: int  # K + |R_s|
+    epoch: int
+    included: tuple[str, ...]  # hybrids in the sum (rank 0 only)
+    missing: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...]
+    hybrid_wait_s: float  # rank 0's wait for hybrid payloads
+    step_s: float  # wall time of the whole step on this rank
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CoreReplica:
+    """One core training rank; rank 0 also runs the gateway (pass `gateway` only there)."""
+
+    def __init__(
+        self,
+        backend: DDPBackend,
+        *,
+        gateway: Gateway | None = None,
+        grad_clip: float | None = None,
+        start_step: int = 0,
+        start_version: int = 0,
+    ) -> None:
+        self.backend, self.gateway, self.grad_clip = backend, gateway, grad_clip
+        self.step_index, self.version = start_step, start_version
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        if self.gateway is not None and self.gateway.wants_snapshot():
+            tensors = state_tensors(self.backend.model, self.backend.optimizer)
+            self.gateway.set_snapshot(tensors, step=self.step_index, version=self.version)
+
+    def step(self, loss_fn: LossFn) -> CoreStepReport:
+        t0 = time.perf_counter()
+        model, step = self.backend.model, self.step_index
+        loss = loss_fn(model, step)
+        self.backend.backward(loss)
+        local = flat_grad(trainable(model))
+        extra, collection = None, None
+        if self.gateway is not None:
+            extra, collection = self.gateway.collect(step, self.version)
+        count = len(collection.included) if collection else 0
+        update, divisor = self.backend.reduce(local, extra_sum=extra, extra_count=count)
+        clip_flat_(update, self.grad_clip)
+        self.backend.apply(update)
+        self.version += 1
+        self.step_index += 1
+        epoch = collection.membership.epoch if collection else 0
+        if self.gateway is not None:
+            self._maybe_snapshot()
+            self.gateway.publish(step, update, self.version)
+        return CoreStepReport(
+            step=step,
+            loss=float(loss.detach()),
+            divisor=divisor,
+            epoch=epoch,
+            included=collection.included if collection else (),
+            missing=collection.missing if collection else (),
+            rejected=collection.rejected if collection else (),
+            hybrid_wait_s=collection.wait_s if collection else 0.0,
+            step_s=time.perf_counter() - t0,
+        )
+
+
+@dataclass
+class HybridReport:
+    worker_id: str
+    snapshot_step: int
+    load_s: float  # request -> snapshot loaded (fetch + decode + load)
+    contributed_steps: list[int] = field(default_factory=list)
+    replayed_steps: list[int] = field(default_factory=list)  # zero-gradient steps (updates applied)
+    rejections: list[tuple[int, str]] = field(default_factory=list)
+    final_state: str = ""
+    final_step: int = 0  # next step the replica would take
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_hybrid(
+    client: GatewayClient,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn,
+    *,
+    step_delay_s: Callable[[int], float] | None = None,
+) -> HybridReport:
+    """Join (snapshot -> replay -> active), train until left, cancelled or failed; return what happened.
+
+    `step_delay_s(step)` is a fault-injection hook for tests and benchmarks (a slow hybrid).
+    """
+    t0 = time.perf_counter()
+    header, tensors = client.snapshot()
+    load_state_tensors(model, optimizer, tensors)
+    step, version = int(header["step"]), int(header["version"])
+    client.loaded(aligned_through=step - 1)
+    report = HybridReport(client.worker_id, step, time.perf_counter() - t0)
+    params = trainable(model)
+    active, epoch = False, -1
+    while True:
+        if active:
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(model, step).backward()
+            if step_delay_s is not None:
+                time.sleep(step_delay_s(step))
+            reply = client.push(flat_grad(params), step=step, version=version, epoch=epoch)
+            if reply.get("ok"):
+                report.contributed_steps.append(step)
+            else:
+                report.rejections.append((step, str(reply.get("reason"))))
+        else:
+            report.replayed_steps.append(step)
+        reply, update = client.pull(step)
+        if not reply.get("ok") or update is None:
+            report.final_state = f"failed: {reply.get('reason')}"
+            break
+        set_flat_grad(params, update)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step, version = int(reply["next_step"]), int(reply["next_version"])
+        active, epoch = bool(reply["active_next"]), int(reply["next_epoch"])
+        report.final_state = str(reply["state"])
+        if not active and report.final_state == "rollout":
+            break
+    report.final_step = step
+    log.info(
+        "hybrid %s done (%s): contributed %s, replayed %d updates",
+        client.worker_id,
+        report.final_state,
+        report.contributed_steps,
+        len(report.replayed_steps),
+    )
+    return report

@@ -1,0 +1,118 @@
+"""Authenticated frames for the hybrid side channel: HMAC-SHA256 over a JSON header and raw bytes.
+
+Frame layout (big-endian):
+
+    MAGIC b"LBR1" | header_len u32 | body_len u64 | mac[32] | header (UTF-8 JSON) | body
+
+mac = HMAC-SHA256(key, MAGIC | header_len | body_len | header | body). The receiver checks the
+lengths against its limit, reads exactly that many bytes, and compares the MAC in constant time
+(`hmac.compare_digest`) BEFORE it parses anything: neither the JSON header nor the body (tensors as
+safetensors bytes, which has no code-execution path either) is decoded for an unauthenticated
+frame. Nothing is ever unpickled. The key is a per-run secret handed to workers by the driver.
+
+The header carries `kind`, `worker`, `step`, `version` and `epoch`; what each kind must match is
+checked by the gateway (libra_core/elastic/gateway.py), not here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import socket
+import struct
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+MAGIC = b"LBR1"
+_PREFIX = struct.Struct(">4sIQ")
+MAC_BYTES = 32
+MAX_HEADER_BYTES = 64 * 1024
+
+
+class AuthError(ValueError):
+    """The frame's MAC does not verify (wrong key, tampering, or truncation); nothing was parsed."""
+
+
+class FrameError(ValueError):
+    """The frame is malformed or over the size limit (rejected before any parsing)."""
+
+
+def _mac(key: bytes, prefix: bytes, header: bytes, body: bytes) -> bytes:
+    h = hmac.new(key, prefix, hashlib.sha256)
+    h.update(header)
+    h.update(body)
+    return h.digest()
+
+
+def encode_frame(key: bytes, header: dict[str, Any], body: bytes = b"") -> bytes:
+    raw_header = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    prefix = _PREFIX.pack(MAGIC, len(raw_header), len(body))
+    return prefix + _mac(key, prefix, raw_header, body) + raw_header + body
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks, remaining = [], n
+    while remaining:
+        chunk = sock.recv(min(remaining, 1 << 20))
+        if not chunk:
+            raise ConnectionError(f"peer closed the connection with {remaining} of {n} bytes unread")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(sock: socket.socket, key: bytes, max_bytes: int) -> tuple[dict[str, Any], bytes]:
+    """Read one frame and return (header, body); raises AuthError/FrameError before decoding anything."""
+    prefix = _recv_exact(sock, _PREFIX.size)
+    magic, header_len, body_len = _PREFIX.unpack(prefix)
+    if magic != MAGIC:
+        raise FrameError(f"bad magic {magic!r}; not a Libra side-channel frame")
+    if header_len > MAX_HEADER_BYTES or body_len > max_bytes:
+        raise FrameError(f"frame too large (header {header_len} B, body {body_len} B, limit {max_bytes} B)")
+    mac = _recv_exact(sock, MAC_BYTES)
+    raw_header = _recv_exact(sock, header_len)
+    body = _recv_exact(sock, body_len)
+    return verify_frame(key, prefix, mac, raw_header, body), body
+
+
+def verify_frame(key: bytes, prefix: bytes, mac: bytes, raw_header: bytes, body: bytes) -> dict[str, Any]:
+    if not hmac.compare_digest(mac, _mac(key, prefix, raw_header, body)):
+        raise AuthError("side-channel frame failed HMAC verification (wrong key or tampered bytes)")
+    header = json.loads(raw_header)
+    if not isinstance(header, dict):
+        raise FrameError("frame header must be a JSON object")
+    return header
+
+
+def decode_frame(key: bytes, frame: bytes, max_bytes: int) -> tuple[dict[str, Any], bytes]:
+    """`read_frame` for a frame already in memory (tests, and non-socket transports)."""
+    if len(frame) < _PREFIX.size + MAC_BYTES:
+        raise FrameError("frame shorter than its fixed prefix")
+    prefix = frame[: _PREFIX.size]
+    magic, header_len, body_len = _PREFIX.unpack(prefix)
+    if magic != MAGIC:
+        raise FrameError(f"bad magic {magic!r}; not a Libra side-channel frame")
+    if header_len > MAX_HEADER_BYTES or body_len > max_bytes:
+        raise FrameError(f"frame too large (header {header_len} B, body {body_len} B, limit {max_bytes} B)")
+    start = _PREFIX.size + MAC_BYTES
+    if len(frame) != start + header_len + body_len:
+        raise FrameError("frame length does not match its prefix")
+    raw_header = frame[start : start + header_len]
+    body = frame[start + header_len :]
+    return verify_frame(key, prefix, frame[_PREFIX.size : start], raw_header, body), body
+
+
+def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
+    from safetensors.torch import save
+
+    return save({k: v.detach().contiguous().cpu() for k, v in tensors.items()})
+
+
+def bytes_to_tensors(body: bytes) -> dict[str, torch.Tensor]:
+    """Decode a safetensors body; call only on a body whose frame has been verified."""
+    from safetensors.torch import load
+
+    return load(body)

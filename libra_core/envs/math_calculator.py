@@ -1,0 +1,101 @@
+"""Calculator for word problems: evaluates one arithmetic expression on decimals.
+
+The `math_tools` environment's light tool (the sandboxed Python tool is the heavy one). It accepts
+what GSM8K's `<<48/2=24>>` annotations contain: numbers, + - * / // % **, parentheses and unary
+minus, evaluated on the parsed syntax tree (no `eval`), with bounded exponents and magnitudes so a
+call can never hang. Results are written the way GSM8K writes them: integers without a decimal
+point, other values rounded to 6 significant decimals. Errors are `failure` observations that
+explain the accepted form, so failed calls return longer payloads than successful ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import time
+from collections.abc import Callable
+
+from libra_core.envs.base import ToolResult
+
+USAGE = "error: expected one arithmetic expression on numbers, e.g. (48+24)/2 or 0.2*50"
+MAX_CHARS = 200
+MAX_EXPONENT = 64
+MAX_MAGNITUDE = 1e30
+
+_BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+
+
+class CalculatorError(ValueError):
+    pass
+
+
+def _eval(node: ast.AST) -> float:
+    if isinstance(node, ast.Expression):
+        return _eval(node.body)
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _eval(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise CalculatorError(f"error: exponent {right} too large (at most {MAX_EXPONENT})")
+        try:
+            value = _BINARY[type(node.op)](left, right)
+        except ZeroDivisionError:
+            raise CalculatorError("error: division by zero") from None
+        if isinstance(value, complex) or abs(value) > MAX_MAGNITUDE:
+            raise CalculatorError("error: result out of range")
+        return value
+    raise CalculatorError(USAGE)
+
+
+def format_number(value: float) -> str:
+    """GSM8K style: 24 not 24.0; 0.2 not 0.20000000000000001."""
+    if isinstance(value, int):
+        return str(value)
+    if math.isfinite(value) and value == int(value):
+        return str(int(value))
+    return f"{round(value, 6):.6f}".rstrip("0").rstrip(".")
+
+
+def evaluate(expression: str) -> str:
+    """Value of `expression` as text; raises CalculatorError (message = observation) otherwise."""
+    text = expression.strip().replace(",", "").replace("$", "").replace("×", "*").replace("^", "**")
+    if not text or len(text) > MAX_CHARS:
+        raise CalculatorError(USAGE)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        raise CalculatorError(USAGE) from None
+    return format_number(_eval(tree))
+
+
+class MathCalculator:
+    """Tool protocol (`libra_core.envs.base.Tool`): never raises; bad input is a `failure`."""
+
+    name = "calculator"
+
+    def __call__(self, arguments: str) -> ToolResult:
+        start = time.perf_counter()
+        try:
+            observation, status = evaluate(arguments), "success"
+        except CalculatorError as exc:
+            observation, status = str(exc), "failure"
+        except (OverflowError, MemoryError, RecursionError):
+            observation, status = "error: result out of range", "failure"
+        return ToolResult(self.name, status, observation, time.perf_counter() - start)  # type: ignore[arg-type]

@@ -1,0 +1,150 @@
+"""Text protocols shared by the data-backed environments: how prompts, tool calls, tool results and
+answers are written, and how a model turn is read back.
+
+Two formats (`environment.prompt_format`):
+
+`markers` - the embedded task's special tokens, for the tiny model whose tokenizer is trained on
+the environment's demonstrations (every marker is one token):
+
+    <|user|>QUESTION<|assistant|><|call|>calculator:48/2<|/call|><|result|>24<|/result|>
+    <|answer|>72<|eos|>
+
+`chatml` - the chat template of instruct models such as SmolLM2 (`<|im_start|>`/`<|im_end|>` are
+single tokens of their vocabulary; tool calls use Hermes-style `<tool_call>` tags):
+
+    <|im_start|>system\\nSYSTEM<|im_end|>\\n<|im_start|>user\\nQUESTION<|im_end|>\\n<|im_start|>assistant\\n
+    <tool_call>\\n{"name": "calculator", "arguments": "48/2"}\\n</tool_call><|im_end|>
+    \\n<|im_start|>user\\n<tool_response>\\n24\\n</tool_response><|im_end|>\\n<|im_start|>assistant\\n
+    The answer is \\boxed{72}.<|im_end|>
+
+A chatml turn without a tool call is the final answer (its whole text; the environment's checker
+extracts what it needs). Optionally a fenced ```python block counts as a call of the Python tool,
+which is how small instruct models tend to ask for computation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from libra_core.envs.arithmetic import (
+    ANSWER,
+    ASSISTANT,
+    CALL,
+    END_CALL,
+    END_RESULT,
+    EOS,
+    RESULT,
+    SPECIAL_TOKENS,
+    USER,
+)
+from libra_core.envs.base import TurnAction
+
+IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+TOOL_CALL, END_TOOL_CALL = "<tool_call>", "</tool_call>"
+
+_MARKER_CALL = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.S)
+_MARKER_ANSWER = re.compile(re.escape(ANSWER) + r"(.*?)" + re.escape(EOS), re.S)
+_CHATML_CALL = re.compile(re.escape(TOOL_CALL) + r"(.*?)(?:" + re.escape(END_TOOL_CALL) + r"|$)", re.S)
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+
+
+def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
+    """Split a call body `name:arguments` (or JSON {"name", "arguments"}) into name and arguments.
+
+    A body without a known tool name goes to the first tool, so a malformed call still reaches a
+    tool and comes back as a `failure` observation (a real tool return, as C-MLFQ expects).
+    """
+    text = body.strip()
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+            args = obj.get("arguments", "")
+            if isinstance(args, dict):  # {"expression": ...} or {"code": ...}: the single value
+                args = next(iter(args.values()), "") if len(args) == 1 else json.dumps(args)
+            return obj["name"], str(args)
+    for sep in (":", "\n"):
+        name, found, rest = text.partition(sep)
+        if found and name.strip() in tools:
+            return name.strip(), rest.strip("\n") if sep == ":" else rest
+    return tools[0], text
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """One text protocol. Stateless; shared by all threads of the agent loop."""
+
+    name: str
+    special_tokens: tuple[str, ...]
+    stop_tokens: tuple[str, ...]
+
+    def prompt(self, system: str, question: str) -> str:
+        if self.name == "markers":
+            return f"{USER}{question}{ASSISTANT}"  # the tiny model learns the task from demonstrations
+        return (
+            f"{IM_START}system\n{system}{IM_END}\n{IM_START}user\n{question}{IM_END}\n{IM_START}assistant\n"
+        )
+
+    def call(self, tool: str, arguments: str) -> str:
+        if self.name == "markers":
+            return f"{CALL}{tool}:{arguments}{END_CALL}"
+        payload = json.dumps({"name": tool, "arguments": arguments})
+        return f"{TOOL_CALL}\n{payload}\n{END_TOOL_CALL}{IM_END}"
+
+    def observation(self, text: str) -> str:
+        if self.name == "markers":
+            return f"{RESULT}{text}{END_RESULT}"
+        return f"\n{IM_START}user\n<tool_response>\n{text}\n</tool_response>{IM_END}\n{IM_START}assistant\n"
+
+    def answer(self, text: str) -> str:
+        return f"{ANSWER}{text}{EOS}" if self.name == "markers" else f"{text}{IM_END}"
+
+    def parse(
+        self, turn_text: str, tools: tuple[str, ...], *, code_block_tool: str | None = None
+    ) -> TurnAction:
+        """Read one model turn (decoded with special tokens) as a tool call, an answer or invalid."""
+        if self.name == "markers":
+            call = _MARKER_CALL.search(turn_text)
+            if call is not None and turn_text.rstrip().endswith(END_CALL):
+                tool, args = split_call(call.group(1), tools)
+                return TurnAction("tool_call", tool=tool, arguments=args)
+            answer = _MARKER_ANSWER.search(turn_text)
+            if answer is not None:
+                return TurnAction("answer", answer=answer.group(1).strip())
+            return TurnAction("invalid")
+        stripped = turn_text.rstrip()
+        if not stripped.endswith((IM_END, ENDOFTEXT)):
+            return TurnAction("invalid")  # cut off by the token limit
+        text = stripped.removesuffix(IM_END).removesuffix(ENDOFTEXT)
+        call = _CHATML_CALL.search(text)
+        if call is not None:
+            tool, args = split_call(call.group(1), tools)
+            return TurnAction("tool_call", tool=tool, arguments=args)
+        if code_block_tool is not None and "\\boxed" not in text:
+            block = _CODE_BLOCK.search(text)
+            if block is not None:
+                return TurnAction("tool_call", tool=code_block_tool, arguments=block.group(1))
+        return TurnAction("answer", answer=text.strip())
+
+
+MARKERS = TextFormat("markers", SPECIAL_TOKENS, (END_CALL, EOS))
+# `<|eos|>`/`<|pad|>` are listed too so a tiny tokenizer can still be trained on chatml text.
+CHATML = TextFormat("chatml", (*SPECIAL_TOKENS, IM_START, IM_END, ENDOFTEXT), (IM_END, ENDOFTEXT))
+
+
+def text_format(name: str) -> TextFormat:
+    formats = {f.name: f for f in (MARKERS, CHATML)}
+    try:
+        return formats[name]
+    except KeyError:
+        raise ValueError(f"unknown prompt_format {name!r}; valid: {sorted(formats)}") from None
+
+
+def extract_code(answer: str) -> str:
+    """The program in an answer: the last fenced code block, else the whole text."""
+    blocks = _CODE_BLOCK.findall(answer)
+    return blocks[-1] if blocks else answer

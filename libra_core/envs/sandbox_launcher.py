@@ -1,0 +1,195 @@
+"""Inside half of the sandbox: a stdlib-only script that confines itself, then runs untrusted code.
+
+Run by `libra_core.envs.sandbox.Sandbox` as `python -I -S sandbox_launcher.py SPEC_JSON`, either
+under `unshare --net --mount --pid --ipc --uts --fork --kill-child --mount-proc` ("namespaces"
+isolation, needs root) or directly ("rlimits" isolation). It must not import libra_core: it runs
+with no site-packages and (in namespace mode) with the project folder hidden.
+
+Namespace mode, as root inside fresh namespaces: hide folders behind empty tmpfs mounts, bind the
+interpreter's prefix back read-only and the working folder read-write, then fork. The child drops
+to an unprivileged, per-run uid, applies resource limits and execs the interpreter on `main.py`;
+the parent stays as pid 1 of the pid namespace, reaps, and exits with the child's status, which
+tears down the namespace and kills anything the code left behind (fork-bomb remnants included).
+
+Rlimits mode (no namespaces): apply the resource limits, install an audit hook that refuses
+sockets, subprocesses, ctypes and opening files outside the working folder and the interpreter's
+prefix, then run `main.py` in this process. Best effort only: see docs/environments.md.
+"""
+
+import json
+import os
+import resource
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+EXIT_SETUP_FAILED = 121  # the launcher could not confine itself; nothing of the code ran
+
+
+def _mount(libc, source, target, fstype, flags, data):
+    rc = libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
+    if rc != 0:
+        import ctypes
+
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {source!r} on {target!r} failed: {os.strerror(errno)}")
+
+
+def _confine_filesystem(spec):
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    keep = [(spec["python_prefix"], True), (spec["workdir"], False)]  # (path, read_only)
+    fds = [(path, ro, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path, ro in keep]
+    for folder in spec["hide"]:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            _mount(libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for path, ro, fd in fds:
+        os.makedirs(path, exist_ok=True)  # inside a tmpfs now, or already there
+        _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
+        if ro:
+            _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, None)
+        os.close(fd)
+
+
+def _limit(spec):
+    cpu = int(spec["cpu_s"])
+    limits = [
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_AS, spec["memory_bytes"], spec["memory_bytes"]),
+        (resource.RLIMIT_FSIZE, spec["output_bytes"], spec["output_bytes"]),
+        (resource.RLIMIT_NOFILE, 64, 64),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+    if spec["drop_to_uid"] is not None or os.geteuid() != 0:
+        # Counted per real uid, and ignored for root: only meaningful once privileges are dropped.
+        limits.append((resource.RLIMIT_NPROC, spec["max_processes"], spec["max_processes"]))
+    for which, soft, hard in limits:
+        resource.setrlimit(which, (soft, hard))
+
+
+def _drop_privileges(uid):
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def _environment(spec):
+    return {
+        "HOME": spec["workdir"],
+        "TMPDIR": spec["workdir"],
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONHASHSEED": "0",
+    }
+
+
+def _python_argv(spec):
+    return [spec["python"], "-I", "-S", "-B", "main.py"]
+
+
+def _run_namespaced(spec):
+    _confine_filesystem(spec)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.chdir(spec["workdir"])
+            _drop_privileges(spec["drop_to_uid"])
+            _limit(spec)
+            os.execve(spec["python"], _python_argv(spec), _environment(spec))
+        except BaseException as exc:  # the child must never return into the launcher
+            os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
+            os._exit(EXIT_SETUP_FAILED)
+    status = 0
+    while True:  # pid 1: reap everything, return when the code's own process is gone
+        try:
+            done, code = os.wait()
+        except ChildProcessError:
+            break
+        if done == pid:
+            status = code
+            break
+    if os.WIFSIGNALED(status):
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status))
+
+
+_BLOCKED_EVENTS = (
+    "socket.__new__",
+    "socket.connect",
+    "socket.bind",
+    "socket.getaddrinfo",
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.spawn",
+    "os.posix_spawn",
+    "os.fork",
+    "os.forkpty",
+    "os.kill",
+    "os.killpg",
+    "ctypes.dlopen",
+    "ctypes.cdata",
+    "ctypes.addressof",
+    "sys.setprofile",
+    "sys.settrace",
+)
+
+
+def _audit_guard(spec):
+    workdir = os.path.realpath(spec["workdir"])
+    readable = tuple(os.path.realpath(p) for p in {spec["python_prefix"], sys.prefix, sys.base_prefix})
+
+    def inside(path, roots):
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+    def hook(event, args):
+        if event in _BLOCKED_EVENTS:
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
+            path = os.path.realpath(os.fsdecode(args[0]))
+            if not inside(path, (workdir, *readable)):
+                raise PermissionError(f"sandbox: listing {path!r} outside the working folder")
+        if event == "open" and args and isinstance(args[0], (str, bytes)):
+            path = os.path.realpath(os.fsdecode(args[0]))
+            mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
+            writing = any(c in mode for c in "wax+")
+            if not inside(path, (workdir,)) and (writing or not inside(path, readable)):
+                raise PermissionError(f"sandbox: open({path!r}) outside the working folder")
+
+    sys.addaudithook(hook)
+
+
+def _prepare_in_process(spec):
+    os.chdir(spec["workdir"])
+    os.environ.clear()
+    os.environ.update(_environment(spec))
+    _limit(spec)
+    sys.argv = ["main.py"]
+    sys.path.insert(0, spec["workdir"])
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    try:
+        if spec["isolation"] == "namespaces":
+            _run_namespaced(spec)  # never returns
+        _prepare_in_process(spec)
+    except OSError as exc:
+        os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
+        os._exit(EXIT_SETUP_FAILED)
+    import runpy
+
+    _audit_guard(spec)  # last: from here on the hook also constrains this script
+    runpy.run_path("main.py", run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

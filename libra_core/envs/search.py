@@ -1,0 +1,184 @@
+"""`search`: open-domain question answering with a BM25 search tool over a local passage corpus.
+
+The tool is an HTTP call to the search service (libra_core/envs/search_service.py), started on a
+free local port on first use (or `service_url`). A call `search:QUERY` (optionally `QUERY | k=N`)
+returns up to k passages `[i] Title: text`; payload sizes vary with k, how many passages score
+above zero and passage lengths; latency with the service's injected delay. Status: `success`
+with results, `failure` for an empty query, no hit or an HTTP error, `timeout` past
+`request_timeout_s`.
+
+Questions: the NQ sample (`nq`; most answers are not in the 1,000-passage sample, measured in
+docs/environments.md) and `passage_titles`, generated from the corpus: 'Which article contains:
+"<a sentence of a passage>"?', answered by that passage's title (searchable, so warm-up has signal).
+Reward: exact match (SQuAD normalisation) -> `correct`; otherwise max(`well_formed`, token F1).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+
+import httpx
+
+from libra_core.config.environments import SearchEnvConfig
+from libra_core.envs.answer_check import exact_match, token_f1
+from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction
+from libra_core.envs.datasets import (
+    Passage,
+    QARecord,
+    load_passages,
+    load_questions,
+    resolve_data_path,
+    stable_id,
+)
+from libra_core.envs.protocol import text_format
+from libra_core.envs.search_service import shared_service
+
+SYSTEM_PROMPT = (
+    "Answer the question. You may search a Wikipedia sample with the search tool, e.g. <tool_call>\n"
+    '{"name": "search", "arguments": "first nobel prize physics"}\n</tool_call>. '
+    "Finish with 'Answer: <short answer>'."
+)
+_K_SUFFIX = re.compile(r"^(.*?)\s*\|\s*k\s*=\s*(\d+)\s*$", re.S)
+_ANSWER_LINE = re.compile(r"(?:answer is|answer:)\s*(.+)", re.I | re.S)
+_SENTENCE = re.compile(r"(?:^|(?<=[.!?] ))[A-Z][^.!?]{40,160}[.!?]")  # whole sentences only
+
+
+def title_question(passage: Passage, rng: random.Random) -> str | None:
+    """A 'which article' question quoting one sentence of the passage (None if it has none)."""
+    sentences = [s.strip() for s in _SENTENCE.findall(passage.text) if passage.title.lower() not in s.lower()]
+    if not sentences:
+        return None
+    return f'Which Wikipedia article contains: "{rng.choice(sentences)}"?'
+
+
+class SearchEnv:
+    name = "search"
+
+    def __init__(self, cfg: SearchEnvConfig) -> None:
+        self.cfg = cfg
+        self.format = text_format(cfg.prompt_format)
+        self.special_tokens = self.format.special_tokens
+        self.stop_tokens = self.format.stop_tokens
+        self.max_turns = cfg.max_turns
+        self.passages = load_passages(cfg.data_dir, cfg.passages_file)
+        self._by_title = {p.title: p for p in self.passages}
+        self.problems = self._build_problems()
+        self._url = cfg.service_url
+        self.tools = ("search",)
+
+    def _build_problems(self) -> list[Problem]:
+        problems: list[Problem] = []
+        if "nq" in self.cfg.question_sources:
+            questions: tuple[QARecord, ...] = load_questions(self.cfg.data_dir, self.cfg.questions_file)
+            problems += [Problem(f"nq-{q.id}", q.question, json.dumps(list(q.answers)), 2) for q in questions]
+        if "passage_titles" in self.cfg.question_sources:
+            rng = random.Random(0)  # fixed: the question set is part of the dataset, not of the run
+            for p in self.passages:
+                question = title_question(p, rng)
+                if question is not None and p.title:
+                    problems.append(Problem(stable_id("title", question), question, json.dumps([p.title]), 1))
+        return problems
+
+    # -- problems -------------------------------------------------------------------------------
+    def sample_problems(self, n: int, seed: int, *, min_difficulty: int | None = None) -> list[Problem]:
+        from libra_core.envs.datasets import sample_records
+
+        return sample_records(self.problems, n, seed, min_difficulty)
+
+    # -- agent-loop protocol --------------------------------------------------------------------
+    def render_prompt(self, problem: Problem) -> str:
+        return self.format.prompt(SYSTEM_PROMPT, problem.question)
+
+    def parse_turn(self, turn_text: str) -> TurnAction:
+        action = self.format.parse(turn_text, self.tools)
+        if action.kind == "answer" and self.format.name == "chatml" and action.answer is not None:
+            found = _ANSWER_LINE.search(action.answer)
+            if found is not None:
+                return TurnAction("answer", answer=found.group(1).strip().splitlines()[0].strip())
+        return action
+
+    def service_url(self) -> str:
+        if self._url is None:
+            path = resolve_data_path(self.cfg.data_dir, self.cfg.passages_file)
+            service = shared_service(
+                path,
+                latency_ms=self.cfg.latency_ms,
+                max_passage_chars=self.cfg.max_passage_chars,
+                max_top_k=self.cfg.max_top_k,
+            )
+            self._url = service.url
+        return self._url
+
+    def run_tool(self, action: TurnAction) -> ToolResult:
+        start = time.perf_counter()
+        if action.tool != "search" or action.arguments is None:
+            return ToolResult(str(action.tool), "failure", f"error: unknown tool {action.tool!r}", 0.0)
+        query, k = action.arguments.strip(), self.cfg.top_k
+        suffix = _K_SUFFIX.match(query)
+        if suffix is not None:
+            query, k = suffix.group(1).strip(), max(1, min(int(suffix.group(2)), self.cfg.max_top_k))
+        if not query:
+            return ToolResult("search", "failure", "error: empty query", time.perf_counter() - start)
+        try:
+            response = httpx.get(
+                f"{self.service_url()}/search",
+                params={"q": query, "k": k},
+                timeout=self.cfg.request_timeout_s,
+            )
+            response.raise_for_status()
+            results = response.json()["results"]
+        except httpx.TimeoutException:
+            return ToolResult("search", "timeout", "error: search timed out", time.perf_counter() - start)
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            return ToolResult(
+                "search",
+                "failure",
+                f"error: search failed ({type(exc).__name__})",
+                time.perf_counter() - start,
+            )
+        if not results:
+            return ToolResult("search", "failure", "no results", time.perf_counter() - start)
+        text = "\n".join(f"[{i + 1}] {r['title']}: {r['text']}" for i, r in enumerate(results))
+        return ToolResult("search", "success", text, time.perf_counter() - start)
+
+    def format_observation(self, result: ToolResult) -> str:
+        return self.format.observation(result.observation)
+
+    def reward(self, reference_answer: str, final_answer: str | None) -> float:
+        weights = self.cfg.reward
+        if final_answer is None or not final_answer.strip():
+            return weights.malformed
+        golds = json.loads(reference_answer)
+        if exact_match(final_answer, golds):
+            return weights.correct
+        return max(weights.well_formed, token_f1(final_answer, golds) * weights.correct)
+
+    # -- supervision ----------------------------------------------------------------------------
+    def demonstration(self, problem: Problem) -> list[Segment]:
+        golds = json.loads(problem.reference_answer)
+        query = problem.question
+        if problem.question.startswith("Which Wikipedia article contains:"):
+            query = problem.question.split(":", 1)[1].strip().strip('?"')
+        # The observation is a representative result (the corpus passage); a demonstration must not
+        # depend on a running service.
+        hits = [self._by_title[golds[0]]] if golds[0] in self._by_title else []
+        hits = hits or [p for p in self.passages if golds[0].lower() in p.text.lower()][:1]
+        shown = (
+            "\n".join(f"[1] {p.title}: {p.text[: self.cfg.max_passage_chars]}" for p in hits) or "no results"
+        )
+        answer = golds[0] if self.format.name == "markers" else f"Answer: {golds[0]}"
+        return [
+            Segment(self.render_prompt(problem), trainable=False),
+            Segment(self.format.call("search", query), trainable=True),
+            Segment(self.format.observation(shown), trainable=False),
+            Segment(self.format.answer(answer), trainable=True),
+        ]
+
+    def corpus(self, n: int, seed: int) -> list[str]:
+        texts = ["".join(s.text for s in self.demonstration(p)) for p in self.sample_problems(n, seed)]
+        texts += [self.format.observation(f"{p.title}: {p.text}") for p in self.passages]
+        texts.append(self.format.observation("error: search timed out\nerror: empty query\nno results"))
+        return texts

@@ -1,0 +1,189 @@
+"""Rollout cost: how long a vLLM instance of TP degree t takes to serve a set of agentic trajectories.
+
+Per-GPU view, TP counted once: a TP-t instance holds `1/t` of the weights and `ceil(kv/t)/kv` of
+the KV heads on each GPU, does `1/t` of the FLOPs on each GPU, and pays two all-reduces of the
+hidden state per layer. A forward pass over T new tokens of S sequences is the sum of its
+operators (ops.py roofline); decode steps are memory-bound (weights + KV read), prefill chunks
+compute-bound. Continuous batching keeps B sequences in flight, limited by `max_num_seqs` and by
+the KV cache left after the weights.
+
+Agentic terms: each tool return appends payload tokens that must be prefilled, and a share
+`reprefill_fraction` of the context so far is prefilled again (the KV was evicted while the tool
+ran, or the request moved instance); tool latency is on the trajectory's critical path but hidden
+from the instance's throughput by the other sequences in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from libra_core.planner.assignment import SegmentTable
+from libra_core.planner.ops import all_reduce_s, gemm_time_s, memory_bound_s, roofline_s
+from libra_core.planner.specs import HardwareSpec, ModelSpec
+from libra_core.planner.workload import Workload
+
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory it may take
+RESERVED_BYTES = 2e9  # CUDA context, CUDA graphs and activation workspace (vLLM profiles ~1-3 GB)
+PREFILL_CHUNK_TOKENS = 2048  # vLLM v1 chunked-prefill budget per step (max_num_batched_tokens)
+
+
+@dataclass(frozen=True)
+class RolloutCostModel:
+    """Time and memory of one rollout instance; every method is per instance of TP degree `tp`."""
+
+    model: ModelSpec
+    hw: HardwareSpec
+    max_num_seqs: int = 256
+
+    def weight_bytes_per_gpu(self, tp: int) -> float:
+        return self.model.weight_bytes / tp
+
+    def kv_capacity_tokens(self, tp: int) -> float:
+        """Tokens of KV cache one instance holds (0 when the weights do not fit)."""
+        free = self.hw.mem_bytes * GPU_MEMORY_UTILIZATION - self.weight_bytes_per_gpu(tp) - RESERVED_BYTES
+        return max(0.0, free) / self.model.kv_bytes_per_token(tp)
+
+    def forward_s(self, tp: int, tokens: ArrayLike, seqs: ArrayLike, ctx: ArrayLike) -> np.ndarray:
+        """One forward pass over `tokens` new tokens of `seqs` sequences attending `ctx` tokens each.
+
+        Arrays broadcast, so one call prices many (batch, context) points at once.
+        """
+        m, hw = self.model, self.hw
+        b, dt = m.bytes_per_param, m.dtype
+        T = np.asarray(tokens, dtype=float)
+        S = np.asarray(seqs, dtype=float)
+        c = np.asarray(ctx, dtype=float)
+        h, q, F = m.hidden_size, m.q_dim / tp, m.intermediate_size / tp
+        kv = m.kv_heads_per_gpu(tp) * m.head_dim
+        t_qkv = gemm_time_s(hw, T, h, q + 2 * kv, b, dt)
+        t_o = gemm_time_s(hw, T, q, h, b, dt)
+        kv_read = S * c * 2 * kv * b
+        t_attn = roofline_s(hw, 4.0 * T * c * q, kv_read + 2 * T * q * b, dt)
+        if m.is_moe:
+            # Experts touched by T tokens routed top-k among E (uniform routing): E(1-(1-k/E)^T).
+            e, k = m.num_experts, m.experts_per_token
+            touched = e * (1.0 - (1.0 - k / e) ** T)
+            w_bytes = touched * m.expert_params / tp * b
+            t_mlp = roofline_s(hw, 2.0 * T * k * m.expert_params / tp, w_bytes + T * h * b * 2 * k, dt)
+            t_mlp = t_mlp + 2 * hw.op_overhead_us * 1e-6 + gemm_time_s(hw, T, h, e, b, dt)
+            act_elems = T * k * 3 * m.moe_intermediate_size / tp
+        else:
+            t_mlp = gemm_time_s(hw, T, h, 2 * F, b, dt) + gemm_time_s(hw, T, F, h, b, dt)
+            act_elems = T * 3 * F
+        # Elementwise: 2 norms (read+write h), rope on q and k, SiLU*mul (read 2F write F), 2 adds.
+        elem = T * b * (2 * 2 * h + 2 * (q + kv) + 2 * 3 * h) + act_elems * b
+        t_elem = memory_bound_s(hw, elem) + 5 * hw.op_overhead_us * 1e-6
+        t_ar = 2 * all_reduce_s(hw, T * h * b, tp)
+        layer = t_qkv + t_o + t_attn + t_mlp + t_elem + t_ar
+        head = gemm_time_s(hw, S, h, m.vocab_size / tp, b, dt)
+        return np.asarray(m.num_layers * layer + head)
+
+    def decode_step_s(self, tp: int, batch: ArrayLike, ctx: ArrayLike) -> np.ndarray:
+        """Inter-token latency of a decode step with `batch` sequences of mean context `ctx`."""
+        return self.forward_s(tp, batch, batch, ctx)
+
+    def prefill_s_per_token(self, tp: int, ctx: ArrayLike) -> np.ndarray:
+        """Seconds per prefilled token in full chunks whose tokens attend `ctx` tokens on average."""
+        chunk = PREFILL_CHUNK_TOKENS
+        return self.forward_s(tp, np.full_like(np.asarray(ctx, float), chunk), 1.0, ctx) / chunk
+
+    def concurrency(self, tp: int, mean_ctx: ArrayLike, num_seqs: ArrayLike) -> np.ndarray:
+        """Sequences in flight: max_num_seqs, the KV cache at the mean context, and the work at hand."""
+        kv_limit = np.floor(self.kv_capacity_tokens(tp) / np.maximum(np.asarray(mean_ctx, float), 1.0))
+        return np.maximum(1.0, np.minimum(np.minimum(kv_limit, self.max_num_seqs), num_seqs))
+
+    def feasible_tp(self, tp: int, max_ctx: float) -> bool:
+        """The model shards over `tp`, and one instance holds the longest context."""
+        return self.model.supports_tp(tp) and self.kv_capacity_tokens(tp) >= max_ctx
+
+    def trajectory_latency_s(
+        self,
+        tp: int,
+        gen_tokens: float,
+        prefill_tokens: float,
+        ctx: float,
+        tool_latency_s: float,
+        batch: float = 1.0,
+    ) -> float:
+        """Wall time of one trajectory on an instance decoding `batch` sequences (critical path)."""
+        itl = float(self.decode_step_s(tp, np.asarray(batch), np.asarray(ctx)))
+        pre = float(self.prefill_s_per_token(tp, np.asarray(ctx)))
+        return gen_tokens * itl + prefill_tokens * pre + tool_latency_s
+
+
+def instance_tp_degrees(model: ModelSpec, hw: HardwareSpec) -> tuple[int, ...]:
+    """TP degrees an instance may use: powers of two within a node that shard the heads evenly."""
+    out = []
+    t = 1
+    while t <= hw.gpus_per_node:
+        if model.supports_tp(t):
+            out.append(t)
+        t *= 2
+    return tuple(out)
+
+
+def build_segment_table(
+    cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], num_bins: int
+) -> SegmentTable:
+    """Price every contiguous range of length-sorted bins on one TP-t instance (assignment.py).
+
+    Per range [i, j): R trajectories (scaled to one iteration), D decode tokens, P prefill tokens;
+    concurrency B from max_num_seqs, the KV cache at the range's mean context and R; decode step
+    s = ITL(t, B, decode-weighted mean context); work `W = D s / B + P x prefill s/token`; critical
+    path `C = max over bins (s g_max + prefill P_max + tool latency_max)` (per-bin maxima: an upper
+    bound on the slowest trajectory, tight when bins are narrow); C = inf when TP t cannot shard
+    the model or hold the range's longest context.
+    """
+    order = np.argsort(w.total_tokens, kind="stable")
+    g = w.gen_tokens[order]
+    pre = w.prefill_tokens[order]
+    lat = w.tool_latency_s[order]
+    final = w.total_tokens[order]
+    life_ctx = w.prompt_tokens[order] + (g + w.payload_tokens[order]) / 2  # mean context over a life
+    k = max(1, min(num_bins, len(order)))
+    edges = np.linspace(0, len(order), k + 1).round().astype(int)
+    wt = w.weight
+
+    def prefix(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0.0], np.cumsum(np.add.reduceat(x, edges[:-1]))])
+
+    def bin_max(x: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat(x, edges[:-1])
+
+    cum_r, cum_d, cum_p = prefix(np.full(len(g), wt)), prefix(g * wt), prefix(pre * wt)
+    cum_ctx, cum_gctx = prefix(life_ctx * wt), prefix(g * life_ctx * wt)
+    gmax, pmax, lmax, fmax = bin_max(g), bin_max(pre), bin_max(lat), bin_max(final)
+    i_idx, j_idx = np.meshgrid(np.arange(k + 1), np.arange(k + 1), indexing="ij")
+    valid = j_idx > i_idx
+
+    def rng(c: np.ndarray) -> np.ndarray:
+        return np.where(valid, c[j_idx] - c[i_idx], np.nan)
+
+    r, d, p = rng(cum_r), rng(cum_d), rng(cum_p)
+    mean_ctx = rng(cum_ctx) / r
+    dec_ctx = np.where(d > 0, rng(cum_gctx) / np.where(d > 0, d, 1.0), mean_ctx)
+    # in_range[i, j, b]: bin b lies in [i, j)
+    b_idx = np.arange(k)
+    in_range = (b_idx[None, None, :] >= i_idx[:, :, None]) & (b_idx[None, None, :] < j_idx[:, :, None])
+    longest = np.where(in_range, fmax[None, None, :], 0.0).max(axis=2)
+    work = np.full((len(tps), k + 1, k + 1), np.inf)
+    crit = np.full((len(tps), k + 1, k + 1), np.inf)
+    safe_ctx = np.nan_to_num(dec_ctx, nan=1.0)
+    for ti, tp in enumerate(tps):
+        if not cost.model.supports_tp(tp):
+            continue
+        batch = cost.concurrency(tp, np.nan_to_num(mean_ctx, nan=1.0), np.nan_to_num(r, nan=1.0))
+        step = cost.decode_step_s(tp, batch, safe_ctx)
+        per_tok = cost.prefill_s_per_token(tp, safe_ctx)
+        ok = valid & (longest <= cost.kv_capacity_tokens(tp))
+        work[ti] = np.where(ok, np.nan_to_num(d) * step / batch + np.nan_to_num(p) * per_tok, np.inf)
+        path = (
+            step[:, :, None] * gmax[None, None, :]
+            + per_tok[:, :, None] * pmax[None, None, :]
+            + lmax[None, None, :]
+        )
+        crit[ti] = np.where(ok, np.where(in_range, path, 0.0).max(axis=2), np.inf)
+    return SegmentTable(tuple(tps), work, crit, edges, fmax)

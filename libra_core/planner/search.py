@@ -1,0 +1,302 @@
+"""Plan search: split a GPU budget between training and rollout and pick both sides' layouts.
+
+For every candidate split (train GPUs N_t, rollout GPUs N_r = G - N_t):
+- rollout: T_rollout(N_r) from the assignment DP's frontier over makespans (assignment.py), which
+  chooses the instance TP multiset and the length ranges each group serves; refined exactly by
+  bisection for the plans returned;
+- training: the fastest memory-feasible layout on N_t GPUs (train_cost.enumerate_layouts), skipped
+  without evaluating layouts when even the compute-only lower bound cannot beat the best plan.
+
+The objective is the steady-state iteration time for a staleness bound s (weights move to rollout
+after every update, taking T_sync = weight bytes / inter-node bandwidth):
+- s = 0 (on-policy): rollout k+1 needs the weights of update k, so nothing overlaps:
+  `T_iter = T_rollout + T_train + T_sync`;
+- s >= 1: rollout of step k+1 runs while step k trains; rollout pauses only to load weights:
+  `T_iter = max(T_rollout + T_sync, T_train)`. Larger s only absorbs variance between iterations,
+  which this deterministic model does not see, so s = 1 and s = 8 price the same.
+- a single device (local CPU run) is colocated: both sides share it, `T_rollout + T_train + T_sync`.
+Stage correction factors (calibration.StageCorrection) multiply T_rollout and T_train.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from libra_core.planner.assignment import Assignment, frontier, solve
+from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
+from libra_core.planner.specs import HardwareSpec, ModelSpec
+from libra_core.planner.train_cost import (
+    TrainEstimate,
+    TrainLayout,
+    TrainShape,
+    enumerate_layouts,
+    estimate_train,
+    train_lower_bound_s,
+)
+from libra_core.planner.workload import Workload
+
+log = logging.getLogger(__name__)
+
+
+def iteration_time_s(
+    t_rollout_s: float, t_train_s: float, t_sync_s: float, staleness: int, colocated: bool = False
+) -> float:
+    """Steady-state seconds per iteration (module docstring gives the formulas)."""
+    if colocated or staleness == 0:
+        return t_rollout_s + t_train_s + t_sync_s
+    return max(t_rollout_s + t_sync_s, t_train_s)
+
+
+def weight_sync_s(model: ModelSpec, hw: HardwareSpec, colocated: bool) -> float:
+    """Broadcasting the new bf16 weights to the rollout instances (pipelined over the NICs)."""
+    if colocated:
+        return model.weight_bytes / (hw.mem_bw_bytes_per_s * hw.mem_bw_eff)
+    return model.weight_bytes / (hw.inter_bw_bytes_per_s * hw.inter_allreduce_eff)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    staleness: int = 0
+    max_num_seqs: int = 256
+    num_bins: int = 48
+    top_k: int = 4  # plans returned (best first)
+    rel_tol: float = 1e-3
+    corrections: dict[str, float] = field(default_factory=dict)  # stage -> factor
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One candidate: the split, both sides' layouts and the predicted times."""
+
+    num_gpus: int
+    train_gpus: int
+    rollout_gpus: int
+    train: TrainEstimate
+    rollout: Assignment
+    t_train_s: float
+    t_rollout_s: float
+    t_sync_s: float
+    t_iter_s: float
+    staleness: int
+    tokens_per_iteration: float
+    colocated: bool = False
+    bin_max_len: tuple[float, ...] = ()
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_iteration / self.t_iter_s
+
+    @property
+    def idle_rollout_gpus(self) -> int:
+        """Rollout GPUs the assignment leaves unused (the long tail bounds the makespan)."""
+        return self.rollout_gpus - self.rollout.gpus if not self.colocated else 0
+
+    @property
+    def instance_tps(self) -> dict[int, int]:
+        return self.rollout.instance_tps()
+
+    def same_resources(self, other: Plan) -> bool:
+        """Same split, training layout and instance multiset: switching costs nothing to move."""
+        return (
+            self.train_gpus == other.train_gpus
+            and self.train.layout == other.train.layout
+            and self.instance_tps == other.instance_tps
+        )
+
+
+# Among plans with (nearly) equal T_iter prefer less busy time, so GPUs a side cannot use go to the
+# other side instead of idling behind the bottleneck.
+TIE_BREAK = 1e-3
+
+
+def plan_rank(plan: Plan) -> float:
+    return plan.t_iter_s + TIE_BREAK * (plan.t_rollout_s + plan.t_train_s)
+
+
+def best_train(model: ModelSpec, hw: HardwareSpec, num_gpus: int, shape: TrainShape) -> TrainEstimate | None:
+    best: TrainEstimate | None = None
+    for layout in enumerate_layouts(model, hw, num_gpus):
+        est = estimate_train(model, hw, layout, shape)
+        if est.feasible and (best is None or est.time_s < best.time_s):
+            best = est
+    return best
+
+
+def _split_candidates(total: int, gpus_per_node: int) -> list[int]:
+    step = 1 if total <= 64 else max(1, min(gpus_per_node, 2 ** int(math.log2(total / 64))))
+    return list(range(step, total, step))
+
+
+def search_plans(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    num_gpus: int,
+    workload: Workload,
+    settings: SearchSettings | None = None,
+) -> list[Plan]:
+    """Best plans for `num_gpus` devices, fastest first ([] when nothing fits)."""
+    s = settings or SearchSettings()
+    cost = RolloutCostModel(model, hw, s.max_num_seqs)
+    table = build_segment_table(cost, workload, instance_tp_degrees(model, hw), s.num_bins)
+    shape = TrainShape.from_workload(workload)
+    f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
+    colocated = num_gpus == 1
+    t_sync = weight_sync_s(model, hw, colocated)
+    if colocated:
+        single = _colocated_plan(model, hw, workload, shape, table, t_sync, f_r, f_t, s)
+        return [single] if single else []
+    k = table.num_bins
+    finite = table.crit_s[np.isfinite(table.crit_s)]
+    if finite.size == 0:
+        return []
+    hi = max(
+        float(np.nanmax(np.where(np.isfinite(table.work_s[:, 0, k]), table.work_s[:, 0, k], 0))),
+        float(finite.max()),
+    )
+    grid = np.geomspace(max(float(finite.min()) * 0.5, 1e-6), hi * 1.01, 1500)
+    need = frontier(table, grid)
+    candidates: list[tuple[float, int, TrainEstimate, float]] = []
+    best_obj = math.inf
+    for n_train in _split_candidates(num_gpus, hw.gpus_per_node):
+        n_roll = num_gpus - n_train
+        ok = need <= n_roll
+        if not ok.any():
+            continue
+        t_r = float(grid[int(np.argmax(ok))]) * f_r
+        bound = train_lower_bound_s(model, hw, n_train, shape) * f_t
+        lower = iteration_time_s(t_r, bound, t_sync, s.staleness) + TIE_BREAK * (t_r + bound)
+        if lower >= best_obj and len(candidates) >= s.top_k:
+            continue
+        est = best_train(model, hw, n_train, shape)
+        if est is None:
+            continue
+        obj = iteration_time_s(t_r, est.time_s * f_t, t_sync, s.staleness) + TIE_BREAK * (
+            t_r + est.time_s * f_t
+        )
+        candidates.append((obj, n_train, est, t_r))
+        candidates.sort(key=lambda c: c[0])
+        best_obj = candidates[min(len(candidates), s.top_k) - 1][0]
+    plans = []
+    for _, n_train, est, _ in candidates[: s.top_k]:
+        assignment = solve(table, num_gpus - n_train, s.rel_tol)
+        if assignment is None:
+            continue
+        t_r, t_t = assignment.makespan_s * f_r, est.time_s * f_t
+        plans.append(
+            Plan(
+                num_gpus,
+                n_train,
+                num_gpus - n_train,
+                est,
+                assignment,
+                t_t,
+                t_r,
+                t_sync,
+                iteration_time_s(t_r, t_t, t_sync, s.staleness),
+                s.staleness,
+                shape.tokens,
+                False,
+                tuple(float(x) for x in table.bin_max_len),
+            )
+        )
+    plans.sort(key=plan_rank)
+    log.debug(
+        "searched %d splits for %d GPUs; best %.1fs",
+        len(candidates),
+        num_gpus,
+        plans[0].t_iter_s if plans else math.nan,
+    )
+    return plans
+
+
+def _best_same_topology(
+    model: ModelSpec, hw: HardwareSpec, layout: TrainLayout, shape: TrainShape
+) -> TrainEstimate:
+    groups = (layout.tp, layout.pp, layout.dp, layout.ep)
+    best = estimate_train(model, hw, layout, shape)
+    for cand in enumerate_layouts(model, hw, layout.num_gpus):
+        if (cand.tp, cand.pp, cand.dp, cand.ep) != groups:
+            continue
+        est = estimate_train(model, hw, cand, shape)
+        if est.feasible and (not best.feasible or est.time_s < best.time_s):
+            best = est
+    return best
+
+
+def _colocated_plan(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    w: Workload,
+    shape: TrainShape,
+    table,
+    t_sync: float,
+    f_r: float,
+    f_t: float,
+    s: SearchSettings,
+) -> Plan | None:
+    assignment = solve(table, 1, s.rel_tol)
+    est = best_train(model, hw, 1, shape)
+    if assignment is None or est is None:
+        return None
+    t_r, t_t = assignment.makespan_s * f_r, est.time_s * f_t
+    t_iter = iteration_time_s(t_r, t_t, t_sync, s.staleness, True)
+    return Plan(
+        1,
+        1,
+        1,
+        est,
+        assignment,
+        t_t,
+        t_r,
+        t_sync,
+        t_iter,
+        s.staleness,
+        shape.tokens,
+        True,
+        tuple(float(x) for x in table.bin_max_len),
+    )
+
+
+def evaluate_plan(
+    plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, settings: SearchSettings | None = None
+) -> Plan:
+    """Re-price an existing plan's resources (split, layout, instance multiset) on a new workload.
+
+    Rollout keeps its GPUs and TP degrees; requests are re-assigned by the DP restricted to those
+    degrees (the router adapts for free). Training keeps its TP/PP/DP/EP groups but may change
+    what needs no GPU to move (ZeRO stage, recompute, micro-batch size), e.g. when longer
+    sequences no longer fit; if nothing fits, the plan prices at infinity.
+    """
+    s = settings or SearchSettings()
+    cost = RolloutCostModel(model, hw, s.max_num_seqs)
+    tps = tuple(sorted(plan.instance_tps))
+    table = build_segment_table(cost, workload, tps, s.num_bins)
+    assignment = solve(table, plan.rollout_gpus, s.rel_tol)
+    shape = TrainShape.from_workload(workload)
+    est = _best_same_topology(model, hw, plan.train.layout, shape)
+    f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
+    t_r = (assignment.makespan_s if assignment else math.inf) * f_r
+    t_t = est.time_s * f_t if est.feasible else math.inf
+    t_iter = iteration_time_s(t_r, t_t, plan.t_sync_s, s.staleness, plan.colocated)
+    return Plan(
+        plan.num_gpus,
+        plan.train_gpus,
+        plan.rollout_gpus,
+        est,
+        assignment or plan.rollout,
+        t_t,
+        t_r,
+        plan.t_sync_s,
+        t_iter,
+        s.staleness,
+        shape.tokens,
+        plan.colocated,
+        tuple(float(x) for x in table.bin_max_len),
+    )
+
+
+__all__ = ["Plan", "SearchSettings", "TrainLayout", "evaluate_plan", "iteration_time_s", "search_plans"]

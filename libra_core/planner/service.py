@@ -1,0 +1,127 @@
+"""The Global Resource Planner as the plan stage uses it during a run.
+
+The plan stage builds one `LibraPlanner` per run (`LibraPlanner.from_config(cfg)`) and, each
+iteration, calls `observe(...)` with the finished iteration's trajectories and measured stage
+times, then `step(iteration)`, which returns the plan to run and a `ReplanDecision` when a replan
+was due (every `planner.replan_every` iterations; never when it is 0). The planner mutates only
+its own state: the trajectory window, the stage corrections and the current plan.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pyarrow as pa
+
+from libra_core.config import LibraConfig
+from libra_core.planner.calibration import StageCorrection
+from libra_core.planner.presets import workload_preset
+from libra_core.planner.replan import ReplanDecision, ReplanPolicy, TrajectoryWindow, initial_decision
+from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.specs import ClusterSpec, ModelSpec, get_model, model_spec_from_tiny, parse_cluster
+from libra_core.planner.workload import Workload, workload_from_trajectory_table
+
+log = logging.getLogger(__name__)
+
+
+class LibraPlanner:
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        model: ModelSpec,
+        prior: Workload,
+        policy: ReplanPolicy,
+        window_iterations: int,
+        replan_every: int,
+        staleness: int,
+        gpu_budget: int = 0,
+    ) -> None:
+        self.cluster = cluster
+        self.model = model
+        self.policy = policy
+        self.replan_every = replan_every
+        self.staleness = staleness
+        self.num_gpus = min(gpu_budget, cluster.num_gpus) if gpu_budget else cluster.num_gpus
+        self.window = TrajectoryWindow(window_iterations)
+        self.corrections = StageCorrection()
+        self._prior = prior
+        self._plan: Plan | None = None
+
+    @classmethod
+    def from_config(cls, cfg: LibraConfig) -> LibraPlanner:
+        p = cfg.planner
+        if p.model_spec is not None:
+            model = get_model(p.model_spec)
+        elif cfg.model.type == "tiny_qwen2":
+            model = model_spec_from_tiny(cfg.model, vocab_size=cfg.tokenizer.vocab_size)
+        else:
+            raise ValueError("planner.model_spec is required for model.type hf_local (e.g. qwen3-8b)")
+        prior = replace(
+            workload_preset(p.initial_workload, cfg.experiment.seed),
+            prompts_per_iteration=cfg.rollout.prompts_per_iteration,
+            group_size=cfg.training.grpo.group_size,
+            minibatches=cfg.training.grpo.minibatches,
+        )
+        policy = ReplanPolicy(p.min_gain_fraction, p.expected_iterations, p.move_cost_s)
+        return cls(
+            parse_cluster(p.hardware),
+            model,
+            prior,
+            policy,
+            p.window_iterations,
+            p.replan_every,
+            p.staleness,
+            p.gpu_budget,
+        )
+
+    @property
+    def plan(self) -> Plan | None:
+        return self._plan
+
+    def settings(self) -> SearchSettings:
+        factors = {s: self.corrections.factor(s) for s in ("rollout", "update")}
+        return SearchSettings(staleness=self.staleness, corrections=factors)
+
+    def _search(self, workload: Workload) -> Plan:
+        plans = search_plans(self.model, self.cluster.hardware, self.num_gpus, workload, self.settings())
+        if not plans:
+            raise ValueError(
+                f"no feasible plan for {self.model.name} on {self.num_gpus}x{self.cluster.hardware.name}"
+            )
+        return plans[0]
+
+    def observe(
+        self, trajectories: pa.Table | Workload, group_size: int, measured_s: dict[str, float]
+    ) -> None:
+        """Feed one finished iteration: its trajectories and measured seconds per stage."""
+        w = (
+            trajectories
+            if isinstance(trajectories, Workload)
+            else workload_from_trajectory_table(trajectories, group_size)
+        )
+        self.window.add(w)
+        if self._plan is None:
+            return
+        predicted = {
+            "rollout": self._plan.t_rollout_s / self.corrections.factor("rollout"),
+            "update": self._plan.t_train_s / self.corrections.factor("update"),
+        }
+        for stage, seconds in measured_s.items():
+            if stage in predicted and seconds > 0 and predicted[stage] > 0:
+                self.corrections.observe(stage, predicted[stage], seconds)
+
+    def step(self, iteration: int) -> tuple[Plan, ReplanDecision | None]:
+        """The plan for `iteration`; a decision record when a (re)plan happened."""
+        if self._plan is None:
+            workload = self.window.pooled() if len(self.window) else self._prior
+            self._plan = self._search(workload)
+            return self._plan, initial_decision(iteration, self._plan, workload, self.policy)
+        if self.replan_every == 0 or iteration % self.replan_every or not len(self.window):
+            return self._plan, None
+        window = self.window.pooled()
+        current_now = evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())
+        proposed = self._search(window)
+        decision = self.policy.decide(iteration, self._plan, current_now, proposed, window)
+        self._plan = proposed if decision.action == "apply" else current_now
+        return self._plan, decision

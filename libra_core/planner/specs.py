@@ -1,0 +1,257 @@
+"""Hardware and model specifications: the facts the cost model starts from.
+
+The data lives in `hardware.yaml` and `models.yaml` inside this package (with their
+sources); this module parses them once into frozen pydantic models and answers look-ups by name.
+Unknown names raise a `ValueError` that lists the valid ones. `parse_cluster("48xA800")` turns the
+CLI's cluster string into a `ClusterSpec`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HardwareSpec(_Spec):
+    """One accelerator type; YAML fields carry human units, properties give SI units."""
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    bf16_tflops: float = Field(gt=0, description="Dense bf16 tensor-core peak, TFLOP/s.")
+    fp32_tflops: float = Field(gt=0, description="fp32 peak (non-tensor-core), TFLOP/s.")
+    memory_gb: float = Field(gt=0, description="Device memory, 10^9 bytes.")
+    hbm_gbps: float = Field(gt=0, description="Device memory bandwidth, GB/s.")
+    nvlink_gbps_per_dir: float = Field(gt=0, description="Intra-node bandwidth per device and direction.")
+    nic_gbps_per_gpu: float = Field(gt=0, description="Inter-node bandwidth per device and direction.")
+    gpus_per_node: int = Field(ge=1)
+    gemm_compute_eff: float = Field(gt=0, le=1, description="Achieved share of peak in large GEMMs.")
+    mem_bw_eff: float = Field(
+        gt=0, le=1, description="Achieved share of memory bandwidth in GEMMs/attention."
+    )
+    elementwise_bw_eff: float = Field(gt=0, le=1, description="Achieved share in norms, activations, adds.")
+    elementwise_overhead_us: float = Field(ge=0, description="Fixed cost per elementwise operator.")
+    op_overhead_us: float = Field(ge=0, description="Fixed cost per operator (launch, tails).")
+    intra_allreduce_eff: float = Field(gt=0, le=1, description="Bus-bandwidth share in intra-node rings.")
+    intra_latency_us: float = Field(ge=0, description="Fixed cost of an intra-node collective.")
+    intra_p2p_eff: float = Field(gt=0, le=1, description="NVLink share reached by a send/recv.")
+    intra_p2p_latency_us: float = Field(ge=0, description="Fixed cost of an intra-node send/recv.")
+    inter_allreduce_eff: float = Field(gt=0, le=1, description="Bus-bandwidth share across nodes.")
+    inter_latency_us: float = Field(ge=0, description="Fixed cost of an inter-node collective.")
+    train_mfu: float = Field(gt=0, le=1, description="Share of peak reached by training compute.")
+    source: str
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        return (self.bf16_tflops if dtype == "bfloat16" else self.fp32_tflops) * 1e12
+
+    @property
+    def mem_bytes(self) -> float:
+        return self.memory_gb * 1e9
+
+    @property
+    def mem_bw_bytes_per_s(self) -> float:
+        return self.hbm_gbps * 1e9
+
+    @property
+    def intra_bw_bytes_per_s(self) -> float:
+        return self.nvlink_gbps_per_dir * 1e9
+
+    @property
+    def inter_bw_bytes_per_s(self) -> float:
+        return self.nic_gbps_per_gpu * 1e9
+
+
+class ModelSpec(_Spec):
+    """A decoder-only transformer (dense or MoE); parameter counts are derived, not typed in."""
+
+    name: str
+    hf_id: str
+    num_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    tie_embeddings: bool
+    num_experts: int = Field(0, ge=0)
+    experts_per_token: int = Field(0, ge=0)
+    moe_intermediate_size: int = Field(0, ge=0)
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    reported_params_b: float | None = None
+    reported_active_params_b: float | None = None
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"{self.name}: num_heads {self.num_heads} not a multiple of {self.num_kv_heads}")
+        if self.num_experts and not (0 < self.experts_per_token <= self.num_experts):
+            raise ValueError(f"{self.name}: experts_per_token must be in 1..num_experts")
+        if self.num_experts and not self.moe_intermediate_size:
+            raise ValueError(f"{self.name}: a MoE model needs moe_intermediate_size")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def bytes_per_param(self) -> int:
+        return 2 if self.dtype == "bfloat16" else 4
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        h = self.hidden_size
+        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + 2 * h  # + 2 RMSNorm weights
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one expert (gate, up, down)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        if self.is_moe:
+            return self.num_experts * self.expert_params + self.hidden_size * self.num_experts
+        return 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def active_mlp_params_per_layer(self) -> int:
+        if self.is_moe:
+            return self.experts_per_token * self.expert_params + self.hidden_size * self.num_experts
+        return self.mlp_params_per_layer
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus LM head (one matrix when tied)."""
+        return self.vocab_size * self.hidden_size * (1 if self.tie_embeddings else 2)
+
+    @property
+    def num_params(self) -> int:
+        layer = self.attn_params_per_layer + self.mlp_params_per_layer
+        return self.num_layers * layer + self.embedding_params
+
+    @property
+    def num_active_params(self) -> int:
+        layer = self.attn_params_per_layer + self.active_mlp_params_per_layer
+        return self.num_layers * layer + self.embedding_params
+
+    @property
+    def flops_params(self) -> int:
+        """Parameters that cost 2 FLOPs per token in a forward pass: active layers + LM head."""
+        layer = self.attn_params_per_layer + self.active_mlp_params_per_layer
+        return self.num_layers * layer + self.vocab_size * self.hidden_size
+
+    @property
+    def expert_params_total(self) -> int:
+        return self.num_layers * self.num_experts * self.expert_params if self.is_moe else 0
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.bytes_per_param
+
+    def kv_heads_per_gpu(self, tp: int) -> int:
+        """KV heads one TP rank holds: heads are split, and replicated when tp exceeds them."""
+        return math.ceil(self.num_kv_heads / tp)
+
+    def kv_bytes_per_token(self, tp: int = 1) -> int:
+        """KV-cache bytes per token on each GPU of a TP-`tp` instance: 2 x L x ceil(kv/tp) x d x bytes."""
+        return 2 * self.num_layers * self.kv_heads_per_gpu(tp) * self.head_dim * self.bytes_per_param
+
+    def supports_tp(self, tp: int) -> bool:
+        """vLLM and Megatron shard attention heads evenly over TP ranks."""
+        return self.num_heads % tp == 0 and (tp % self.num_kv_heads == 0 or self.num_kv_heads % tp == 0)
+
+
+class ClusterSpec(_Spec):
+    hardware: HardwareSpec
+    num_gpus: int = Field(ge=1)
+
+    @property
+    def label(self) -> str:
+        return f"{self.num_gpus}x{self.hardware.name}"
+
+
+def _load_yaml(name: str) -> dict[str, Any]:
+    text = resources.files("libra_core.planner").joinpath(name).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict), f"{name} must be a mapping of name -> spec"
+    return data
+
+
+@cache
+def hardware_specs() -> dict[str, HardwareSpec]:
+    return {name: HardwareSpec(name=name, **fields) for name, fields in _load_yaml("hardware.yaml").items()}
+
+
+@cache
+def model_specs() -> dict[str, ModelSpec]:
+    return {name: ModelSpec(name=name, **fields) for name, fields in _load_yaml("models.yaml").items()}
+
+
+def get_hardware(name: str) -> HardwareSpec:
+    specs = hardware_specs()
+    key = name.strip().lower()
+    for spec in specs.values():
+        if key == spec.name.lower() or key in (a.lower() for a in spec.aliases):
+            return spec
+    valid = sorted([*specs, *(a for s in specs.values() for a in s.aliases)])
+    raise ValueError(f"unknown hardware {name!r}; valid: {valid}")
+
+
+def get_model(name: str) -> ModelSpec:
+    specs = model_specs()
+    key = name.strip().lower()
+    if key in specs:
+        return specs[key]
+    raise ValueError(f"unknown model {name!r}; valid: {sorted(specs)}")
+
+
+def model_spec_from_tiny(cfg: Any, vocab_size: int = 40) -> ModelSpec:
+    """A spec for the locally built policy (`TinyModelConfig` in libra_core.config)."""
+    return ModelSpec(
+        name="tiny-local",
+        hf_id="local/tiny_qwen2",
+        num_layers=cfg.num_layers,
+        hidden_size=cfg.hidden_size,
+        num_heads=cfg.num_heads,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        intermediate_size=cfg.intermediate_size,
+        vocab_size=vocab_size,
+        tie_embeddings=False,
+        dtype=cfg.dtype,
+        source="libra_core.config TinyModelConfig",
+    )
+
+
+_CLUSTER = re.compile(r"^\s*(\d+)\s*[xX*]\s*([A-Za-z0-9_.-]+)\s*$")
+
+
+def parse_cluster(text: str) -> ClusterSpec:
+    """`"48xA800"` -> 48 A800-80G devices; `"1xcpu"` -> this machine as one device."""
+    match = _CLUSTER.match(text)
+    if not match:
+        raise ValueError(f"cluster {text!r} must look like COUNTxGPU, e.g. 48xA800 or 1xcpu")
+    count = int(match.group(1))
+    if count < 1:
+        raise ValueError(f"cluster {text!r}: the device count must be at least 1")
+    return ClusterSpec(hardware=get_hardware(match.group(2)), num_gpus=count)

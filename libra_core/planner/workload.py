@@ -1,0 +1,227 @@
+"""Workload: the trajectory length statistics the planner plans for.
+
+A `Workload` is a sample of trajectories (one array entry each) plus how many trajectories an
+iteration holds (`prompts_per_iteration x group_size`); the sample is scaled to that count. It comes
+from a documented preset (synthetic, seeded), a trace Parquet file with one row per trajectory
+(`TRACE_SCHEMA`), or the project's own trajectory table (libra_core.data.schema) when replanning.
+
+Per trajectory the planner needs: prompt tokens, generated tokens, tool-payload tokens, tool calls,
+the context length at each tool return summed (`reprefill_ctx_tokens`: what is prefilled again if
+the KV was dropped while the tool ran) and the time spent in tools.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+log = logging.getLogger(__name__)
+
+TURN = pa.struct(
+    [
+        pa.field("gen_tokens", pa.int32()),  # tokens the policy generated in this turn
+        pa.field("tool", pa.string()),  # tool called at the end of the turn ("" for the answer)
+        pa.field("payload_tokens", pa.int32()),  # tokens of the tool's reply appended to the context
+        pa.field("status", pa.string()),  # success | failure | timeout | none
+    ]
+)
+TRACE_SCHEMA = pa.schema(
+    [
+        pa.field("trajectory_id", pa.string()),
+        pa.field("prompt_id", pa.string()),
+        pa.field("iteration", pa.int32()),
+        pa.field("prompt_tokens", pa.int32()),
+        pa.field("turns", pa.list_(TURN)),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A sample of trajectories (arrays of equal length) and the iteration it stands for."""
+
+    name: str
+    prompts_per_iteration: int
+    group_size: int
+    prompt_tokens: np.ndarray
+    gen_tokens: np.ndarray
+    payload_tokens: np.ndarray
+    tool_calls: np.ndarray
+    reprefill_ctx_tokens: np.ndarray
+    tool_latency_s: np.ndarray
+    reprefill_fraction: float = 1.0  # share of the context prefilled again after a tool return
+    minibatches: int = 4  # optimizer steps per iteration (each ends with a pipeline flush)
+
+    def __post_init__(self) -> None:
+        n = len(self.prompt_tokens)
+        assert n > 0, "a workload needs at least one trajectory"
+        for f in ("gen_tokens", "payload_tokens", "tool_calls", "reprefill_ctx_tokens", "tool_latency_s"):
+            assert len(getattr(self, f)) == n, f"{f} must have one entry per trajectory ({n})"
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.prompt_tokens)
+
+    @property
+    def trajectories_per_iteration(self) -> int:
+        return self.prompts_per_iteration * self.group_size
+
+    @property
+    def weight(self) -> float:
+        """Trajectories of one iteration that each sampled trajectory stands for."""
+        return self.trajectories_per_iteration / self.num_samples
+
+    @property
+    def total_tokens(self) -> np.ndarray:
+        """Final context length of each trajectory (what training runs forward/backward on)."""
+        return self.prompt_tokens + self.gen_tokens + self.payload_tokens
+
+    @property
+    def prefill_tokens(self) -> np.ndarray:
+        return self.prompt_tokens + self.payload_tokens + self.reprefill_fraction * self.reprefill_ctx_tokens
+
+    def scaled(self, length_scale: float, name: str | None = None) -> Workload:
+        """Same shape, generated and payload lengths multiplied (for drift studies)."""
+        return replace(
+            self,
+            name=name or f"{self.name}x{length_scale:g}",
+            gen_tokens=np.round(self.gen_tokens * length_scale),
+            payload_tokens=np.round(self.payload_tokens * length_scale),
+            reprefill_ctx_tokens=self.reprefill_ctx_tokens * length_scale,
+        )
+
+    def stats(self) -> dict[str, float]:
+        tot = self.total_tokens
+        return {
+            "trajectories": float(self.trajectories_per_iteration),
+            "mean_len": float(tot.mean()),
+            "p50_len": float(np.quantile(tot, 0.5)),
+            "p90_len": float(np.quantile(tot, 0.9)),
+            "max_len": float(tot.max()),
+            "mean_tool_calls": float(self.tool_calls.mean()),
+            "tokens_per_iteration": float(tot.sum() * self.weight),
+        }
+
+
+@dataclass(frozen=True)
+class Turns:
+    """Per-trajectory lists of turns, the common form of presets and traces."""
+
+    prompt_tokens: list[int]
+    gen: list[list[int]]
+    payload: list[list[int]]
+    tool_latency_s: list[float]
+
+
+def workload_from_turns(name: str, turns: Turns, prompts: int, group: int, **kw: Any) -> Workload:
+    """Fold turn lists into per-trajectory arrays, summing the context at every tool return."""
+    reprefill, calls = [], []
+    for p, gen, pay in zip(turns.prompt_tokens, turns.gen, turns.payload, strict=True):
+        ctx, acc, c = p, 0, 0
+        for g, y in zip(gen, pay, strict=True):
+            ctx += g
+            if y > 0:
+                acc += ctx  # context the engine must hold (or rebuild) when the tool returns
+                c += 1
+            ctx += y
+        reprefill.append(acc)
+        calls.append(c)
+    return Workload(
+        name=name,
+        prompts_per_iteration=prompts,
+        group_size=group,
+        prompt_tokens=np.array(turns.prompt_tokens, dtype=float),
+        gen_tokens=np.array([sum(g) for g in turns.gen], dtype=float),
+        payload_tokens=np.array([sum(y) for y in turns.payload], dtype=float),
+        tool_calls=np.array(calls, dtype=float),
+        reprefill_ctx_tokens=np.array(reprefill, dtype=float),
+        tool_latency_s=np.array(turns.tool_latency_s, dtype=float),
+        **kw,
+    )
+
+
+def read_trace(
+    path: Path | str,
+    tool_latency_s: float = 1.0,
+    iterations: Sequence[int] | None = None,
+    group_size: int | None = None,
+) -> Workload:
+    """A trace Parquet file (TRACE_SCHEMA, one row per trajectory) as a workload.
+
+    The trace carries no tool latency, so each tool call costs `tool_latency_s`. Prompts per
+    iteration and group size are the trace's means over its iterations (or over `iterations`).
+    """
+    table = pq.read_table(path)
+    missing = [f.name for f in TRACE_SCHEMA if f.name not in table.schema.names]
+    if missing:
+        raise ValueError(f"trace {path}: missing columns {missing}; expected {TRACE_SCHEMA.names}")
+    rows = table.select(TRACE_SCHEMA.names).to_pylist()
+    if iterations is not None:
+        keep = set(iterations)
+        rows = [r for r in rows if r["iteration"] in keep]
+    if not rows:
+        raise ValueError(f"trace {path}: no trajectories (iterations filter {iterations})")
+    per_iter: dict[int, set[str]] = {}
+    for r in rows:
+        per_iter.setdefault(r["iteration"], set()).add(r["prompt_id"])
+    prompts = max(1, round(np.mean([len(v) for v in per_iter.values()])))
+    group = group_size or max(1, round(len(rows) / len(per_iter) / prompts))
+    turns = Turns(
+        prompt_tokens=[r["prompt_tokens"] for r in rows],
+        gen=[[t["gen_tokens"] for t in r["turns"]] for r in rows],
+        payload=[[t["payload_tokens"] if t["tool"] else 0 for t in r["turns"]] for r in rows],
+        tool_latency_s=[tool_latency_s * sum(1 for t in r["turns"] if t["tool"]) for r in rows],
+    )
+    log.info("trace %s: %d trajectories, %d iterations", path, len(rows), len(per_iter))
+    return workload_from_turns(Path(path).stem, turns, prompts, group)
+
+
+def write_trace(path: Path | str, rows: list[dict[str, Any]]) -> None:
+    """Write trajectories in TRACE_SCHEMA (used by tests and to export presets)."""
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA), path)
+
+
+def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str = "measured") -> Workload:
+    """The project's trajectory table (libra_core.data.schema) as a workload, for replanning."""
+    cols = table.select(
+        ["iteration", "prompt_id", "prompt_ids", "loss_mask", "tool_events", "tool_latency_s"]
+    ).to_pylist()
+    if not cols:
+        raise ValueError("no trajectories to build a workload from")
+    gen, payload, prompt, lat = [], [], [], []
+    for r in cols:
+        events = sorted(r["tool_events"], key=lambda e: e["turn"])
+        pay = [e["payload_tokens"] for e in events]
+        generated = sum(r["loss_mask"])
+        per_turn = generated / (len(events) + 1)  # generated tokens split evenly over turns
+        gen.append([per_turn] * len(events) + [generated - per_turn * len(events)])
+        payload.append(pay + [0])
+        prompt.append(len(r["prompt_ids"]))
+        lat.append(r["tool_latency_s"])
+    iters = {r["iteration"] for r in cols}
+    prompts = max(1, round(len({(r["iteration"], r["prompt_id"]) for r in cols}) / len(iters)))
+    return workload_from_turns(name, Turns(prompt, gen, payload, lat), prompts, group_size)
+
+
+def concat(workloads: Sequence[Workload], name: str) -> Workload:
+    """Pool several windows' samples into one workload (iteration shape of the last one)."""
+    last = workloads[-1]
+    cat = {
+        f: np.concatenate([getattr(w, f) for w in workloads])
+        for f in (
+            "prompt_tokens",
+            "gen_tokens",
+            "payload_tokens",
+            "tool_calls",
+            "reprefill_ctx_tokens",
+            "tool_latency_s",
+        )
+    }
+    return replace(last, name=name, **cat)

@@ -1,0 +1,122 @@
+"""C-MLFQ: causality-driven routing of agentic trajectories across heterogeneous rollout buckets.
+
+The tool returns a trajectory has seen (which tool, how large the payload, success/failure/timeout)
+are evidence of how much work is left. C-MLFQ keeps, in a prefix tree (prefix_tree.py), the
+distribution of remaining tokens after every observed tool-return history, per prompt and pooled
+over prompts, and routes on it:
+
+- admission: the estimate at the root (the prompt's earlier trajectories backed off to the global
+  root) places the request in the bucket of `prompt + mean remaining`; with less than `min_support`
+  aged samples it starts in the shortest bucket, as in the paper. No agreement test here: admission
+  moves no context, so the point estimate is the best guess.
+- tool return: the estimate at the request's exact path is queried; the request moves only if
+  (1) the exact path has at least `min_support` aged samples, (2) the buckets of `context + mean` and
+  `context + P90` of remaining agree and differ from the current bucket, and (3) the expected decode
+  saving beats the re-prefill cost: `mean remaining generated tokens * misplaced_decode_slowdown >
+  context tokens * prefill_decode_cost_ratio` (both in decode-token units). Otherwise it stays and
+  keeps its prefix cache.
+- finish: the trajectory is inserted into the tree; policy versions age the samples.
+
+Bucket targets are *final sizes* (context + remaining), matching the bucket bounds (upper bounds on
+trajectory tokens, see base.py) and classic MLFQ, which also demotes on tokens processed so far.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from libra_core.config.models import SchedulerConfig
+from libra_core.scheduling.base import (
+    BucketTracker,
+    FinishedTrajectory,
+    Move,
+    SchedRequest,
+    ToolReturn,
+)
+from libra_core.scheduling.prefix_tree import PrefixTree
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Progress:
+    codes: list[int] = field(default_factory=list)  # state code of each tool return so far
+    consumed: list[int] = field(default_factory=lambda: [0])  # tokens after the prompt, per depth
+
+
+@dataclass(slots=True)
+class CMLFQCounters:
+    """Why requests stayed or moved (for reports; not used for decisions)."""
+
+    admissions_from_tree: int = 0  # admissions placed by the estimate (not defaulted to bucket 0)
+    decisions: int = 0  # tool returns seen
+    low_support: int = 0  # stayed: exact path below min_support
+    disagree: int = 0  # stayed: mean and tail quantile point to different buckets
+    too_costly: int = 0  # stayed: re-prefill cost above the expected saving
+    moves: int = 0
+
+
+class CMLFQScheduler:
+    def __init__(self, cfg: SchedulerConfig, tree: PrefixTree | None = None) -> None:
+        self.cfg = cfg
+        self.bounds = tuple(cfg.buckets)
+        self.tracker = BucketTracker(len(self.bounds) + 1)
+        self.tree = tree if tree is not None else PrefixTree.from_config(cfg)
+        self.counters = CMLFQCounters()
+        self._progress: dict[str, _Progress] = {}
+
+    def in_flight(self) -> int:
+        return self.tracker.in_flight()
+
+    def admit(self, request: SchedRequest) -> int:
+        est = self.tree.estimate(request.prompt_id, (), (0,))
+        bucket = 0
+        if est is not None and est.support >= self.cfg.min_support:
+            bucket = est.mean_bucket(self.bounds, request.prompt_tokens)
+            self.counters.admissions_from_tree += 1
+        with self.tracker.lock:
+            self._progress[request.request_id] = _Progress()
+            return self.tracker.place(request.request_id, bucket)
+
+    def on_tool_return(self, request: SchedRequest, ret: ToolReturn) -> Move | None:
+        current = self.tracker.current(request.request_id)
+        counters = self.counters
+        counters.decisions += 1
+        tree = self.tree
+        with self.tracker.lock:
+            progress = self._progress[request.request_id]
+            progress.codes.append(tree.code(tree.state_key(ret.tool, ret.payload_tokens, ret.status)))
+            progress.consumed.append(ret.context_tokens - request.prompt_tokens)
+            codes, consumed = tuple(progress.codes), tuple(progress.consumed)
+        est = tree.estimate(request.prompt_id, codes, consumed)
+        if est is None or est.support < self.cfg.min_support:
+            counters.low_support += 1
+            return None
+        target = est.mean_bucket(self.bounds, ret.context_tokens)
+        if target == current:
+            return None
+        if est.tail_bucket(self.bounds, ret.context_tokens, self.cfg.tail_quantile) != target:
+            counters.disagree += 1
+            return None
+        gain = est.bucket_probability(self.bounds, ret.context_tokens, target) - est.bucket_probability(
+            self.bounds, ret.context_tokens, current
+        )
+        saving = gain * est.mean_remaining_gen * self.cfg.misplaced_decode_slowdown
+        if saving <= ret.context_tokens * self.cfg.prefill_decode_cost_ratio:
+            counters.too_costly += 1
+            return None
+        counters.moves += 1
+        self.tracker.place(request.request_id, target)
+        return Move(target)
+
+    def on_finish(self, trajectory: FinishedTrajectory) -> None:
+        self.tree.insert(trajectory.prompt_id, trajectory.turns, trajectory.policy_version)
+        with self.tracker.lock:
+            self._progress.pop(trajectory.request_id, None)
+        self.tracker.release(trajectory.request_id)
+
+    def on_policy_version(self, version: int) -> None:
+        dropped = self.tree.set_version(version, prune_below=self.cfg.prune_below_support)
+        if dropped:
+            log.debug("C-MLFQ: version %d, pruned %d tree nodes", version, dropped)

@@ -1,0 +1,149 @@
+"""Saving, loading and merging C-MLFQ prefix trees (JSON; never pickle).
+
+A saved tree lets a new run start with the statistics of an earlier one, and merging lets several
+rollout workers that each built a tree combine them. The file is one JSON object:
+
+    {"format": "libra-cmlfq-tree", "format_version": 1, "version": <policy version>,
+     "max_samples_per_node": ..., "half_life_versions": ..., "backoff_pseudocount": ...,
+     "payload_class_edges": [...], "states": [[tool, payload_class, status], ...],
+     "global": NODE, "prompts": {prompt_id: NODE}, "markov": [[depth, state index, NODE], ...]}
+    NODE = {"support": float, "support_version": int, "samples": [[remaining, remaining_gen, version], ...],
+            "children": {"<index into states>": NODE}}
+
+Writes are atomic (temp file + rename). Loading validates the header and raises ValueError naming
+the problem. Merging requires equal payload-class edges (otherwise the state keys mean different
+things); samples of matching nodes are pooled and the newest `max_samples_per_node` kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from libra_core.scheduling.prefix_tree import Node, PrefixTree
+
+FORMAT = "libra-cmlfq-tree"
+FORMAT_VERSION = 1
+
+
+def _node_to_dict(node: Node) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "support": node.support,
+        "support_version": node.support_version,
+        "samples": [list(t) for t in node.triples()],
+    }
+    if node.children:
+        out["children"] = {str(code): _node_to_dict(child) for code, child in node.children.items()}
+    return out
+
+
+def _node_from_dict(data: dict[str, Any], num_states: int) -> Node:
+    node = Node()
+    node.support = float(data["support"])
+    node.support_version = int(data["support_version"])
+    node.replace_samples([(int(r), int(g), int(v)) for r, g, v in data["samples"]])
+    for code, child in data.get("children", {}).items():
+        if not 0 <= int(code) < num_states:
+            raise ValueError(f"tree file: child state {code} is not an index into `states`")
+        if node.children is None:
+            node.children = {}
+        node.children[int(code)] = _node_from_dict(child, num_states)
+    return node
+
+
+def tree_to_dict(tree: PrefixTree) -> dict[str, Any]:
+    with tree.lock:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "version": tree.version,
+            "max_samples_per_node": tree.max_samples,
+            "half_life_versions": tree.half_life,
+            "backoff_pseudocount": tree.backoff,
+            "payload_class_edges": list(tree.payload_edges),
+            "states": [list(s) for s in tree.states],
+            "global": _node_to_dict(tree.global_root),
+            "prompts": {p: _node_to_dict(n) for p, n in tree.prompts.items()},
+            "markov": [[d, c, _node_to_dict(n)] for (d, c), n in tree.markov.items()],
+        }
+
+
+def tree_from_dict(data: dict[str, Any]) -> PrefixTree:
+    if data.get("format") != FORMAT or data.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"not a C-MLFQ tree: format={data.get('format')!r} "
+            f"format_version={data.get('format_version')!r}, expected {FORMAT!r} version {FORMAT_VERSION}"
+        )
+    tree = PrefixTree(
+        max_samples_per_node=int(data["max_samples_per_node"]),
+        half_life_versions=float(data["half_life_versions"]),
+        backoff_pseudocount=float(data["backoff_pseudocount"]),
+        payload_class_edges=[int(e) for e in data["payload_class_edges"]],
+    )
+    tree.version = int(data["version"])
+    for tool, cls, status in data["states"]:
+        tree.code((str(tool), int(cls), str(status)), create=True)
+    n = len(tree.states)
+    tree.global_root = _node_from_dict(data["global"], n)
+    tree.prompts = {str(p): _node_from_dict(node, n) for p, node in data["prompts"].items()}
+    for depth, code, node in data["markov"]:
+        if not 0 <= int(code) < n:
+            raise ValueError(f"tree file: markov state {code} is not an index into `states`")
+        tree.markov[(int(depth), int(code))] = _node_from_dict(node, n)
+    return tree
+
+
+def save_tree(tree: PrefixTree, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(tree_to_dict(tree), separators=(",", ":")), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_tree(path: str | Path) -> PrefixTree:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not a JSON C-MLFQ tree: {err}") from err
+    return tree_from_dict(data)
+
+
+def _merge_node(dst: Node, src: Node, code_map: list[int], tree: PrefixTree) -> None:
+    dst.add_support(src.support, src.support_version, tree.half_life)
+    samples = sorted(
+        [*dst.triples(), *src.triples()],
+        key=lambda s: s[2],
+    )[-tree.max_samples :]
+    dst.replace_samples(samples)
+    for code, child in (src.children or {}).items():
+        _merge_node(dst.child_or_new(code_map[code]), child, code_map, tree)
+
+
+def merge_tree(into: PrefixTree, other: PrefixTree) -> PrefixTree:
+    """Merge `other` into `into` (in place; returns `into`). Both must use the same payload classes."""
+    if into.payload_edges != other.payload_edges:
+        raise ValueError(
+            f"cannot merge trees with payload_class_edges {list(into.payload_edges)} and "
+            f"{list(other.payload_edges)}; rebuild one with the other's edges"
+        )
+    with into.lock, other.lock:
+        code_map = [into.code(state, create=True) for state in other.states]
+        _merge_node(into.global_root, other.global_root, code_map, into)
+        for prompt_id, node in other.prompts.items():
+            dst = into.prompts.get(prompt_id)
+            if dst is None:
+                dst = into.prompts[prompt_id] = Node()
+            _merge_node(dst, node, code_map, into)
+        for (depth, code), node in other.markov.items():
+            key = (depth, code_map[code])
+            dst = into.markov.get(key)
+            if dst is None:
+                dst = into.markov[key] = Node()
+            _merge_node(dst, node, code_map, into)
+        into.version = max(into.version, other.version)
+    return into

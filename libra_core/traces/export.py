@@ -1,0 +1,88 @@
+"""Trace export: a run's Parquet trajectory lake -> a scheduling trace (schema.py).
+
+Per lake row (libra_core/data/schema.py TRAJECTORY_SCHEMA): `prompt_tokens` is `len(prompt_ids)`;
+turn k's `gen_tokens` is the length of the k-th run of `loss_mask == 1` in `response_ids`; its tool
+return is the tool event with `turn == k` (tool, payload_tokens, status). A trajectory whose response
+ends with a tool payload (it hit max_turns) gets a final turn with 0 generated tokens.
+Called by `libra trace export RUN_DIR -o trace.parquet`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import pyarrow as pa
+
+from libra_core.data.io import read_lake
+from libra_core.scheduling.base import ToolStatus, Turn
+from libra_core.traces.schema import TraceSchemaError, TraceTrajectory, trace_table, write_trace
+
+log = logging.getLogger(__name__)
+
+
+def generation_runs(loss_mask: Sequence[int]) -> list[int]:
+    """Lengths of the maximal runs of 1 in `loss_mask`, in order."""
+    runs: list[int] = []
+    prev = 0
+    for m in loss_mask:
+        if m == 1:
+            if prev == 1:
+                runs[-1] += 1
+            else:
+                runs.append(1)
+        prev = m
+    return runs
+
+
+def _turns(row: dict[str, Any]) -> tuple[Turn, ...]:
+    runs = generation_runs(row["loss_mask"])
+    events = sorted(row["tool_events"], key=lambda e: e["turn"])
+    if [e["turn"] for e in events] != list(range(len(events))) or len(runs) not in (
+        len(events),
+        len(events) + 1,
+    ):
+        raise TraceSchemaError(
+            f"trajectory {row['trajectory_id']!r}: {len(runs)} generation runs do not line up with tool "
+            f"events on turns {[e['turn'] for e in events]} (a zero-token tool payload merges two turns); "
+            "such rows cannot be split into turns"
+        )
+    turns = [
+        Turn(runs[k], e["tool"], e["payload_tokens"], cast(ToolStatus, e["status"]))
+        for k, e in enumerate(events)
+    ]
+    last_gen = runs[-1] if len(runs) == len(events) + 1 else 0
+    turns.append(Turn(last_gen, None, 0, None))
+    return tuple(turns)
+
+
+def lake_to_trace(lake: pa.Table) -> pa.Table:
+    """Trace table (TRACE_SCHEMA) from a trajectory-lake table, sorted by iteration then id."""
+    columns = ["trajectory_id", "prompt_id", "iteration", "prompt_ids", "loss_mask", "tool_events"]
+    rows = lake.select(columns).to_pylist()
+    trajectories = [
+        TraceTrajectory(
+            trajectory_id=row["trajectory_id"],
+            prompt_id=row["prompt_id"],
+            iteration=row["iteration"],
+            prompt_tokens=len(row["prompt_ids"]),
+            turns=_turns(row),
+        )
+        for row in rows
+    ]
+    trajectories.sort(key=lambda t: (t.iteration, t.trajectory_id))
+    return trace_table(trajectories)
+
+
+def export_trace(run_dir: str | Path, out_path: str | Path) -> Path:
+    """Write the trace of every iteration in `run_dir/lake` to `out_path` (Parquet); returns the path."""
+    lake = read_lake(run_dir)
+    if lake.num_rows == 0:
+        raise FileNotFoundError(
+            f"no trajectory lake under {Path(run_dir) / 'lake'}; is {run_dir} a run directory?"
+        )
+    table = lake_to_trace(lake)
+    log.info("exported %d trajectories from %s to %s", table.num_rows, run_dir, out_path)
+    return write_trace(table, out_path)

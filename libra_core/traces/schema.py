@@ -1,0 +1,160 @@
+"""The trace record: one Parquet row per trajectory, all a scheduler evaluation needs.
+
+Who writes it: `export.py` (from a run's trajectory lake) and `synthetic.py`. Who reads it: the
+trace evaluator (`evaluate.py`), the latency benchmark, and anyone comparing schedulers offline.
+
+Invariants (checked by `validate_trace`):
+- `turns` is non-empty; a turn is one generation and the tool return it caused. Every turn but the
+  last has a non-null `tool` and `status`; the last has both null (the trajectory ended there).
+- `status` is one of success | failure | timeout; token counts are >= 0; `prompt_tokens` >= 1.
+- `trajectory_id` is unique within a trace.
+A trajectory that ended right after a tool return (e.g. it hit max_turns) carries a last turn with
+`gen_tokens` 0, so that payload still counts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from libra_core.scheduling.base import ToolStatus, Turn, total_tokens
+
+TOOL_STATUSES = ("success", "failure", "timeout")
+
+TURN = pa.struct(
+    [
+        pa.field("gen_tokens", pa.int32(), nullable=False),  # tokens the policy generated this turn
+        pa.field("tool", pa.string(), nullable=True),  # tool called at the end of the turn; null on the last
+        pa.field("payload_tokens", pa.int32(), nullable=False),  # observation tokens appended; 0 on the last
+        pa.field("status", pa.string(), nullable=True),  # success | failure | timeout; null on the last
+    ]
+)
+
+TRACE_SCHEMA = pa.schema(
+    [
+        pa.field("trajectory_id", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("iteration", pa.int32(), nullable=False),  # RL iteration (= policy version) that ran it
+        pa.field("prompt_tokens", pa.int32(), nullable=False),
+        pa.field("turns", pa.list_(TURN), nullable=False),
+    ]
+)
+
+
+class TraceSchemaError(ValueError):
+    """A trace does not match TRACE_SCHEMA or breaks an invariant."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceTrajectory:
+    trajectory_id: str
+    prompt_id: str
+    iteration: int
+    prompt_tokens: int
+    turns: tuple[Turn, ...]
+
+    @property
+    def size(self) -> int:
+        """Prompt + all generated + all payload tokens."""
+        return total_tokens(self.prompt_tokens, self.turns)
+
+
+def trace_table(trajectories: Iterable[TraceTrajectory]) -> pa.Table:
+    """Validated Arrow table from trajectories."""
+    rows = [
+        {
+            "trajectory_id": t.trajectory_id,
+            "prompt_id": t.prompt_id,
+            "iteration": t.iteration,
+            "prompt_tokens": t.prompt_tokens,
+            "turns": [
+                {
+                    "gen_tokens": u.gen_tokens,
+                    "tool": u.tool,
+                    "payload_tokens": u.payload_tokens,
+                    "status": u.status,
+                }
+                for u in t.turns
+            ],
+        }
+        for t in trajectories
+    ]
+    table = pa.Table.from_pylist(rows, schema=TRACE_SCHEMA)
+    validate_trace(table)
+    return table
+
+
+def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
+    def fail(msg: str) -> TraceSchemaError:
+        return TraceSchemaError(f"trace row {i} (trajectory {row['trajectory_id']!r}): {msg}")
+
+    turns = row["turns"]
+    if not turns:
+        raise fail("has no turns")
+    if row["prompt_tokens"] < 1:
+        raise fail(f"prompt_tokens is {row['prompt_tokens']}, must be >= 1")
+    out = []
+    for k, turn in enumerate(turns):
+        last = k == len(turns) - 1
+        if turn["gen_tokens"] < 0 or turn["payload_tokens"] < 0:
+            raise fail(f"turn {k} has negative token counts")
+        if last and (turn["tool"] is not None or turn["status"] is not None):
+            raise fail("the last turn must have null tool and status (the trajectory ended there)")
+        if not last and (turn["tool"] is None or turn["status"] not in TOOL_STATUSES):
+            raise fail(f"turn {k} needs a tool and a status in {TOOL_STATUSES}, got {turn['status']!r}")
+        status = cast("ToolStatus | None", turn["status"])
+        out.append(Turn(turn["gen_tokens"], turn["tool"], turn["payload_tokens"], status))
+    return TraceTrajectory(
+        row["trajectory_id"], row["prompt_id"], row["iteration"], row["prompt_tokens"], tuple(out)
+    )
+
+
+def validate_trace(table: pa.Table) -> list[TraceTrajectory]:
+    """Check schema and invariants; return the rows as TraceTrajectory (raises TraceSchemaError)."""
+    if not table.schema.equals(TRACE_SCHEMA, check_metadata=False):
+        raise TraceSchemaError(f"trace schema mismatch:\n got {table.schema}\n expected {TRACE_SCHEMA}")
+    out = [_check(row, i) for i, row in enumerate(table.to_pylist())]
+    dup = [i for i, n in Counter(t.trajectory_id for t in out).items() if n > 1]
+    if dup:
+        raise TraceSchemaError(f"trajectory_id {dup[0]!r} appears more than once")
+    return out
+
+
+def write_trace(table: pa.Table, path: str | Path) -> Path:
+    """Validate and write a trace as Parquet (atomic: temp file + rename)."""
+    validate_trace(table)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+    return path
+
+
+def read_trace(path: str | Path) -> list[TraceTrajectory]:
+    """Read and validate a Parquet trace."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace file {path} does not exist; export one with `libra trace export`")
+    try:
+        table = pq.read_table(path)
+    except pa.ArrowInvalid as err:
+        raise TraceSchemaError(f"{path} is not a Parquet trace: {err}") from err
+    try:
+        table = table.cast(TRACE_SCHEMA)
+    except (pa.ArrowInvalid, ValueError) as err:
+        raise TraceSchemaError(
+            f"{path}: columns do not match the trace schema {TRACE_SCHEMA}: {err}"
+        ) from err
+    return validate_trace(table)
+
+
+def as_trajectories(trace: pa.Table | Sequence[TraceTrajectory]) -> list[TraceTrajectory]:
+    return validate_trace(trace) if isinstance(trace, pa.Table) else list(trace)

@@ -1,0 +1,80 @@
+"""Data-parallel training over torch.distributed: one all-reduce of [flat gradient, count] per step.
+
+Gradients are flattened and summed together with a replica count in the same all-reduce, and the
+sum is divided by the reduced count. Ordinarily the count is the world size; the elastic core passes
+`extra_sum`/`extra_count` on rank 0 to fold hybrid gradients in (libra_core/elastic/replica.py),
+and the divisor then counts exactly the replicas whose gradients are in the sum. gloo on CPU, NCCL on
+CUDA. The process group is created once in `setup` and never rebuilt.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from libra_core.training.backends.base import StepStats, TrainingBackend
+
+if TYPE_CHECKING:
+    import torch
+
+
+class DDPBackend(TrainingBackend):
+    name = "ddp"
+    _owns_group = False
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        import torch.distributed as dist
+
+        self._model, self.optimizer = model, optimizer
+        if self.dist.world_size > 1 and not dist.is_initialized():
+            assert self.dist.init_method, "a multi-replica ddp job needs DistSpec.init_method"
+            dist.init_process_group(
+                "nccl" if self.dist.device.startswith("cuda") else "gloo",
+                init_method=self.dist.init_method,
+                rank=self.dist.rank,
+                world_size=self.dist.world_size,
+            )
+            self._owns_group = True
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def reduce(
+        self, flat: torch.Tensor, *, extra_sum: torch.Tensor | None = None, extra_count: int = 0
+    ) -> tuple[torch.Tensor, int]:
+        """Return (sum over replicas of flat [+ extra_sum] / total count, total count)."""
+        import torch
+        import torch.distributed as dist
+
+        local = flat if extra_sum is None else flat + extra_sum
+        buf = torch.cat([local, torch.tensor([1.0 + extra_count], dtype=flat.dtype, device=flat.device)])
+        if self.dist.world_size > 1:
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+        divisor = int(round(float(buf[-1])))
+        return buf[:-1] / divisor, divisor
+
+    def apply(self, update: torch.Tensor) -> None:
+        """Set the (already averaged and clipped) flat update as the gradient and step."""
+        from libra_core.training.backends.flat import set_flat_grad, trainable
+
+        set_flat_grad(trainable(self._model), update)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def step(self, *, grad_clip: float | None = None) -> StepStats:
+        from libra_core.training.backends.flat import clip_flat_, flat_grad, trainable
+
+        avg, divisor = self.reduce(flat_grad(trainable(self._model)))
+        norm = clip_flat_(avg, grad_clip)
+        self.apply(avg)
+        return StepStats(norm, divisor)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self._model
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns_group = False

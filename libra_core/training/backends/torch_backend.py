@@ -1,0 +1,36 @@
+"""Single-process training: backward, clip, step. The reference every data-parallel backend must match."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from libra_core.training.backends.base import StepStats, TrainingBackend
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TorchBackend(TrainingBackend):
+    name = "torch"
+
+    def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        assert self.dist.world_size == 1, "the torch backend is single-process; use ddp or deepspeed"
+        self._model, self.optimizer = model, optimizer
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, *, grad_clip: float | None = None) -> StepStats:
+        from libra_core.training.backends.flat import clip_flat_, flat_grad, set_flat_grad, trainable
+
+        params = trainable(self._model)
+        flat = flat_grad(params)
+        norm = clip_flat_(flat, grad_clip)
+        set_flat_grad(params, flat)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return StepStats(norm, 1)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self._model

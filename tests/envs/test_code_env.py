@@ -1,0 +1,53 @@
+"""code on MBPP / HumanEval: model code runs against the real tests in the sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from libra_core.config.environments import CodeEnvConfig
+from libra_core.envs.registry import build_environment
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+pytestmark = pytest.mark.skipif(not (DATA / "code").is_dir(), reason=f"shared data folder {DATA} is absent")
+
+
+def _answer_of(env, problem) -> str:  # noqa: ANN001
+    return env.demonstration(problem)[-1].text.removeprefix("<|answer|>").removesuffix("<|eos|>")
+
+
+@pytest.mark.parametrize("file", ["code/mbpp.jsonl", "code/HumanEval.jsonl.gz"])
+def test_reference_solutions_pass_and_wrong_ones_fail(file: str) -> None:
+    env = build_environment(CodeEnvConfig(type="code", files=(file,)))
+    problems = env.sample_problems(4, 1)
+    for problem in problems:
+        assert env.reward(problem.reference_answer, _answer_of(env, problem)) == 1.0, problem.prompt_id
+    wrong = "def nothing():\n    return None\n"
+    assert env.reward(problems[0].reference_answer, wrong) == 0.1
+    assert env.reward(problems[0].reference_answer, None) == 0.0
+    assert env.reward(problems[0].reference_answer, "   ") == 0.0
+
+
+def test_execution_tool_reports_success_failure_and_timeout() -> None:
+    env = build_environment(CodeEnvConfig(type="code"))
+    problem = env.sample_problems(1, 0)[0]
+    demo_call = env.demonstration(problem)[1].text
+    passed = env.run_tool(env.parse_turn(demo_call))
+    failed = env.run_tool(env.parse_turn("<|call|>python:def f(x):\n    return x\nassert f(1) == 2<|/call|>"))
+    crashed = env.run_tool(env.parse_turn("<|call|>python:print(1/0)<|/call|>"))
+    hung = env.run_tool(env.parse_turn("<|call|>python:while True:\n    pass<|/call|>"))
+    assert (passed.status, passed.observation) == ("success", "ok")
+    assert failed.status == "failure" and "AssertionError" in failed.observation
+    assert crashed.status == "failure" and "ZeroDivisionError" in crashed.observation
+    assert hung.status == "timeout"
+    assert len({len(r.observation) for r in (passed, failed, crashed, hung)}) == 4
+
+
+def test_chatml_answer_is_the_last_code_block() -> None:
+    env = build_environment(CodeEnvConfig(type="code", prompt_format="chatml"))
+    problem = env.sample_problems(1, 2)[0]
+    solution = env.demonstration(problem)[-1].text.removesuffix("<|im_end|>")
+    action = env.parse_turn(f"Here is my solution:\n{solution}\nDone.<|im_end|>")
+    assert action.kind == "answer"
+    assert env.reward(problem.reference_answer, action.answer) == 1.0

@@ -1,0 +1,52 @@
+"""Contract of every registered environment, built from LibraConfig the way the stages build it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from libra_core.config.models import LibraConfig
+from libra_core.envs.registry import build_environment, registered_environments
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+CONFIGS = {
+    "arithmetic": {"type": "arithmetic"},
+    "math_tools": {"type": "math_tools", "files": ["gsm8k/test.jsonl"]},
+    "search": {"type": "search"},
+    "code": {"type": "code"},
+}
+
+
+def test_registry_lists_all_environments() -> None:
+    assert registered_environments() == sorted(CONFIGS)
+
+
+def test_environment_without_type_is_arithmetic() -> None:
+    cfg = LibraConfig.model_validate({"environment": {"max_ops": 3}})
+    assert cfg.environment.type == "arithmetic"
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("prompt_format", ["markers", "chatml"])
+def test_environment_contract(name: str, prompt_format: str) -> None:
+    if name != "arithmetic" and not DATA.is_dir():
+        pytest.skip(f"shared data folder {DATA} is absent")
+    if name == "arithmetic" and prompt_format == "chatml":
+        pytest.skip("the embedded task has one format")
+    raw = dict(CONFIGS[name]) | ({"prompt_format": prompt_format} if name != "arithmetic" else {})
+    cfg = LibraConfig.model_validate({"environment": raw})
+    env = build_environment(cfg.environment)
+    assert env.name == name
+    problems = env.sample_problems(5, 7, min_difficulty=3)
+    assert len(problems) == 5
+    assert [p.prompt_id for p in problems] == [p.prompt_id for p in env.sample_problems(5, 7, min_difficulty=3)]
+    assert set(env.stop_tokens) <= set(env.special_tokens)
+    assert {"<|eos|>", "<|pad|>"} <= set(env.special_tokens)  # a tiny tokenizer can be trained
+    for problem in problems:
+        segments = env.demonstration(problem)
+        assert segments[0].text == env.render_prompt(problem) and not segments[0].trainable
+        answer = env.parse_turn(segments[-1].text)
+        assert answer.kind == "answer"
+        assert env.reward(problem.reference_answer, answer.answer) == cfg.environment.reward.correct
+    assert env.corpus(3, 0)

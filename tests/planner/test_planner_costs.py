@@ -1,0 +1,112 @@
+"""Cost model: known answers (ZeRO memory, bubble), TP counted once, monotonicity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from libra_core.planner.memory import model_state_bytes_per_param, train_memory
+from libra_core.planner.presets import workload_preset
+from libra_core.planner.rollout_cost import RolloutCostModel
+from libra_core.planner.specs import get_hardware, get_model
+from libra_core.planner.train_cost import (
+    TrainLayout,
+    TrainShape,
+    estimate_train,
+    iteration_flops,
+    pipeline_bubble_fraction,
+)
+
+A800 = get_hardware("A800")
+
+
+@pytest.mark.parametrize("stage,expected_gb", [(0, 112.0), (1, 38.5), (2, 26.25), (3, 14.0)])
+def test_model_state_memory_7b_zero_stages(stage: int, expected_gb: float) -> None:
+    # 7e9 params, DP 8: weights 2 + grads 2 + fp32 master/m/v 12 bytes per param, sharded per stage.
+    assert 7e9 * model_state_bytes_per_param(stage, dp=8) / 1e9 == pytest.approx(expected_gb)
+
+
+def test_train_memory_qwen25_7b_orders_by_zero_stage() -> None:
+    m = get_model("qwen2.5-7b")
+    totals = [train_memory(m, 1, 1, 8, 1, z, True, 4096, 4) for z in (0, 1, 2, 3)]
+    states = [t.weights_bytes + t.grads_bytes + t.optimizer_bytes for t in totals]
+    assert states[0] == pytest.approx(16 * m.num_params)
+    assert states[3] == pytest.approx(16 * m.num_params / 8)
+    assert states == sorted(states, reverse=True)
+    assert totals[0].optimizer_bytes == pytest.approx(12 * m.num_params)  # not 2 bytes/param
+
+
+def test_recompute_cuts_activation_memory() -> None:
+    m = get_model("qwen3-8b")
+    full = train_memory(m, 2, 1, 4, 1, 1, False, 16384, 4)
+    rec = train_memory(m, 2, 1, 4, 1, 1, True, 16384, 4)
+    assert rec.activations_bytes < full.activations_bytes / 5
+
+
+@pytest.mark.parametrize("m,p,expected", [(8, 1, 0.0), (8, 4, 3 / 11), (1, 4, 3 / 4), (32, 8, 7 / 39)])
+def test_pipeline_bubble_fraction(m: int, p: int, expected: float) -> None:
+    assert pipeline_bubble_fraction(m, p) == pytest.approx(expected)
+
+
+def test_estimate_reports_the_1f1b_bubble() -> None:
+    m = get_model("qwen3-8b")
+    shape = TrainShape(tokens=2e6, sum_sq_len=2e6 * 4096, max_seq_len=4096, minibatches=1)
+    est = estimate_train(m, A800, TrainLayout(1, 4, 2, zero_stage=1, micro_batch_seqs=1), shape)
+    micro = int(np.ceil(2e6 / (2 * 4096)))
+    assert est.bubble_fraction == pytest.approx(3 / (micro + 3))
+
+
+def test_tp_is_counted_once_in_rollout() -> None:
+    # Weight-bound decode: TP-2 reads half the weights per GPU, so a step takes a bit over half as
+    # long (plus all-reduces), never the same or longer (TP counted twice would square the gain).
+    cost = RolloutCostModel(get_model("qwen3-14b"), A800)
+    t1, t2, t8 = (float(cost.decode_step_s(tp, 8, 2048)) for tp in (1, 2, 8))
+    assert 0.5 < t2 / t1 < 0.8
+    assert 0.125 < t8 / t1 < 0.5
+    # Per-GPU FLOPs: prefill per token at TP 2 is close to half of TP 1.
+    p1, p2 = float(cost.prefill_s_per_token(1, 2048)), float(cost.prefill_s_per_token(2, 2048))
+    assert 0.5 < p2 / p1 < 0.65
+
+
+def test_kv_capacity_leaves_room_for_weights() -> None:
+    cost = RolloutCostModel(get_model("qwen3-32b"), A800)
+    per_tok = get_model("qwen3-32b").kv_bytes_per_token(1)
+    expected = (80e9 * 0.9 - get_model("qwen3-32b").weight_bytes - 2e9) / per_tok
+    assert cost.kv_capacity_tokens(1) == pytest.approx(expected)
+    assert cost.kv_capacity_tokens(2) > 2 * cost.kv_capacity_tokens(1)
+
+
+def test_rollout_cost_monotone_in_tokens_and_model_size() -> None:
+    batch, ctx = np.array([1, 8, 64, 256]), np.array([512, 2048, 8192, 32768])
+    for tp in (1, 2, 4):
+        steps = [
+            RolloutCostModel(get_model(n), A800).decode_step_s(tp, 32, ctx)
+            for n in ("qwen3-4b", "qwen3-8b", "qwen3-14b")
+        ]
+        assert np.all(np.diff(steps[0]) > 0)  # longer context, slower step
+        assert np.all(steps[0] < steps[1]) and np.all(steps[1] < steps[2])  # bigger model, slower
+        per_batch = RolloutCostModel(get_model("qwen3-8b"), A800).decode_step_s(tp, batch, 2048)
+        assert np.all(np.diff(per_batch) > 0)
+
+
+def test_train_cost_monotone_in_tokens_and_model_size() -> None:
+    layout = TrainLayout(4, 1, 2, zero_stage=3, recompute=True)
+    shapes = [TrainShape(tokens=t, sum_sq_len=t * 4096, max_seq_len=8192) for t in (1e5, 1e6, 1e7)]
+    for name in ("qwen3-4b", "qwen3-8b", "qwen3-14b"):
+        times = [estimate_train(get_model(name), A800, layout, s).time_s for s in shapes]
+        assert times == sorted(times) and times[0] < times[-1]
+    by_size = [
+        estimate_train(get_model(n), A800, layout, shapes[1]).time_s
+        for n in ("qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b")
+    ]
+    assert by_size == sorted(by_size)
+
+
+def test_moe_training_flops_use_active_params() -> None:
+    moe = get_model("qwen3-30b-a3b")
+    w = workload_preset("math-short")
+    shape = TrainShape.from_workload(w)
+    flops = iteration_flops(moe, shape, recompute=False)
+    dense_equiv = 6 * moe.num_params * shape.tokens
+    assert flops < dense_equiv / 5  # ~3.3B active of 30.5B
+    assert flops > 6 * moe.flops_params * shape.tokens

@@ -1,0 +1,115 @@
+"""Replanning: hysteresis, amortised move cost, decision records, online correction, service."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from libra_core.config import LibraConfig
+from libra_core.planner.calibration import StageCorrection
+from libra_core.planner.presets import workload_preset
+from libra_core.planner.replan import ReplanPolicy, TrajectoryWindow
+from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.service import LibraPlanner
+from libra_core.planner.specs import get_hardware, get_model
+
+M, HW = get_model("qwen3-8b"), get_hardware("A800")
+SET = SearchSettings(staleness=1)
+
+
+def plans_for_drift() -> tuple:
+    short = workload_preset("math-short")
+    long = short.scaled(4.0)
+    current = search_plans(M, HW, 48, short, SET)[0]
+    current_now = evaluate_plan(current, M, HW, long, SET)
+    proposed = search_plans(M, HW, 48, long, SET)[0]
+    return current, current_now, proposed, long
+
+
+def test_apply_only_when_amortised_gain_beats_move_cost() -> None:
+    current, now, proposed, window = plans_for_drift()
+    saving = now.t_iter_s - proposed.t_iter_s
+    assert saving > 0.05 * now.t_iter_s  # the drift makes the old plan clearly worse
+    cheap = ReplanPolicy(0.05, 50, move_cost_s=saving * 10).decide(7, current, now, proposed, window)
+    dear = ReplanPolicy(0.05, 50, move_cost_s=saving * 100).decide(7, current, now, proposed, window)
+    assert cheap.action == "apply" and dear.action == "keep"
+    assert cheap.amortised_gain_s == pytest.approx(saving * 50)
+    assert "move cost" in dear.reason
+    record = cheap.as_record()
+    assert record["iteration"] == 7 and record["proposed_t_iter_s"] == proposed.t_iter_s
+
+
+def test_hysteresis_keeps_plan_for_small_gains() -> None:
+    current, now, proposed, window = plans_for_drift()
+    saving = now.t_iter_s - proposed.t_iter_s
+    strict = ReplanPolicy(min_gain_fraction=min(0.99, saving / now.t_iter_s + 0.01), move_cost_s=0.0)
+    decision = strict.decide(3, current, now, proposed, window)
+    assert decision.action == "keep" and "hysteresis" in decision.reason
+
+
+def test_no_flap_on_unchanged_workload() -> None:
+    w = workload_preset("math-short")
+    current = search_plans(M, HW, 48, w, SET)[0]
+    now = evaluate_plan(current, M, HW, w, SET)
+    proposed = search_plans(M, HW, 48, w, SET)[0]
+    decision = ReplanPolicy().decide(1, current, now, proposed, w)
+    assert decision.action in ("keep", "apply")
+    assert decision.saving_per_iter_s <= 0.05 * now.t_iter_s  # nothing to gain from replanning
+    if decision.action == "apply":
+        assert decision.move_cost_s == 0.0  # only free re-assignments may apply
+
+
+def test_stage_correction_is_bounded_ewma() -> None:
+    c = StageCorrection(alpha=0.5, min_factor=0.5, max_factor=2.0)
+    assert c.factor("rollout") == 1.0
+    assert c.observe("rollout", 1.0, 1.5) == pytest.approx(1.5)
+    assert c.observe("rollout", 1.0, 1.5) == pytest.approx(1.5)
+    assert c.observe("update", 1.0, 100.0) == pytest.approx(2.0)  # clamped
+    f = c.observe("rollout", 1.0, 1.0)
+    assert f == pytest.approx(math.exp(0.5 * math.log(1.5)))
+    assert c.observations("rollout") == 3
+    with pytest.raises(ValueError):
+        c.observe("rollout", 0.0, 1.0)
+
+
+def test_window_keeps_recent_iterations() -> None:
+    win = TrajectoryWindow(2)
+    for scale in (1.0, 2.0, 3.0):
+        win.add(workload_preset("arith-tiny").scaled(scale))
+    pooled = win.pooled()
+    assert len(win) == 2 and pooled.num_samples == 2 * workload_preset("arith-tiny").num_samples
+
+
+def test_service_plans_and_replans_on_schedule() -> None:
+    cfg = LibraConfig.model_validate(
+        {
+            "planner": {
+                "type": "libra",
+                "replan_every": 2,
+                "hardware": "8xH100",
+                "model_spec": "qwen3-4b",
+                "initial_workload": "math-short",
+            }
+        }
+    )
+    planner = LibraPlanner.from_config(cfg)
+    plan, decision = planner.step(0)
+    assert decision is not None and decision.action == "initial"
+    assert plan.train_gpus + plan.rollout_gpus == 8
+    planner.observe(
+        workload_preset("math-short").scaled(3.0),
+        group_size=8,
+        measured_s={"rollout": plan.t_rollout_s * 1.2, "update": plan.t_train_s},
+    )
+    assert planner.corrections.factor("rollout") == pytest.approx(1.2)
+    assert planner.step(1)[1] is None  # not a replan iteration
+    plan2, decision2 = planner.step(2)
+    assert decision2 is not None and decision2.action in ("keep", "apply")
+    assert decision2.window_mean_len > workload_preset("math-short").stats()["mean_len"]
+
+
+def test_service_for_the_local_tiny_model() -> None:
+    planner = LibraPlanner.from_config(LibraConfig.model_validate({"planner": {"type": "libra"}}))
+    plan, _ = planner.step(0)
+    assert plan.colocated and plan.t_iter_s > 0

@@ -1,0 +1,117 @@
+"""Plan search end to end: feasibility on the acceptance clusters, formulas, report, traces."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from libra_core.planner import format_plain, iteration_time_s, plan_cluster, read_trace
+from libra_core.planner.presets import workload_preset
+from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.specs import get_hardware, get_model
+from libra_core.planner.workload import write_trace
+
+
+def test_iteration_time_formulas() -> None:
+    assert iteration_time_s(10, 4, 1, staleness=0) == 15
+    assert iteration_time_s(10, 4, 1, staleness=1) == 11
+    assert iteration_time_s(3, 8, 1, staleness=2) == 8
+    assert iteration_time_s(3, 8, 1, staleness=2, colocated=True) == 12
+
+
+@pytest.mark.parametrize("cluster,model", [("48xA800", "qwen3-14b"), ("16xH100", "qwen3-30b-a3b")])
+def test_acceptance_clusters_are_feasible(cluster: str, model: str) -> None:
+    report = plan_cluster(cluster, model, "swe-longtail")
+    best = report.best
+    assert best is not None
+    assert best.train_gpus + best.rollout_gpus == report.cluster.num_gpus
+    assert best.train.feasible and best.train.memory.total_bytes <= report.cluster.hardware.mem_bytes
+    assert best.train.layout.num_gpus == best.train_gpus
+    assert best.rollout.gpus <= best.rollout_gpus
+    assert best.t_iter_s == pytest.approx(best.t_rollout_s + best.t_train_s + best.t_sync_s)
+    assert all(p.t_iter_s >= best.t_iter_s * (1 - 1e-3) for p in report.plans)
+    json.dumps(report.to_dict())  # JSON-able for --json
+
+
+def test_staleness_one_overlaps_and_is_never_slower() -> None:
+    m, hw, w = get_model("qwen3-8b"), get_hardware("H100"), workload_preset("search-medium")
+    sync = search_plans(m, hw, 32, w, SearchSettings(staleness=0))[0]
+    overlap = search_plans(m, hw, 32, w, SearchSettings(staleness=1))[0]
+    assert overlap.t_iter_s <= sync.t_iter_s
+    assert overlap.t_iter_s == pytest.approx(max(overlap.t_rollout_s + overlap.t_sync_s, overlap.t_train_s))
+
+
+def test_longer_trajectories_shift_gpus_to_rollout() -> None:
+    m, hw = get_model("qwen3-8b"), get_hardware("A800")
+    base = workload_preset("math-short")
+    short = search_plans(m, hw, 48, base, SearchSettings(staleness=1))[0]
+    long = search_plans(m, hw, 48, base.scaled(4.0), SearchSettings(staleness=1))[0]
+    assert long.t_rollout_s > short.t_rollout_s
+    assert long.rollout_gpus >= short.rollout_gpus
+
+
+def test_local_cpu_plan_is_colocated() -> None:
+    report = plan_cluster("1xcpu", "tiny", "arith-tiny")
+    assert report.best is not None and report.best.colocated
+    assert report.best.instance_tps == {1: 1}
+    assert "1xcpu" in format_plain(report)
+
+
+def test_model_that_cannot_fit_has_no_plan() -> None:
+    report = plan_cluster("2xcpu", "qwen3-32b", "math-short")
+    assert report.best is None
+    assert "no feasible plan" in format_plain(report)
+
+
+def test_corrections_scale_predictions() -> None:
+    m, hw, w = get_model("qwen3-4b"), get_hardware("H100"), workload_preset("math-short")
+    plain = search_plans(m, hw, 16, w, SearchSettings(staleness=1))[0]
+    slow = evaluate_plan(plain, m, hw, w, SearchSettings(staleness=1, corrections={"rollout": 2.0}))
+    assert slow.t_rollout_s == pytest.approx(
+        2 * evaluate_plan(plain, m, hw, w, SearchSettings(staleness=1)).t_rollout_s
+    )
+
+
+def test_trace_round_trip(tmp_path: Path) -> None:
+    rows = []
+    for it in range(2):
+        for p in range(3):
+            for g in range(4):
+                turns = [
+                    {"gen_tokens": 100 + 10 * g, "tool": "python", "payload_tokens": 50, "status": "success"},
+                    {"gen_tokens": 200, "tool": "", "payload_tokens": 0, "status": "none"},
+                ]
+                rows.append(
+                    {
+                        "trajectory_id": f"{it}-{p}-{g}",
+                        "prompt_id": f"p{p}",
+                        "iteration": it,
+                        "prompt_tokens": 300,
+                        "turns": turns,
+                    }
+                )
+    path = tmp_path / "trace.parquet"
+    write_trace(path, rows)
+    w = read_trace(path, tool_latency_s=2.0)
+    assert (w.prompts_per_iteration, w.group_size, w.num_samples) == (3, 4, 24)
+    assert w.gen_tokens[0] == 300 and w.payload_tokens[0] == 50 and w.tool_calls[0] == 1
+    assert w.reprefill_ctx_tokens[0] == 300 + 100  # context when the tool returned
+    assert w.tool_latency_s[0] == 2.0
+    report = plan_cluster("8xH100", "qwen3-4b", str(path))
+    assert report.best is not None
+
+
+def test_unknown_workload_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="neither a preset"):
+        plan_cluster("8xH100", "qwen3-4b", "nope")
+    with pytest.raises(ValueError, match="unknown workload preset"):
+        workload_preset("nope")
+
+
+def test_presets_are_seeded() -> None:
+    a, b = workload_preset("swe-longtail", seed=1), workload_preset("swe-longtail", seed=1)
+    assert (a.total_tokens == b.total_tokens).all()
+    assert replace(a, minibatches=2).minibatches == 2

@@ -1,0 +1,130 @@
+"""Contract of every pool backend (parametrised over the registry): start, run, state, resize,
+errors, kill and health. Calls use stdlib functions so every backend can import them in a worker."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from libra_core.config.pools import PoolsConfig
+from libra_core.pools.base import WorkerDiedError, WorkerPool
+from libra_core.pools.registry import build_pool, pool_names, register_pool
+
+HAVE_RAY = importlib.util.find_spec("ray") is not None
+
+BACKENDS = [
+    "local",
+    pytest.param(
+        "ray",
+        marks=[
+            pytest.mark.slow,
+            pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (optional extra `ray`)"),
+        ],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray cluster for the module (start-up costs seconds); pools attach to it."""
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(params=BACKENDS)
+def pool(request: pytest.FixtureRequest) -> Iterator[WorkerPool]:
+    if request.param == "ray":
+        request.getfixturevalue("ray_cluster")
+        cfg = PoolsConfig.model_validate({"type": "ray", "ray": {"num_cpus_per_worker": 0.5}})
+    else:
+        cfg = PoolsConfig()
+    p = build_pool(cfg)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def test_registry_lists_backends_and_rejects_unknown() -> None:
+    assert pool_names() == ("local", "ray")
+    with pytest.raises(ValueError, match=r"unknown pool backend 'k8s'; valid names: local, ray"):
+        build_pool(PoolsConfig(), "k8s")
+    with pytest.raises(ValueError, match="already registered"):
+        register_pool("local", lambda cfg: build_pool(cfg, "local"))
+
+
+def test_start_run_and_distinct_processes(pool: WorkerPool) -> None:
+    record = pool.start(2)
+    assert (record.from_size, record.to_size, record.added, record.removed) == (0, 2, ("w0", "w1"), ())
+    assert record.duration_s > 0
+    pids = {w: pool.run(w, os.getpid, timeout_s=30) for w in pool.worker_ids}
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+    assert pool.run("w1", math.hypot, 3.0, 4.0, timeout_s=30) == 5.0
+
+
+def test_worker_keeps_state_between_calls(pool: WorkerPool) -> None:
+    pool.start(2)
+    pool.run("w0", sys.setrecursionlimit, 4321, timeout_s=30)
+    assert pool.run("w0", sys.getrecursionlimit, timeout_s=30) == 4321
+    assert pool.run("w1", sys.getrecursionlimit, timeout_s=30) != 4321
+
+
+def test_calls_on_one_worker_run_in_order_and_workers_run_in_parallel(pool: WorkerPool) -> None:
+    pool.start(2)
+    t0 = time.perf_counter()
+    futures = [pool.submit(w, time.sleep, 1.0) for w in ("w0", "w1")]
+    for f in futures:
+        f.result(timeout=30)
+    assert time.perf_counter() - t0 < 1.9, "two workers must sleep in parallel"
+    first = pool.submit("w0", time.sleep, 0.5)
+    second = pool.submit("w0", time.monotonic)
+    done_at = second.result(timeout=30)
+    assert first.done() and done_at > 0
+
+
+def test_errors_propagate_and_unknown_worker_is_keyerror(pool: WorkerPool) -> None:
+    pool.start(1)
+    with pytest.raises(ValueError, match="math domain error"):
+        pool.run("w0", math.sqrt, -1.0, timeout_s=30)
+    assert pool.run("w0", math.sqrt, 4.0, timeout_s=30) == 2.0  # the worker survives its error
+    with pytest.raises(KeyError, match="no worker 'w9'"):
+        pool.submit("w9", os.getpid)
+
+
+def test_resize_grows_with_fresh_ids_and_shrinks_lifo(pool: WorkerPool) -> None:
+    pool.start(1)
+    grow = pool.resize(3)
+    assert grow.added == ("w1", "w2") and grow.to_size == 3 and pool.worker_ids == ("w0", "w1", "w2")
+    shrink = pool.resize(1)
+    assert shrink.removed == ("w2", "w1") and shrink.added == () and pool.worker_ids == ("w0",)
+    regrow = pool.resize(2)
+    assert regrow.added == ("w3",), "ids are never reused"
+    with pytest.raises(ValueError, match="must be >= 0"):
+        pool.resize(-1)
+
+
+def test_kill_fails_pending_call_and_leaves_others_healthy(pool: WorkerPool) -> None:
+    pool.start(2)
+    pool.run("w1", os.getpid, timeout_s=30)
+    pending = pool.submit("w1", time.sleep, 30.0)
+    time.sleep(0.5)
+    health = pool.health(timeout_s=10)
+    assert health["w1"].state == "ok", "a busy worker is alive, not dead"
+    pool.kill("w1")
+    with pytest.raises(WorkerDiedError):
+        pending.result(timeout=30)
+    assert pool.worker_ids == ("w0",)
+    assert {w: h.state for w, h in pool.health(timeout_s=10).items()} == {"w0": "ok"}
+    assert pool.run("w0", math.hypot, 6.0, 8.0, timeout_s=30) == 10.0

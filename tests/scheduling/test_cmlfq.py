@@ -1,0 +1,131 @@
+"""C-MLFQ decisions: admission from the tree, minimum support, the agreement and cost checks, aging."""
+
+from __future__ import annotations
+
+from libra_core.config.models import SchedulerConfig
+from libra_core.scheduling.base import FinishedTrajectory, Move, SchedRequest, ToolReturn, Turn
+from libra_core.scheduling.cmlfq import CMLFQScheduler
+
+
+def finish(s: CMLFQScheduler, rid: str, prompt: str, turns: tuple[Turn, ...], version: int) -> None:
+    s.on_finish(FinishedTrajectory(rid, prompt, 10, version, version, turns))
+
+
+def short() -> tuple[Turn, ...]:
+    return (Turn(20, None, 0, None),)  # size 10 + 20 = 30: bucket 0 with buckets=(100,)
+
+
+def long() -> tuple[Turn, ...]:
+    return (Turn(200, None, 0, None),)  # size 210: bucket 1
+
+
+def first_long_admission(half_life: float) -> int:
+    """Versions 0-9 are short, 10+ long (8 trajectories each). Returns how many versions of long
+    data it takes before admission picks the long bucket."""
+    cfg = SchedulerConfig(
+        type="cmlfq",
+        buckets=(100,),
+        min_support=1,
+        aging_half_life_versions=half_life,
+        max_samples_per_node=64,
+    )
+    s = CMLFQScheduler(cfg)
+    for version in range(30):
+        s.on_policy_version(version)
+        bucket = s.admit(SchedRequest(f"probe{version}", "p", 10, version))
+        if version > 10 and bucket == 1:
+            return version - 10
+        turns = long() if version >= 10 else short()
+        finish(s, f"probe{version}", "p", turns, version)
+        for k in range(7):
+            s.admit(SchedRequest(f"v{version}-{k}", "p", 10, version))
+            finish(s, f"v{version}-{k}", "p", turns, version)
+    raise AssertionError("never switched")
+
+
+def test_aging_follows_drift_within_one_version() -> None:
+    # Admission picks bucket 1 when 10 + mean remaining > 100, i.e. the (aged) weight share of the
+    # long samples (remaining 200, short ones 20) exceeds (90 - 20) / 180 = 0.389.
+    # Half-life 1: queried at version 11 the buffer (64 = the 8 newest versions, 3..10) holds 8 long
+    # samples of weight 1/2 (= 4) and short ones of weight 8 * (1/4 + ... + 1/256) = 3.97: share 0.50.
+    assert first_long_admission(half_life=1.0) == 1
+    # Without aging only FIFO eviction helps: the long share is 8j/64 after j versions, > 0.389 at j=4.
+    assert first_long_admission(half_life=1e9) == 4
+
+
+def test_admission_uses_the_prompts_history_then_the_global_root() -> None:
+    cfg = SchedulerConfig(type="cmlfq", buckets=(100,), min_support=2, backoff_pseudocount=1)
+    s = CMLFQScheduler(cfg)
+    s.on_policy_version(0)
+    assert s.admit(SchedRequest("a0", "long-prompt", 10, 0)) == 0  # empty tree: shortest bucket
+    for k in range(4):
+        s.admit(SchedRequest(f"l{k}", "long-prompt", 10, 0))
+        finish(s, f"l{k}", "long-prompt", long(), 0)
+    finish(s, "a0", "long-prompt", long(), 0)
+    s.on_policy_version(1)
+    assert s.admit(SchedRequest("b", "long-prompt", 10, 1)) == 1  # the prompt's own history
+    assert s.admit(SchedRequest("c", "new-prompt", 10, 1)) == 1  # no history: the global root
+    for k in range(20):
+        s.admit(SchedRequest(f"s{k}", f"short-{k}", 10, 1))
+        finish(s, f"s{k}", f"short-{k}", short(), 1)
+    s.on_policy_version(2)
+    # The global root is now mostly short, but the prompt's 5 samples outweigh it: 5/6 of the mass.
+    assert s.admit(SchedRequest("d", "long-prompt", 10, 2)) == 1
+    assert s.admit(SchedRequest("e", "new-prompt-2", 10, 2)) == 0
+
+
+def trained(cost_ratio: float, min_support: float = 2) -> CMLFQScheduler:
+    """Trajectories whose first tool call fails run long; successes end soon."""
+    cfg = SchedulerConfig(
+        type="cmlfq",
+        buckets=(100,),
+        min_support=min_support,
+        prefill_decode_cost_ratio=cost_ratio,
+        misplaced_decode_slowdown=0.5,
+    )
+    s = CMLFQScheduler(cfg)
+    s.on_policy_version(0)
+    for k in range(40):
+        ok = k % 2 == 0
+        turns = (
+            Turn(10, "python", 5, "success" if ok else "failure"),
+            Turn(10 if ok else 300, None, 0, None),
+        )
+        s.admit(SchedRequest(f"t{k}", f"p{k}", 10, 0))
+        finish(s, f"t{k}", f"p{k}", turns, 0)
+    s.on_policy_version(1)
+    return s
+
+
+def test_failure_moves_the_request_when_saving_beats_reprefill() -> None:
+    s = trained(cost_ratio=0.1)
+    req = SchedRequest("r", "fresh", 10, 1)
+    # Global root: remaining 25 or 315 -> mean 170, context 10 -> 180 > 100: admitted long.
+    assert s.admit(req) == 1
+    ok = SchedRequest("q", "fresh2", 10, 1)
+    s.admit(ok)
+    # After a success the exact path (20 samples, all 10 remaining; aged one version at half-life 4:
+    # n = 20 * 2**-0.25 = 16.8) takes n / (n + 8) = 0.68 of the mass, the Markov node (same samples)
+    # 0.32 * 0.68 = 0.22, the root shifted by 15 tokens (10 or 300) the rest, 0.10. So
+    # P(remaining <= 75) = 1 - 0.10 / 2 = 0.95 >= 0.9 and mean = 0.90 * 10 + 0.10 * 155 = 25.1, and
+    # 25 + 25.1 <= 100: mean and P90 agree on bucket 0. Saving = probability gain (0.95 - 0.05) *
+    # mean remaining generated (24.6) * 0.5 = 11.0 > re-prefill 25 * 0.1 = 2.5: move.
+    assert s.on_tool_return(ok, ToolReturn(0, 10, "python", 5, "success", 25)) == Move(0)
+    # After a failure the path agrees with the bucket it is in: stay.
+    assert s.on_tool_return(req, ToolReturn(0, 10, "python", 5, "failure", 25)) is None
+
+
+def test_reprefill_cost_blocks_a_move() -> None:
+    s = trained(cost_ratio=0.5)  # 25 * 0.5 = 12.5 > saving 11.0: keep the prefix cache
+    q = SchedRequest("q", "fresh", 10, 1)
+    assert s.admit(q) == 1
+    assert s.on_tool_return(q, ToolReturn(0, 10, "python", 5, "success", 25)) is None
+    assert s.counters.too_costly == 1 and s.counters.moves == 0
+
+
+def test_low_support_never_moves() -> None:
+    s = trained(cost_ratio=0.0, min_support=100)
+    q = SchedRequest("q", "fresh", 10, 1)
+    assert s.admit(q) == 0  # root support 40 (global) < 100: shortest bucket, as in the paper
+    assert s.on_tool_return(q, ToolReturn(0, 10, "python", 5, "failure", 25)) is None
+    assert s.counters.low_support == 1

@@ -1,0 +1,127 @@
+"""The C-MLFQ prefix tree: insert/estimate, save/load round trip, merge, pruning."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from libra_core.scheduling.base import Turn
+from libra_core.scheduling.prefix_tree import PrefixTree
+from libra_core.scheduling.tree_io import load_tree, merge_tree, save_tree, tree_from_dict, tree_to_dict
+from libra_core.traces.synthetic import SyntheticTraceConfig, synthetic_trajectories
+
+
+def build(trajectories: list, **kw: object) -> PrefixTree:
+    tree = PrefixTree(**kw)  # type: ignore[arg-type]
+    for t in trajectories:
+        tree.insert(t.prompt_id, t.turns, t.iteration)
+    tree.set_version(max(t.iteration for t in trajectories))
+    return tree
+
+
+@pytest.fixture(scope="module")
+def trajectories() -> list:
+    cfg = SyntheticTraceConfig(num_iterations=4, prompts_per_iteration=6, group_size=4, prompt_pool=8)
+    return synthetic_trajectories(random.Random(3), cfg)
+
+
+def probe(tree: PrefixTree, t: object) -> list[tuple[float, float, float]]:
+    """Estimates along one trajectory's path: (support, mean, P(remaining <= 500))."""
+    codes, consumed, out = [], [0], []
+    for depth, turn in enumerate(t.turns):  # type: ignore[attr-defined]
+        est = tree.estimate(t.prompt_id, codes, consumed)  # type: ignore[attr-defined]
+        assert est is not None
+        out.append((round(est.support, 9), round(est.mean_remaining, 6), round(est.cdf(500), 9)))
+        if turn.tool is None:
+            break
+        codes.append(tree.code(tree.state_key(turn.tool, turn.payload_tokens, turn.status)))
+        consumed.append(consumed[-1] + turn.gen_tokens + turn.payload_tokens)
+        assert depth < 100
+    return out
+
+
+def test_remaining_tokens_at_each_depth() -> None:
+    tree = PrefixTree(backoff_pseudocount=1.0)
+    turns = (Turn(5, "calc", 3, "success"), Turn(7, "calc", 2, "failure"), Turn(4, None, 0, None))
+    tree.insert("p", turns, 0)
+    # remaining: admission 5+3+7+2+4 = 21; after turn 0: 7+2+4 = 13; after turn 1: 4.
+    root = tree.estimate("p", (), (0,))
+    assert root is not None and root.mean_remaining == 21 and root.support == 2  # prompt + global
+    c0 = tree.code(tree.state_key("calc", 3, "success"))
+    c1 = tree.code(tree.state_key("calc", 2, "failure"))
+    assert tree.estimate("p", (c0,), (0, 8)).mean_remaining == 13  # type: ignore[union-attr]
+    assert tree.estimate("p", (c0, c1), (0, 8, 17)).mean_remaining == 4  # type: ignore[union-attr]
+    # An unseen prompt backs off to global evidence at the same path.
+    assert tree.estimate("other", (c0,), (0, 8)).mean_remaining == 13  # type: ignore[union-attr]
+
+
+def test_ancestor_backoff_is_shifted_by_tokens_consumed() -> None:
+    tree = PrefixTree()
+    tree.insert("p", (Turn(10, "calc", 0, "success"), Turn(30, None, 0, None)), 0)
+    unseen = tree.code(("calc", 0, "timeout"), create=True)
+    est = tree.estimate("p", (unseen,), (0, 25))
+    # Only the global root (remaining 40) applies, shifted by the 25 tokens consumed since: 15.
+    assert est is not None and est.support == 0 and est.mean_remaining == 15
+
+
+def test_save_load_round_trip(tmp_path: Path, trajectories: list) -> None:
+    tree = build(trajectories)
+    path = save_tree(tree, tmp_path / "tree.json")
+    data = json.loads(path.read_text(encoding="utf-8"))  # plain JSON, no pickle
+    assert data["format"] == "libra-cmlfq-tree"
+    loaded = load_tree(path)
+    assert tree_to_dict(loaded) == tree_to_dict(tree)
+    for t in trajectories[::7]:
+        assert probe(loaded, t) == probe(tree, t)
+
+
+def test_load_rejects_foreign_files(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text('{"format": "something-else"}', encoding="utf-8")
+    with pytest.raises(ValueError, match="not a C-MLFQ tree"):
+        load_tree(bad)
+    bad.write_text("\x80not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="not a JSON C-MLFQ tree"):
+        load_tree(bad)
+
+
+def test_merge_of_halves_equals_tree_of_all(trajectories: list) -> None:
+    kw = {"max_samples_per_node": 4096}  # no eviction, so sample sets must match exactly
+    whole = build(trajectories, **kw)
+    first = build(trajectories[::2], **kw)
+    second = build(trajectories[1::2], **kw)
+    merged = merge_tree(first, second)
+    assert merged.num_nodes() == whole.num_nodes()
+    for t in trajectories[::5]:
+        for (s1, m1, c1), (s2, m2, c2) in zip(probe(merged, t), probe(whole, t), strict=True):
+            assert s1 == pytest.approx(s2) and m1 == pytest.approx(m2) and c1 == pytest.approx(c2)
+
+
+def test_merge_refuses_different_payload_classes(trajectories: list) -> None:
+    with pytest.raises(ValueError, match="payload_class_edges"):
+        merge_tree(build(trajectories), build(trajectories, payload_class_edges=(8,)))
+
+
+def test_sample_buffer_is_bounded_and_evicts_oldest() -> None:
+    tree = PrefixTree(max_samples_per_node=3)
+    for version, gen in enumerate((10, 20, 30, 40)):
+        tree.insert("p", (Turn(gen, None, 0, None),), version)
+    assert list(tree.prompts["p"].rem) == [20, 30, 40]
+    assert list(tree.prompts["p"].ver) == [1, 2, 3]
+
+
+def test_prune_drops_prompts_whose_support_aged_away() -> None:
+    tree = PrefixTree(half_life_versions=1.0)
+    tree.insert("old", (Turn(5, None, 0, None),), 0)
+    tree.insert("new", (Turn(5, None, 0, None),), 10)
+    assert tree.set_version(10, prune_below=0.05) == 1  # "old" counts 2**-10 < 0.05
+    assert set(tree.prompts) == {"new"}
+
+
+def test_dict_round_trip_keeps_markov_backoff(trajectories: list) -> None:
+    tree = build(trajectories)
+    assert tree.markov, "a multi-turn trace fills the Markov back-off table"
+    assert tree_to_dict(tree_from_dict(tree_to_dict(tree))) == tree_to_dict(tree)

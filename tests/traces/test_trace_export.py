@@ -1,0 +1,122 @@
+"""Lake -> trace export: turns are split at loss-mask runs and joined with their tool events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from libra_core.data.io import write_lake
+from libra_core.data.schema import table_from_rows
+from libra_core.scheduling.base import Turn
+from libra_core.traces.export import export_trace, generation_runs, lake_to_trace
+from libra_core.traces.schema import TRACE_SCHEMA, TraceSchemaError, read_trace, validate_trace
+
+
+def lake_row(
+    tid: str, mask: list[int], events: list[tuple[int, int, str]], finish: str = "answer"
+) -> dict[str, Any]:
+    n = len(mask)
+    spans, start = [], None
+    for i, m in enumerate([*mask, 0]):
+        if m == 1 and start is None:
+            start = i
+        if m != 1 and start is not None:
+            spans.append({"start": start, "end": i, "version": 2})
+            start = None
+    return {
+        "trajectory_id": tid,
+        "iteration": 2,
+        "prompt_id": "p",
+        "group_id": "g",
+        "sample_index": 0,
+        "prompt_ids": [1, 2, 3, 4],
+        "response_ids": [5] * n,
+        "behavior_logprobs": [-0.1 if m else 0.0 for m in mask],
+        "loss_mask": mask,
+        "version_spans": spans,
+        "min_version": 2,
+        "max_version": 2,
+        "tool_events": [
+            {
+                "turn": t,
+                "tool": "calculator",
+                "call_tokens": 2,
+                "payload_tokens": p,
+                "status": s,
+                "latency_s": 0.0,
+            }
+            for t, p, s in events
+        ],
+        "num_turns": len(spans),
+        "finish_reason": finish,
+        "final_answer": None,
+        "reference_answer": "1",
+        "reward": 1.0,
+        "instance_id": "vllm-0",
+        "rollout_latency_s": 0.1,
+        "generation_latency_s": 0.1,
+        "tool_latency_s": 0.0,
+    }
+
+
+def test_generation_runs() -> None:
+    assert generation_runs([1, 1, 0, 0, 0, 1, 0, 1, 1, 1]) == [2, 1, 3]
+    assert generation_runs([0, 1]) == [1]
+
+
+def test_export_round_trip(tmp_path: Path) -> None:
+    rows = [
+        # 3 generated, 2 payload (success), 4 generated: two turns.
+        lake_row("b", [1, 1, 1, 0, 0, 1, 1, 1, 1], [(0, 2, "success")]),
+        # ended on a tool return (max_turns): a final turn with 0 generated tokens is added.
+        lake_row("a", [1, 1, 0, 0, 0, 1, 0], [(0, 3, "failure"), (1, 1, "success")], finish="max_turns"),
+    ]
+    write_lake(table_from_rows(rows), tmp_path, 2)
+    out = export_trace(tmp_path, tmp_path / "trace.parquet")
+    trace = read_trace(out)
+    assert [t.trajectory_id for t in trace] == ["a", "b"]  # sorted by iteration, then id
+    a, b = trace
+    assert a.prompt_tokens == 4 and a.iteration == 2
+    assert a.turns == (
+        Turn(2, "calculator", 3, "failure"),
+        Turn(1, "calculator", 1, "success"),
+        Turn(0, None, 0, None),
+    )
+    assert b.turns == (Turn(3, "calculator", 2, "success"), Turn(4, None, 0, None))
+    assert b.size == 4 + 3 + 2 + 4
+
+
+def test_misaligned_row_is_refused() -> None:
+    # A zero-token payload merges two generation runs: one run, two tool events.
+    lake = table_from_rows([lake_row("x", [1, 1, 1], [(0, 0, "success"), (1, 0, "success")])])
+    with pytest.raises(TraceSchemaError, match="'x'.*do not line up"):
+        lake_to_trace(lake)
+
+
+def trace_row(turns: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"trajectory_id": "t", "prompt_id": "p", "iteration": 0, "prompt_tokens": 3, "turns": turns}
+
+
+@pytest.mark.parametrize(
+    ("turns", "message"),
+    [
+        (
+            [{"gen_tokens": 1, "tool": "x", "payload_tokens": 1, "status": "success"}],
+            "last turn must have null",
+        ),
+        (
+            [
+                {"gen_tokens": 1, "tool": "x", "payload_tokens": 1, "status": "crashed"},
+                {"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None},
+            ],
+            "turn 0 needs a tool and a status",
+        ),
+        ([], "has no turns"),
+    ],
+)
+def test_trace_invariants(turns: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(TraceSchemaError, match=message):
+        validate_trace(pa.Table.from_pylist([trace_row(turns)], schema=TRACE_SCHEMA))

@@ -1,0 +1,85 @@
+"""Contract of every training backend (parametrised over the registry): two replicas on shards 0 and
+1 (one process on their mean loss for `torch`) end with the parameters of the static reference."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from libra_core.config.models import TrainingConfig
+from libra_core.elastic import toy
+from libra_core.elastic.toy import ToyProblem, reference_params
+from libra_core.pools.local import LocalPool
+from libra_core.training.backends.registry import backend_names, build_backend, run_update
+
+HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+STEPS = 4
+
+CASES = [
+    pytest.param("torch", 1, {}, id="torch"),
+    pytest.param("ddp", 2, {}, id="ddp-gloo", marks=pytest.mark.slow),
+    *[
+        pytest.param(
+            "deepspeed",
+            2,
+            {"zero_stage": stage, "grad_clip": 1.0},
+            id=f"deepspeed-zero{stage}",
+            marks=[
+                pytest.mark.slow,
+                pytest.mark.skipif(not HAVE_DEEPSPEED, reason="deepspeed is not installed (optional extra)"),
+            ],
+        )
+        for stage in (1, 2)
+    ],
+]
+
+
+@pytest.fixture
+def pool() -> Iterator[LocalPool]:
+    # Fresh workers per case: DeepSpeed keeps process-global group state that outlives a backend.
+    p = LocalPool()
+    p.start(2)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def _init_method() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_registry_names_and_unknown_backend() -> None:
+    assert backend_names() == ("ddp", "deepspeed", "torch")
+    with pytest.raises(
+        ValueError, match="unknown training backend 'megatron'; valid names: ddp, deepspeed, torch"
+    ):
+        build_backend("megatron")
+
+
+def test_run_update_refuses_multi_rank_backends_instead_of_running_single_process(tmp_path) -> None:  # noqa: ANN001
+    import pyarrow as pa
+
+    with pytest.raises(ValueError, match="training.backend 'ddp' runs one rank per trainer-pool worker"):
+        run_update(tmp_path, tmp_path, pa.table({}), TrainingConfig(backend="ddp"), version=0, seed=0)
+
+
+@pytest.mark.parametrize(("name", "world", "options"), CASES)
+def test_backend_matches_static_reference(pool: LocalPool, name: str, world: int, options: dict) -> None:
+    problem = ToyProblem(dtype="float32")
+    init = _init_method() if world > 1 else None
+    futures = [
+        pool.submit(f"w{r}", toy.backend_train, problem, name, r, world, init, STEPS, **options)
+        for r in range(world)
+    ]
+    params = [f.result(timeout=300) for f in futures]
+    expected = reference_params(problem, [(0, 1)] * STEPS)
+    for p in params:
+        np.testing.assert_allclose(p, expected, rtol=0, atol=2e-5)
+    assert not np.allclose(expected, reference_params(problem, [(0,)] * STEPS), atol=2e-5)

@@ -6,6 +6,8 @@
     libra trace export RUN_DIR -o FILE                          routing trace of a run (Parquet)
     libra trace-eval --trace FILE --buckets B1,B2 [--scheduler NAME|all] [--json OUT]
                                                                 score schedulers on a trace
+    libra plan --hardware 48xA800 --model qwen3-14b --workload PRESET|TRACE [--json]
+                                                                plan GPUs and layouts
 
 Heavy modules (torch, vllm, prefect) are imported only by `run`, so config commands are instant.
 """
@@ -56,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     from flows import cli_trace
 
     cli_trace.add_parsers(sub, add_config_args)
+    from flows import cli_plan
+
+    cli_plan.add_parser(sub)
     return parser
 
 
@@ -112,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "config":
         return _cmd_config(args)
+    if args.command == "plan":
+        from flows import cli_plan
+
+        return cli_plan.cmd_plan(args)
     if args.command in ("trace", "trace-eval"):
         from flows import cli_trace
 

@@ -103,5 +103,7 @@ def rl_iteration(
         "train_response_tokens_mean": selection.train_response_tokens_mean,
         "response_tokens_p90": selection.all_response_tokens_p90,
         "train_response_tokens_p90": selection.train_response_tokens_p90,
+        "rollout_instances": plan.rollout_instances,
+        "predicted_iteration_s": plan.predicted_iteration_s,
     }
     return {"row": row, "next_rollout": next_rollout}

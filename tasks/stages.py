@@ -28,7 +28,7 @@ def pool_id(run_dir: str) -> str:
 
 @task(name="plan", **TASK_OPTIONS)
 def plan_task(run_dir: str, iteration: int) -> Plan:
-    return make_plan(load_run_config(run_dir), iteration)
+    return make_plan(load_run_config(run_dir), iteration, run_dir)
 
 
 @task(name="rollout-pool", **TASK_OPTIONS)

@@ -273,8 +273,20 @@ class SchedulerConfig(Frozen):
     prune_below_support: float = Field(
         0.05,
         ge=0,
-        description="C-MLFQ: per-prompt subtrees whose aged support falls below this are dropped at a "
-        "policy-version change (0: never prune).",
+        description="C-MLFQ: tree subtrees whose aged support falls below this are dropped by the "
+        "incremental pruning pass (0: never prune).",
+    )
+    prune_nodes_per_insert: int = Field(
+        64,
+        ge=0,
+        description="C-MLFQ: node checks of the incremental pruning pass done per finished trajectory "
+        "(bounds the time an insert holds the tree lock; 0: never prune).",
+    )
+    prompt_size_bins_per_octave: float = Field(
+        4.0,
+        ge=0,
+        description="C-MLFQ: resolution of the prompt-size back-off level between a prompt's own tree "
+        "and the global one (log-scale bins, as input_length's; 0: no such level).",
     )
     tail_quantile: float = Field(
         0.9,

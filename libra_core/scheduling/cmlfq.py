@@ -58,11 +58,18 @@ class CMLFQCounters:
 
 
 class CMLFQScheduler:
+    # Exploration switches (temporary).
+    admit_rule = "gen"  # "gen" | "mean"
+    agreement = True
+
     def __init__(self, cfg: SchedulerConfig, tree: PrefixTree | None = None) -> None:
         self.cfg = cfg
         self.bounds = tuple(cfg.buckets)
         self.tracker = BucketTracker(len(self.bounds) + 1)
         self.tree = tree if tree is not None else PrefixTree.from_config(cfg)
+        # Maintenance policy follows this run's config, also for a tree loaded from an earlier run.
+        self.tree.prune_below = cfg.prune_below_support
+        self.tree.prune_nodes_per_insert = cfg.prune_nodes_per_insert
         self.counters = CMLFQCounters()
         self._progress: dict[str, _Progress] = {}
 
@@ -70,10 +77,14 @@ class CMLFQScheduler:
         return self.tracker.in_flight()
 
     def admit(self, request: SchedRequest) -> int:
-        est = self.tree.estimate(request.prompt_id, (), (0,))
+        est = self.tree.estimate(request.prompt_id, (), (0,), prompt_tokens=request.prompt_tokens)
         bucket = 0
         if est is not None and est.support >= self.cfg.min_support:
-            bucket = est.mean_bucket(self.bounds, request.prompt_tokens)
+            if self.admit_rule == "gen":
+                values = est.gen_by_bucket(self.bounds, request.prompt_tokens)
+                bucket = max(range(len(values)), key=values.__getitem__)
+            else:
+                bucket = est.mean_bucket(self.bounds, request.prompt_tokens)
             self.counters.admissions_from_tree += 1
         with self.tracker.lock:
             self._progress[request.request_id] = _Progress()
@@ -89,20 +100,22 @@ class CMLFQScheduler:
             progress.codes.append(tree.code(tree.state_key(ret.tool, ret.payload_tokens, ret.status)))
             progress.consumed.append(ret.context_tokens - request.prompt_tokens)
             codes, consumed = tuple(progress.codes), tuple(progress.consumed)
-        est = tree.estimate(request.prompt_id, codes, consumed)
+        est = tree.estimate(request.prompt_id, codes, consumed, prompt_tokens=request.prompt_tokens)
         if est is None or est.support < self.cfg.min_support:
             counters.low_support += 1
             return None
-        target = est.mean_bucket(self.bounds, ret.context_tokens)
+        values = est.gen_by_bucket(self.bounds, ret.context_tokens)
+        target = max(range(len(values)), key=values.__getitem__)
         if target == current:
             return None
-        if est.tail_bucket(self.bounds, ret.context_tokens, self.cfg.tail_quantile) != target:
+        if self.agreement and not (
+            est.mean_bucket(self.bounds, ret.context_tokens)
+            == target
+            == est.tail_bucket(self.bounds, ret.context_tokens, self.cfg.tail_quantile)
+        ):
             counters.disagree += 1
             return None
-        gain = est.bucket_probability(self.bounds, ret.context_tokens, target) - est.bucket_probability(
-            self.bounds, ret.context_tokens, current
-        )
-        saving = gain * est.mean_remaining_gen * self.cfg.misplaced_decode_slowdown
+        saving = (values[target] - values[current]) * self.cfg.misplaced_decode_slowdown
         if saving <= ret.context_tokens * self.cfg.prefill_decode_cost_ratio:
             counters.too_costly += 1
             return None
@@ -111,12 +124,15 @@ class CMLFQScheduler:
         return Move(target)
 
     def on_finish(self, trajectory: FinishedTrajectory) -> None:
-        self.tree.insert(trajectory.prompt_id, trajectory.turns, trajectory.policy_version)
+        self.tree.insert(
+            trajectory.prompt_id,
+            trajectory.turns,
+            trajectory.policy_version,
+            prompt_tokens=trajectory.prompt_tokens,
+        )
         with self.tracker.lock:
             self._progress.pop(trajectory.request_id, None)
         self.tracker.release(trajectory.request_id)
 
     def on_policy_version(self, version: int) -> None:
-        dropped = self.tree.set_version(version, prune_below=self.cfg.prune_below_support)
-        if dropped:
-            log.debug("C-MLFQ: version %d, pruned %d tree nodes", version, dropped)
+        self.tree.set_version(version)

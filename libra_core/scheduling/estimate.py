@@ -25,6 +25,7 @@ class NodeStats:
     version: int  # tree version the weights were computed for
     values: list[int]  # remaining tokens, ascending
     cum_weights: list[float]  # cumulative aged weight in `values` order
+    cum_gen: list[float]  # cumulative aged weight x remaining generated tokens, in `values` order
     total_weight: float
     mean_remaining: float
     mean_remaining_gen: float
@@ -35,19 +36,27 @@ class NodeStats:
     ) -> NodeStats:
         weights = [2.0 ** (-max(0, version - u) / half_life) for u in ver]
         order = sorted(range(len(rem)), key=rem.__getitem__)
-        cum, acc = [], 0.0
+        cum: list[float] = []
+        cum_gen: list[float] = []
+        acc = acc_gen = 0.0
         for i in order:
             acc += weights[i]
+            acc_gen += weights[i] * gen[i]
             cum.append(acc)
+            cum_gen.append(acc_gen)
         total = acc if acc > 0 else 1.0
         mean = sum(w * r for w, r in zip(weights, rem, strict=True)) / total
-        mean_gen = sum(w * g for w, g in zip(weights, gen, strict=True)) / total
-        return NodeStats(version, [rem[i] for i in order], cum, total, mean, mean_gen)
+        return NodeStats(version, [rem[i] for i in order], cum, cum_gen, total, mean, acc_gen / total)
 
     def cdf(self, tokens: float) -> float:
         """Aged share of samples with remaining <= tokens."""
         idx = bisect.bisect_right(self.values, tokens)
         return self.cum_weights[idx - 1] / self.total_weight if idx else 0.0
+
+    def gen_below(self, tokens: float) -> float:
+        """Aged mean of `remaining generated tokens x [remaining <= tokens]`."""
+        idx = bisect.bisect_right(self.values, tokens)
+        return self.cum_gen[idx - 1] / self.total_weight if idx else 0.0
 
 
 class Estimate:
@@ -56,10 +65,14 @@ class Estimate:
     __slots__ = ("mean_remaining", "mean_remaining_gen", "parts", "support")
 
     def __init__(
-        self, parts: list[tuple[float, NodeStats, int]], support: float, mean: float, mean_gen: float
+        self,
+        parts: list[tuple[float, NodeStats, int, float]],
+        support: float,
+        mean: float,
+        mean_gen: float,
     ) -> None:
-        self.parts = parts  # (mixture weight, node stats, shift in tokens)
-        self.support = support  # aged support of the exact-path nodes (prompt + global)
+        self.parts = parts  # (mixture weight, node stats, shift in tokens, generated-token scale)
+        self.support = support  # aged support of the nodes that saw this depth and last state
         self.mean_remaining = mean
         self.mean_remaining_gen = mean_gen
 
@@ -69,29 +82,34 @@ class Estimate:
     ) -> Estimate:
         """`chain` is (aged support, stats, shift) from most to least specific; non-empty."""
         assert chain, "an estimate needs at least one node with samples"
-        parts: list[tuple[float, NodeStats, int]] = []
+        parts: list[tuple[float, NodeStats, int, float]] = []
         left = 1.0
+        mean = mean_gen = 0.0
         for i, (n, stats, shift) in enumerate(chain):
             weight = left if i == len(chain) - 1 else left * n / (n + pseudocount)
             left -= weight
             if weight > 1e-9:
-                parts.append((weight, stats, shift))
+                shifted = max(0.0, stats.mean_remaining - shift)
+                # An ancestor's generated share is assumed to shrink with its total.
+                scale = shifted / stats.mean_remaining if stats.mean_remaining > 0 else 0.0
+                parts.append((weight, stats, shift, scale))
+                mean += weight * shifted
+                mean_gen += weight * stats.mean_remaining_gen * scale
             if left <= 1e-9:
                 break
-        mean = mean_gen = 0.0
-        for weight, stats, shift in parts:
-            shifted = max(0.0, stats.mean_remaining - shift)
-            mean += weight * shifted
-            if stats.mean_remaining > 0:
-                # An ancestor's generated share is assumed to shrink with its total.
-                mean_gen += weight * stats.mean_remaining_gen * shifted / stats.mean_remaining
         return cls(parts, support, mean, mean_gen)
 
     def cdf(self, tokens: float) -> float:
         """P(remaining <= tokens) under the mixture."""
         if tokens < 0:
             return 0.0
-        return sum(w * stats.cdf(tokens + shift) for w, stats, shift in self.parts)
+        return sum(w * stats.cdf(tokens + shift) for w, stats, shift, _ in self.parts)
+
+    def gen_below(self, tokens: float) -> float:
+        """E[remaining generated tokens x (remaining <= tokens)] under the mixture."""
+        if tokens < 0:
+            return 0.0
+        return sum(w * scale * stats.gen_below(tokens + shift) for w, stats, shift, scale in self.parts)
 
     def mean_bucket(self, bounds: Sequence[int], context_tokens: int) -> int:
         """Bucket of the expected final size: context so far + mean remaining."""
@@ -102,6 +120,14 @@ class Estimate:
         upper = self.cdf(bounds[bucket] - context_tokens) if bucket < len(bounds) else 1.0
         lower = self.cdf(bounds[bucket - 1] - context_tokens) if bucket > 0 else 0.0
         return max(0.0, upper - lower)
+
+    def gen_by_bucket(self, bounds: Sequence[int], context_tokens: int) -> list[float]:
+        """For every bucket b, E[remaining generated tokens x (final size in b)]: the generated tokens
+        that would be decoded in their right bucket if the rest of the request ran in b. O(buckets x
+        parts x log samples)."""
+        below = [self.gen_below(bound - context_tokens) for bound in bounds]
+        below.append(self.mean_remaining_gen)
+        return [max(0.0, hi - lo) for lo, hi in zip([0.0, *below[:-1]], below, strict=True)]
 
     def tail_bucket(self, bounds: Sequence[int], context_tokens: int, quantile: float) -> int:
         """Bucket of context + the `quantile` of remaining: the first bucket whose bound covers at

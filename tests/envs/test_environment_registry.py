@@ -40,7 +40,9 @@ def test_environment_contract(name: str, prompt_format: str) -> None:
     assert env.name == name
     problems = env.sample_problems(5, 7, min_difficulty=3)
     assert len(problems) == 5
-    assert [p.prompt_id for p in problems] == [p.prompt_id for p in env.sample_problems(5, 7, min_difficulty=3)]
+    assert [p.prompt_id for p in problems] == [
+        p.prompt_id for p in env.sample_problems(5, 7, min_difficulty=3)
+    ]
     assert set(env.stop_tokens) <= set(env.special_tokens)
     assert {"<|eos|>", "<|pad|>"} <= set(env.special_tokens)  # a tiny tokenizer can be trained
     for problem in problems:

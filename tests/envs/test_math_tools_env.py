@@ -86,7 +86,9 @@ def test_math500_records_and_their_own_answers_score() -> None:
 
 
 def test_chatml_format_reads_tool_calls_code_blocks_and_answers() -> None:
-    env = build_environment(MathToolsEnvConfig(type="math_tools", prompt_format="chatml", files=("gsm8k/test.jsonl",)))
+    env = build_environment(
+        MathToolsEnvConfig(type="math_tools", prompt_format="chatml", files=("gsm8k/test.jsonl",))
+    )
     call = env.parse_turn('<tool_call>\n{"name": "calculator", "arguments": "3*4"}\n</tool_call><|im_end|>')
     assert (call.kind, call.tool, call.arguments) == ("tool_call", "calculator", "3*4")
     block = env.parse_turn("Let me compute.\n```python\nprint(3*4)\n```<|im_end|>")

@@ -63,7 +63,9 @@ def test_payload_sizes_and_statuses_vary(env) -> None:  # noqa: ANN001
 
 
 def test_slow_service_returns_timeout(tmp_path: Path) -> None:
-    slow = build_environment(SearchEnvConfig(type="search", latency_ms=(1500.0, 1500.0), request_timeout_s=0.3))
+    slow = build_environment(
+        SearchEnvConfig(type="search", latency_ms=(1500.0, 1500.0), request_timeout_s=0.3)
+    )
     result = _search(slow, "BBC")
     assert result.status == "timeout"
 

@@ -1,0 +1,52 @@
+"""`libra plan`: what the Global Resource Planner would run on a cluster, for a model and workload.
+
+    libra plan --hardware 48xA800 --model qwen3-14b --workload swe-longtail|TRACE.parquet [--json]
+
+The plan task of the flow uses the same search (libra_core.planner). Exit 2 on an unknown
+hardware/model/workload name or an unreadable trace, with the valid names in the message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+EXIT_INPUT_ERROR = 2
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="plan training/rollout GPUs and layouts for a cluster and workload")
+    p.add_argument("--hardware", required=True, help="COUNTxGPU, e.g. 48xA800 or 16xH100")
+    p.add_argument("--model", required=True, help="model spec name, e.g. qwen3-14b, qwen3-30b-a3b")
+    p.add_argument("--workload", required=True, help="preset name or a trace Parquet file")
+    p.add_argument("--staleness", type=int, default=0, help="policy lag allowed (0: synchronous)")
+    p.add_argument("--gpu-budget", type=int, default=None, help="use at most this many GPUs")
+    p.add_argument("--top", type=int, default=4, help="plans to show (best first)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from libra_core.planner import plan_cluster, render_rich
+
+    if args.staleness < 0 or (args.gpu_budget is not None and args.gpu_budget < 1) or args.top < 1:
+        Console(stderr=True).print("[bold red]error[/]: --staleness >= 0, --gpu-budget >= 1, --top >= 1")
+        return EXIT_INPUT_ERROR
+    try:
+        report = plan_cluster(
+            args.hardware,
+            args.model,
+            args.workload,
+            staleness=args.staleness,
+            gpu_budget=args.gpu_budget,
+            top_k=args.top,
+        )
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)
+        return EXIT_INPUT_ERROR
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        Console().print(render_rich(report))
+    return 0 if report.plans else 1

@@ -7,7 +7,7 @@ Defaults: `--run runs/arith-grpo-20261130-234855 --out /tmp/libra-traces`.
 Exports the run's trajectory lake to `OUT/real.parquet`, writes the synthetic presets (seed 0) to
 `OUT/<preset>.parquet`, picks buckets at the 50th and 90th percentiles of each trace's trajectory
 size, and prints one table per trace with the equivalent `libra trace-eval` command, C-MLFQ's
-decision counters, and a sweep of its re-prefill cost ratio.
+decision counters, and a sweep of its re-prefill cost ratio (1e9 = never move).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def table_for(name: str, path: Path) -> None:
     replay(trace, sched, bounds, name="cmlfq")
     print(f"\ncmlfq decisions: {sched.counters}")
     sweep = []
-    for ratio in (0.0, 0.02, 0.05, 0.1, 0.2):
+    for ratio in (0.0, 0.1, 0.33, 1.0, 1e9):  # 1e9: no moves (admission only)
         s = CMLFQScheduler(cfg.model_copy(update={"prefill_decode_cost_ratio": ratio}))
         m = replay(trace, s, bounds, name="cmlfq")
         sweep.append(

@@ -299,15 +299,18 @@ class SchedulerConfig(Frozen):
         description="C-MLFQ: tool payload sizes in tokens separating payload-size classes (ascending).",
     )
     prefill_decode_cost_ratio: float = Field(
-        0.1,
+        1.0,
         ge=0,
-        description="C-MLFQ: time to re-prefill one context token relative to decoding one token.",
+        description="C-MLFQ: cost of re-prefilling one context token, in generated tokens decoded in the "
+        "wrong bucket. 1.0 charges them 1:1 like the trace score; lower it to weigh GPU time, where a "
+        "prefilled token is far cheaper than a decoded one.",
     )
     misplaced_decode_slowdown: float = Field(
-        0.5,
+        1.0,
         gt=0,
-        description="C-MLFQ: share of a token's decode time saved by decoding it in its right bucket; a "
-        "move needs mean remaining generated tokens x this > context tokens x prefill_decode_cost_ratio.",
+        description="C-MLFQ: share of a token's decode cost saved by decoding it in its right bucket; a "
+        "move needs expected right-bucket generated tokens gained x this > context tokens x "
+        "prefill_decode_cost_ratio.",
     )
 
     @model_validator(mode="after")

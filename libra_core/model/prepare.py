@@ -4,7 +4,7 @@ Called once per run, before iteration 0, by the prepare task. For `tiny_qwen2` i
 tokenizer on the environment's corpus, builds the model, runs the SFT warm-up, measures greedy
 accuracy on held-out problems and saves the folder. Warm-ups are cached under
 `cache_root/<key>/`, keyed by everything that determines the weights, so reruns and tests skip
-minutes of SFT. For `hf_local` the given folder is linked as is (no SFT).
+minutes of SFT. For `hf_local` the given folder is copied as is (no SFT).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import struct
 import time
@@ -71,7 +70,7 @@ def prepare_initial_policy(
     """
     out_dir = Path(out_dir)
     if isinstance(cfg.model, HFLocalModelConfig):
-        return _link_local(cfg.model, out_dir)
+        return _copy_local(cfg.model, out_dir)
     if isinstance(cfg.model, SmolLM2ModelConfig):  # pretrained: converted and copied, no SFT
         from libra_core.model.smollm2 import prepare_smollm2
 
@@ -175,7 +174,7 @@ def _copy_dir(src: Path, dst: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _link_local(model_cfg: HFLocalModelConfig, out_dir: Path) -> PreparedPolicy:
+def _copy_local(model_cfg: HFLocalModelConfig, out_dir: Path) -> PreparedPolicy:
     src = Path(model_cfg.path).expanduser().resolve()
     if not (src / "config.json").is_file():
         raise ValueError(
@@ -184,7 +183,9 @@ def _link_local(model_cfg: HFLocalModelConfig, out_dir: Path) -> PreparedPolicy:
         )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
-    os.symlink(src, tmp, target_is_directory=True)
+    # A copy, not a link: the update stage rewrites the run's policy folder, and must never write
+    # into the user's source model.
+    shutil.copytree(src, tmp, symlinks=False)
     replace_dir(tmp, out_dir)
     return PreparedPolicy(
         path=out_dir,

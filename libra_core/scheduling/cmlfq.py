@@ -2,19 +2,21 @@
 
 The tool returns a trajectory has seen (which tool, how large the payload, success/failure/timeout)
 are evidence of how much work is left. C-MLFQ keeps, in a prefix tree (prefix_tree.py), the
-distribution of remaining tokens after every observed tool-return history, per prompt and pooled
-over prompts, and routes on it:
+distribution of remaining tokens after every observed tool-return history, per prompt, per
+prompt-size class and pooled over prompts, and routes on it:
 
-- admission: the estimate at the root (the prompt's earlier trajectories backed off to the global
-  root) places the request in the bucket of `prompt + mean remaining`; with less than `min_support`
-  aged samples it starts in the shortest bucket, as in the paper. No agreement test here: admission
-  moves no context, so the point estimate is the best guess.
-- tool return: the estimate at the request's exact path is queried; the request moves only if
-  (1) the exact path has at least `min_support` aged samples, (2) the buckets of `context + mean` and
-  `context + P90` of remaining agree and differ from the current bucket, and (3) the expected decode
-  saving beats the re-prefill cost: `mean remaining generated tokens * misplaced_decode_slowdown >
-  context tokens * prefill_decode_cost_ratio` (both in decode-token units). Otherwise it stays and
-  keeps its prefix cache.
+- admission: the estimate at the root (the prompt's earlier trajectories, backed off to prompts of
+  the same size class, then to the global root) places the request in the bucket of `prompt + mean
+  remaining`; with less than `min_support` aged samples it starts in the shortest bucket, as in the
+  paper. No agreement test here: admission moves no context, so the point estimate is the best guess.
+- tool return: the estimate at the request's exact path gives, for every bucket b, the expected
+  generated tokens that would be decoded in their right bucket if the rest ran in b,
+  `E[remaining generated x (final size in b)]` (`Estimate.gen_by_bucket`); the target is the bucket
+  that maximises it. The request moves only if (1) the path has at least `min_support` aged samples,
+  (2) the buckets of `context + mean` and `context + P90` of remaining agree with the target (the
+  paper's confidence test), and (3) the expected gain pays for the re-prefill:
+  `(gen[target] - gen[current]) * misplaced_decode_slowdown > context * prefill_decode_cost_ratio`.
+  Otherwise it stays and keeps its prefix cache.
 - finish: the trajectory is inserted into the tree; policy versions age the samples.
 
 Bucket targets are *final sizes* (context + remaining), matching the bucket bounds (upper bounds on
@@ -52,16 +54,12 @@ class CMLFQCounters:
     admissions_from_tree: int = 0  # admissions placed by the estimate (not defaulted to bucket 0)
     decisions: int = 0  # tool returns seen
     low_support: int = 0  # stayed: exact path below min_support
-    disagree: int = 0  # stayed: mean and tail quantile point to different buckets
+    disagree: int = 0  # stayed: mean and tail-quantile buckets do not both equal the best bucket
     too_costly: int = 0  # stayed: re-prefill cost above the expected saving
     moves: int = 0
 
 
 class CMLFQScheduler:
-    # Exploration switches (temporary).
-    admit_rule = "gen"  # "gen" | "mean"
-    agreement = True
-
     def __init__(self, cfg: SchedulerConfig, tree: PrefixTree | None = None) -> None:
         self.cfg = cfg
         self.bounds = tuple(cfg.buckets)
@@ -80,11 +78,7 @@ class CMLFQScheduler:
         est = self.tree.estimate(request.prompt_id, (), (0,), prompt_tokens=request.prompt_tokens)
         bucket = 0
         if est is not None and est.support >= self.cfg.min_support:
-            if self.admit_rule == "gen":
-                values = est.gen_by_bucket(self.bounds, request.prompt_tokens)
-                bucket = max(range(len(values)), key=values.__getitem__)
-            else:
-                bucket = est.mean_bucket(self.bounds, request.prompt_tokens)
+            bucket = est.mean_bucket(self.bounds, request.prompt_tokens)
             self.counters.admissions_from_tree += 1
         with self.tracker.lock:
             self._progress[request.request_id] = _Progress()
@@ -108,7 +102,7 @@ class CMLFQScheduler:
         target = max(range(len(values)), key=values.__getitem__)
         if target == current:
             return None
-        if self.agreement and not (
+        if not (
             est.mean_bucket(self.bounds, ret.context_tokens)
             == target
             == est.tail_bucket(self.bounds, ret.context_tokens, self.cfg.tail_quantile)

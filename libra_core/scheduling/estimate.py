@@ -32,8 +32,16 @@ class NodeStats:
 
     @staticmethod
     def build(
-        rem: Sequence[int], gen: Sequence[int], ver: Sequence[int], version: int, half_life: float
+        rem: Sequence[int],
+        gen: Sequence[int],
+        ver: Sequence[int],
+        version: int,
+        half_life: float,
+        *,
+        means: tuple[float, float] | None = None,
     ) -> NodeStats:
+        """Aged statistics of a sample; `means` (remaining, generated) replaces the sample's means
+        when the node keeps exact aged sums over everything it has seen."""
         weights = [2.0 ** (-max(0, version - u) / half_life) for u in ver]
         order = sorted(range(len(rem)), key=rem.__getitem__)
         cum: list[float] = []
@@ -45,8 +53,9 @@ class NodeStats:
             cum.append(acc)
             cum_gen.append(acc_gen)
         total = acc if acc > 0 else 1.0
-        mean = sum(w * r for w, r in zip(weights, rem, strict=True)) / total
-        return NodeStats(version, [rem[i] for i in order], cum, cum_gen, total, mean, acc_gen / total)
+        if means is None:
+            means = (sum(w * r for w, r in zip(weights, rem, strict=True)) / total, acc_gen / total)
+        return NodeStats(version, [rem[i] for i in order], cum, cum_gen, total, *means)
 
     def cdf(self, tokens: float) -> float:
         """Aged share of samples with remaining <= tokens."""

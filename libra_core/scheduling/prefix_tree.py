@@ -2,8 +2,9 @@
 
 A path in the tree is the ordered list of tool-return *states* a trajectory went through; a state is
 `(tool, payload-size class, status)`. The tree has one root per prompt id (prompt-level evidence),
-one root per prompt-size class (the same paths pooled over the prompts of similar size: log-scale
-bins, `prompt_size_bins_per_octave` per octave) and one global root (pooled over all prompts). Each
+one root per prompt-size class (the same paths, up to SIZE_CLASS_MAX_DEPTH tool returns, pooled over
+the prompts of similar size: log-scale bins, `prompt_size_bins_per_octave` per octave) and one
+global root (pooled over all prompts). Each
 node keeps a bounded sample of the *remaining* tokens (generated + payload after that point, and the
 generated part alone) seen by finished trajectories that passed through it, each sample tagged with
 its policy version.
@@ -18,9 +19,9 @@ Exact histories recur rarely once there are several tools, payload classes and s
 per step with 3 tools), so the tree also keeps a *Markov back-off* table: remaining tokens after a
 tool return with a given state at a given depth, whatever came before. Back-off order for a request
 of prompt p (size class c) after states s1..sk: p/s1..sk, c/s1..sk, global s1..sk, the Markov node
-(k, sk), then c/s1..s(k-1), global s1..s(k-1), ..., c's root, the global root, whose samples are
-shifted down by the tokens processed since (a prefix parent has not seen the newest tool return, so
-it comes last). A prompt never seen before (every prompt, in runs that draw fresh prompts) thus
+(k, sk), then c/s1..s(k-1), global s1..s(k-1), ..., c's root, the global root (c/... only up to
+SIZE_CLASS_MAX_DEPTH), whose samples are shifted down by the tokens processed since (a prefix
+parent has not seen the newest tool return, so it comes last). A prompt never seen before (every prompt, in runs that draw fresh prompts) thus
 starts from what prompts of its size did, and its tool returns refine that.
 
 Lookup (`estimate`) walks the prompt, size-class and global paths, O(depth), and mixes the nodes by
@@ -44,10 +45,13 @@ from libra_core.scheduling.estimate import Estimate, NodeStats
 
 StateKey = tuple[str, int, str]  # (tool, payload-size class, status)
 MARKOV_MAX_DEPTH = 16
+# Size-class paths stop after this many tool returns: the prompt size matters most before the tool
+# returns have said much, and deeper levels would replicate the global tree once per size class.
+SIZE_CLASS_MAX_DEPTH = 4
 
 
 class Node:
-    __slots__ = ("_stats", "children", "samples", "support", "support_version")
+    __slots__ = ("_stats", "children", "samples", "sum_gen", "sum_rem", "support", "support_version")
 
     def __init__(self) -> None:
         self.children: dict[int, Node] | None = None
@@ -55,6 +59,10 @@ class Node:
         # array per node instead of three keeps a node at ~300 bytes.
         self.samples = array("i")
         self.support = 0.0  # aged count of trajectories that passed here, as of `support_version`
+        # Aged sums of their remaining tokens and generated part, aged with `support`: the node's mean
+        # is exact over every trajectory that passed (the bounded sample only shapes the quantiles).
+        self.sum_rem = 0.0
+        self.sum_gen = 0.0
         self.support_version = 0
         self._stats: NodeStats | None = None
 
@@ -72,12 +80,22 @@ class Node:
     def aged_support(self, version: int, half_life: float) -> float:
         return self.support * 2.0 ** (-(version - self.support_version) / half_life)
 
-    def add_support(self, amount: float, version: int, half_life: float) -> None:
+    def add_support(
+        self, amount: float, version: int, half_life: float, sum_rem: float = 0.0, sum_gen: float = 0.0
+    ) -> None:
+        """Add `amount` trajectories (with these remaining-token sums) counted at `version`."""
         if version >= self.support_version:
-            self.support = self.aged_support(version, half_life) + amount
+            decay = 2.0 ** (-(version - self.support_version) / half_life)
+            self.support = self.support * decay + amount
+            self.sum_rem = self.sum_rem * decay + sum_rem
+            self.sum_gen = self.sum_gen * decay + sum_gen
             self.support_version = version
         else:
-            self.support += amount * 2.0 ** (-(self.support_version - version) / half_life)
+            decay = 2.0 ** (-(self.support_version - version) / half_life)
+            self.support += amount * decay
+            self.sum_rem += sum_rem * decay
+            self.sum_gen += sum_gen * decay
+        self._stats = None
 
     def add_sample(self, remaining: int, remaining_gen: int, version: int, cap: int) -> None:
         samples = self.samples
@@ -113,7 +131,11 @@ class Node:
         """Aged sample statistics, cached until the next insert or version change."""
         cached = self._stats
         if cached is None or cached.version != version:
-            cached = self._stats = NodeStats.build(self.rem, self.gen, self.ver, version, half_life)
+            # Sums and support age alike, so their ratio is the aged mean at any version.
+            means = (self.sum_rem / self.support, self.sum_gen / self.support) if self.support > 0 else None
+            cached = self._stats = NodeStats.build(
+                self.rem, self.gen, self.ver, version, half_life, means=means
+            )
         return cached
 
 
@@ -250,14 +272,14 @@ class PrefixTree:
                         continue
                     key = keys.pop()
                     left -= 1
-                    node = container.get(key)
-                    if node is None:
+                    top = container.get(key)
+                    if top is None:
                         continue
-                    if node.aged_support(v, h) < below:
+                    if top.aged_support(v, h) < below:
                         del container[key]
                         dropped += 1
                     else:
-                        stack.append(node)
+                        stack.append(top)
                 elif self._pass_version < v:
                     self._pass_version = v
                     self._pass_roots = roots = [
@@ -296,22 +318,25 @@ class PrefixTree:
                 if c_node is None:
                     c_node = self.size_classes[size_class] = Node()
                 path_nodes.append(c_node)
+            class_depth = SIZE_CLASS_MAX_DEPTH if size_class is not None else -1
             for depth in range(len(codes) + 1):
                 for node in path_nodes:
                     node.add_sample(remaining, remaining_gen, version, self.max_samples)
-                    node.add_support(1.0, version, self.half_life)
+                    node.add_support(1.0, version, self.half_life, remaining, remaining_gen)
                 if depth == len(codes):
                     break
                 turn = turns[depth]
                 remaining -= turn.gen_tokens + turn.payload_tokens
                 remaining_gen -= turn.gen_tokens
+                if depth == class_depth:
+                    path_nodes = path_nodes[:2]  # the size-class path ends here
                 path_nodes = [node.child_or_new(codes[depth]) for node in path_nodes]
                 m_key = (min(depth + 1, MARKOV_MAX_DEPTH), codes[depth])
                 m_node = self.markov.get(m_key)
                 if m_node is None:
                     m_node = self.markov[m_key] = Node()
                 m_node.add_sample(remaining, remaining_gen, version, self.max_samples)
-                m_node.add_support(1.0, version, self.half_life)
+                m_node.add_support(1.0, version, self.half_life, remaining, remaining_gen)
             if self.prune_nodes_per_insert:
                 self.prune(self.prune_nodes_per_insert)
 
@@ -343,7 +368,7 @@ class PrefixTree:
             version, half_life = self.version, self.half_life
             g_nodes = self._walk(self.global_root, path)
             c_root = None if size_class is None else self.size_classes.get(size_class)
-            c_nodes = [] if c_root is None else self._walk(c_root, path)
+            c_nodes = [] if c_root is None else self._walk(c_root, path[:SIZE_CLASS_MAX_DEPTH])
             p_node = self.prompts.get(prompt_id)
             for code in path:
                 if p_node is None:

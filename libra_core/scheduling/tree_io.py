@@ -3,12 +3,17 @@
 A saved tree lets a new run start with the statistics of an earlier one, and merging lets several
 rollout workers that each built a tree combine them. The file is one JSON object:
 
-    {"format": "libra-cmlfq-tree", "format_version": 1, "version": <policy version>,
+    {"format": "libra-cmlfq-tree", "format_version": 2, "version": <policy version>,
      "max_samples_per_node": ..., "half_life_versions": ..., "backoff_pseudocount": ...,
-     "payload_class_edges": [...], "states": [[tool, payload_class, status], ...],
-     "global": NODE, "prompts": {prompt_id: NODE}, "markov": [[depth, state index, NODE], ...]}
-    NODE = {"support": float, "support_version": int, "samples": [[remaining, remaining_gen, version], ...],
+     "payload_class_edges": [...], "prompt_size_bins_per_octave": ...,
+     "states": [[tool, payload_class, status], ...], "global": NODE, "prompts": {prompt_id: NODE},
+     "size_classes": [[size class, NODE], ...], "markov": [[depth, state index, NODE], ...]}
+    NODE = {"support": float, "sum_rem": float, "sum_gen": float, "support_version": int,
+            "samples": [[remaining, remaining_gen, version], ...],
             "children": {"<index into states>": NODE}}
+
+Version 1 files (no size classes, no sums) still load: their sums are rebuilt from support x the
+sample means, and the size-class level fills as new trajectories finish.
 
 Writes are atomic (temp file + rename). Loading validates the header and raises ValueError naming
 the problem. Merging requires equal payload-class edges (otherwise the state keys mean different
@@ -25,12 +30,15 @@ from typing import Any
 from libra_core.scheduling.prefix_tree import Node, PrefixTree
 
 FORMAT = "libra-cmlfq-tree"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 def _node_to_dict(node: Node) -> dict[str, Any]:
     out: dict[str, Any] = {
         "support": node.support,
+        "sum_rem": node.sum_rem,
+        "sum_gen": node.sum_gen,
         "support_version": node.support_version,
         "samples": [list(t) for t in node.triples()],
     }
@@ -44,6 +52,12 @@ def _node_from_dict(data: dict[str, Any], num_states: int) -> Node:
     node.support = float(data["support"])
     node.support_version = int(data["support_version"])
     node.replace_samples([(int(r), int(g), int(v)) for r, g, v in data["samples"]])
+    if "sum_rem" in data:
+        node.sum_rem, node.sum_gen = float(data["sum_rem"]), float(data["sum_gen"])
+    elif node.samples:  # format 1: the sample means stand in for the exact ones
+        rem, gen = node.rem, node.gen
+        node.sum_rem = node.support * sum(rem) / len(rem)
+        node.sum_gen = node.support * sum(gen) / len(gen)
     for code, child in data.get("children", {}).items():
         if not 0 <= int(code) < num_states:
             raise ValueError(f"tree file: child state {code} is not an index into `states`")
@@ -63,24 +77,28 @@ def tree_to_dict(tree: PrefixTree) -> dict[str, Any]:
             "half_life_versions": tree.half_life,
             "backoff_pseudocount": tree.backoff,
             "payload_class_edges": list(tree.payload_edges),
+            "prompt_size_bins_per_octave": tree.size_bins_per_octave,
             "states": [list(s) for s in tree.states],
             "global": _node_to_dict(tree.global_root),
             "prompts": {p: _node_to_dict(n) for p, n in tree.prompts.items()},
+            "size_classes": [[c, _node_to_dict(n)] for c, n in tree.size_classes.items()],
             "markov": [[d, c, _node_to_dict(n)] for (d, c), n in tree.markov.items()],
         }
 
 
 def tree_from_dict(data: dict[str, Any]) -> PrefixTree:
-    if data.get("format") != FORMAT or data.get("format_version") != FORMAT_VERSION:
+    if data.get("format") != FORMAT or data.get("format_version") not in READABLE_VERSIONS:
         raise ValueError(
             f"not a C-MLFQ tree: format={data.get('format')!r} "
-            f"format_version={data.get('format_version')!r}, expected {FORMAT!r} version {FORMAT_VERSION}"
+            f"format_version={data.get('format_version')!r}, expected {FORMAT!r} version in "
+            f"{list(READABLE_VERSIONS)}"
         )
     tree = PrefixTree(
         max_samples_per_node=int(data["max_samples_per_node"]),
         half_life_versions=float(data["half_life_versions"]),
         backoff_pseudocount=float(data["backoff_pseudocount"]),
         payload_class_edges=[int(e) for e in data["payload_class_edges"]],
+        prompt_size_bins_per_octave=float(data.get("prompt_size_bins_per_octave", 4.0)),
     )
     tree.version = int(data["version"])
     for tool, cls, status in data["states"]:
@@ -88,6 +106,7 @@ def tree_from_dict(data: dict[str, Any]) -> PrefixTree:
     n = len(tree.states)
     tree.global_root = _node_from_dict(data["global"], n)
     tree.prompts = {str(p): _node_from_dict(node, n) for p, node in data["prompts"].items()}
+    tree.size_classes = {int(c): _node_from_dict(node, n) for c, node in data.get("size_classes", [])}
     for depth, code, node in data["markov"]:
         if not 0 <= int(code) < n:
             raise ValueError(f"tree file: markov state {code} is not an index into `states`")
@@ -114,7 +133,7 @@ def load_tree(path: str | Path) -> PrefixTree:
 
 
 def _merge_node(dst: Node, src: Node, code_map: list[int], tree: PrefixTree) -> None:
-    dst.add_support(src.support, src.support_version, tree.half_life)
+    dst.add_support(src.support, src.support_version, tree.half_life, src.sum_rem, src.sum_gen)
     samples = sorted(
         [*dst.triples(), *src.triples()],
         key=lambda s: s[2],
@@ -125,11 +144,17 @@ def _merge_node(dst: Node, src: Node, code_map: list[int], tree: PrefixTree) -> 
 
 
 def merge_tree(into: PrefixTree, other: PrefixTree) -> PrefixTree:
-    """Merge `other` into `into` (in place; returns `into`). Both must use the same payload classes."""
+    """Merge `other` into `into` (in place; returns `into`). Both must use the same payload classes
+    and prompt-size bins."""
     if into.payload_edges != other.payload_edges:
         raise ValueError(
             f"cannot merge trees with payload_class_edges {list(into.payload_edges)} and "
             f"{list(other.payload_edges)}; rebuild one with the other's edges"
+        )
+    if into.size_bins_per_octave != other.size_bins_per_octave and other.size_classes:
+        raise ValueError(
+            f"cannot merge trees with prompt_size_bins_per_octave {into.size_bins_per_octave} and "
+            f"{other.size_bins_per_octave}; rebuild one with the other's bins"
         )
     with into.lock, other.lock:
         code_map = [into.code(state, create=True) for state in other.states]
@@ -138,6 +163,11 @@ def merge_tree(into: PrefixTree, other: PrefixTree) -> PrefixTree:
             dst = into.prompts.get(prompt_id)
             if dst is None:
                 dst = into.prompts[prompt_id] = Node()
+            _merge_node(dst, node, code_map, into)
+        for size_class, node in other.size_classes.items():
+            dst = into.size_classes.get(size_class)
+            if dst is None:
+                dst = into.size_classes[size_class] = Node()
             _merge_node(dst, node, code_map, into)
         for (depth, code), node in other.markov.items():
             key = (depth, code_map[code])

@@ -94,11 +94,17 @@ def test_cache_key_tracks_what_determines_the_weights() -> None:
     assert cache_key(seeded, 4) != base
 
 
-def test_hf_local_links_the_folder(first, tmp_path: Path) -> None:
+def test_hf_local_copies_the_folder(first, tmp_path: Path) -> None:
     _, prepared, _, _ = first
     cfg = LibraConfig.model_validate({"model": {"type": "hf_local", "path": str(prepared.path)}})
     linked = prepare_initial_policy(cfg, tmp_path / "policy", tmp_path / "cache")
-    assert linked.path.resolve() == prepared.path.resolve()
+    # a real copy: the update stage rewrites the run's policy, never the user's source model
+    assert not linked.path.is_symlink()
+    assert linked.path.resolve() != prepared.path.resolve()
+    src_weights = (prepared.path / "model.safetensors").read_bytes()
+    assert (linked.path / "model.safetensors").read_bytes() == src_weights
+    (linked.path / "model.safetensors").write_bytes(b"overwritten by an update")
+    assert (prepared.path / "model.safetensors").read_bytes() == src_weights
     assert (linked.path / "config.json").is_file()
     assert linked.num_params == prepared.num_params
     assert (linked.from_cache, linked.sft_losses_tail, linked.greedy_accuracy) == (False, (), None)

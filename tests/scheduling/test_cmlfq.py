@@ -44,13 +44,14 @@ def first_long_admission(half_life: float) -> int:
 
 
 def test_aging_follows_drift_within_one_version() -> None:
-    # Admission picks bucket 1 when 10 + mean remaining > 100, i.e. the (aged) weight share of the
-    # long samples (remaining 200, short ones 20) exceeds (90 - 20) / 180 = 0.389.
-    # Half-life 1: queried at version 11 the buffer (64 = the 8 newest versions, 3..10) holds 8 long
-    # samples of weight 1/2 (= 4) and short ones of weight 8 * (1/4 + ... + 1/256) = 3.97: share 0.50.
+    # Admission picks bucket 1 when 10 + mean remaining > 100, i.e. the aged weight share of the
+    # long trajectories (remaining 200, short ones 20) exceeds (90 - 20) / 180 = 0.389. The mean is
+    # exact over every trajectory inserted (aged sums), not over the bounded sample.
+    # Half-life 1: queried at version 11, the 8 long ones of version 10 weigh 8 * 1/2 = 4 and the 80
+    # short ones of versions 0..9 weigh 8 * (1/4 + ... + 1/2048) = 4.0: share 0.50 after one version.
     assert first_long_admission(half_life=1.0) == 1
-    # Without aging only FIFO eviction helps: the long share is 8j/64 after j versions, > 0.389 at j=4.
-    assert first_long_admission(half_life=1e9) == 4
+    # Without aging the long share is 8j / (80 + 8j) after j versions: > 0.389 first at j = 7.
+    assert first_long_admission(half_life=1e9) == 7
 
 
 def test_admission_uses_the_prompts_history_then_the_global_root() -> None:
@@ -105,18 +106,18 @@ def test_failure_moves_the_request_when_saving_beats_reprefill() -> None:
     ok = SchedRequest("q", "fresh2", 10, 1)
     s.admit(ok)
     # After a success the exact path (20 samples, all 10 remaining; aged one version at half-life 4:
-    # n = 20 * 2**-0.25 = 16.8) takes n / (n + 8) = 0.68 of the mass, the Markov node (same samples)
-    # 0.32 * 0.68 = 0.22, the root shifted by 15 tokens (10 or 300) the rest, 0.10. So
-    # P(remaining <= 75) = 1 - 0.10 / 2 = 0.95 >= 0.9 and mean = 0.90 * 10 + 0.10 * 155 = 25.1, and
-    # 25 + 25.1 <= 100: mean and P90 agree on bucket 0. Saving = probability gain (0.95 - 0.05) *
-    # mean remaining generated (24.6) * 0.5 = 11.0 > re-prefill 25 * 0.1 = 2.5: move.
+    # n = 16.8) takes most of the mass: size-class node 16.8 / (16.8 + 8) = 0.68, global node 0.22,
+    # Markov node 0.07; the shifted roots (remaining 10 or 300, minus 15 consumed) the last 0.03.
+    # Mean 14.9: 25 + 14.9 <= 100, and P(remaining <= 75) = 0.98 >= 0.9: mean and P90 agree on
+    # bucket 0. Expected generated tokens decoded in their right bucket: 9.97 in bucket 0 vs 4.73 in
+    # bucket 1, gain 5.24 x 0.5 = 2.6 > re-prefill 25 x 0.1 = 2.5: move.
     assert s.on_tool_return(ok, ToolReturn(0, 10, "python", 5, "success", 25)) == Move(0)
     # After a failure the path agrees with the bucket it is in: stay.
     assert s.on_tool_return(req, ToolReturn(0, 10, "python", 5, "failure", 25)) is None
 
 
 def test_reprefill_cost_blocks_a_move() -> None:
-    s = trained(cost_ratio=0.5)  # 25 * 0.5 = 12.5 > saving 11.0: keep the prefix cache
+    s = trained(cost_ratio=0.5)  # 25 * 0.5 = 12.5 > saving 2.6: keep the prefix cache
     q = SchedRequest("q", "fresh", 10, 1)
     assert s.admit(q) == 1
     assert s.on_tool_return(q, ToolReturn(0, 10, "python", 5, "success", 25)) is None
@@ -129,3 +130,31 @@ def test_low_support_never_moves() -> None:
     assert s.admit(q) == 0  # root support 40 (global) < 100: shortest bucket, as in the paper
     assert s.on_tool_return(q, ToolReturn(0, 10, "python", 5, "failure", 25)) is None
     assert s.counters.low_support == 1
+
+
+def test_unseen_prompt_backs_off_to_its_size_class() -> None:
+    """Small prompts (10 tokens) run long, large ones (200 tokens) end soon; every prompt is new."""
+
+    def run(bins_per_octave: float) -> tuple[int, int]:
+        cfg = SchedulerConfig(
+            type="cmlfq", buckets=(400,), min_support=2, prompt_size_bins_per_octave=bins_per_octave
+        )
+        s = CMLFQScheduler(cfg)
+        s.on_policy_version(0)
+        for k in range(20):
+            small = k % 2 == 0
+            prompt_tokens, gen = (10, 600) if small else (200, 20)
+            s.admit(SchedRequest(f"t{k}", f"p{k}", prompt_tokens, 0))
+            s.on_finish(
+                FinishedTrajectory(f"t{k}", f"p{k}", prompt_tokens, 0, 0, (Turn(gen, None, 0, None),))
+            )
+        s.on_policy_version(1)
+        small = s.admit(SchedRequest("a", "unseen-small", 9, 1))  # same size class as 10
+        large = s.admit(SchedRequest("b", "unseen-large", 210, 1))  # same size class as 200
+        return small, large
+
+    # Size class (10 samples aged one version: n = 8.4, weight 8.4 / 16.4 = 0.51) mixed with the
+    # global root (mean remaining 310): 9 + 458 > 400 -> bucket 1; 210 + 162 <= 400 -> bucket 0.
+    assert run(4.0) == (1, 0)
+    # Global root only: 9 + 310 -> bucket 0, 210 + 310 -> bucket 1, both wrong.
+    assert run(0.0) == (0, 1)

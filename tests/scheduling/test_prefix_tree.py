@@ -17,7 +17,7 @@ from libra_core.traces.synthetic import SyntheticTraceConfig, synthetic_trajecto
 def build(trajectories: list, **kw: object) -> PrefixTree:
     tree = PrefixTree(**kw)  # type: ignore[arg-type]
     for t in trajectories:
-        tree.insert(t.prompt_id, t.turns, t.iteration)
+        tree.insert(t.prompt_id, t.turns, t.iteration, prompt_tokens=t.prompt_tokens)
     tree.set_version(max(t.iteration for t in trajectories))
     return tree
 
@@ -32,7 +32,7 @@ def probe(tree: PrefixTree, t: object) -> list[tuple[float, float, float]]:
     """Estimates along one trajectory's path: (support, mean, P(remaining <= 500))."""
     codes, consumed, out = [], [0], []
     for depth, turn in enumerate(t.turns):  # type: ignore[attr-defined]
-        est = tree.estimate(t.prompt_id, codes, consumed)  # type: ignore[attr-defined]
+        est = tree.estimate(t.prompt_id, codes, consumed, prompt_tokens=t.prompt_tokens)  # type: ignore[attr-defined]
         assert est is not None
         out.append((round(est.support, 9), round(est.mean_remaining, 6), round(est.cdf(500), 9)))
         if turn.tool is None:
@@ -114,11 +114,61 @@ def test_sample_buffer_is_bounded_and_evicts_oldest() -> None:
 
 
 def test_prune_drops_prompts_whose_support_aged_away() -> None:
-    tree = PrefixTree(half_life_versions=1.0)
+    tree = PrefixTree(half_life_versions=1.0, prune_below_support=0.05, prune_nodes_per_insert=0)
     tree.insert("old", (Turn(5, None, 0, None),), 0)
     tree.insert("new", (Turn(5, None, 0, None),), 10)
-    assert tree.set_version(10, prune_below=0.05) == 1  # "old" counts 2**-10 < 0.05
+    tree.set_version(10)  # O(1): moving the clock drops nothing by itself
+    assert set(tree.prompts) == {"old", "new"}
+    assert tree.prune() == 1  # "old" counts 2**-10 < 0.05
     assert set(tree.prompts) == {"new"}
+
+
+def test_pruning_is_incremental_and_driven_by_inserts() -> None:
+    tree = PrefixTree(half_life_versions=1.0, prune_below_support=0.05, prune_nodes_per_insert=0)
+    two_turns = (Turn(5, "calc", 3, "success"), Turn(5, None, 0, None))
+    for k in range(50):
+        tree.insert(f"old{k}", two_turns, 0, prompt_tokens=10)
+    tree.set_version(20)
+    # A bounded call checks at most `budget` nodes (each stale node checked is dropped with its subtree).
+    assert 1 <= tree.prune(budget=5) <= 5
+    assert len(tree.prompts) >= 45
+    # Inserts advance the same pass: 4 checks each finish it within a few dozen inserts.
+    tree.prune_nodes_per_insert = 4
+    for k in range(20):
+        tree.insert(f"new{k}", two_turns, 20, prompt_tokens=10)
+    assert set(tree.prompts) == {f"new{k}" for k in range(20)}
+    # The global path and the size class survive (support refreshed at version 20); nothing is left.
+    assert tree.num_nodes() == 20 * 2 + 2 + 2
+    assert tree.prune() == 0
+
+
+def test_size_class_level_serves_an_unseen_prompt() -> None:
+    tree = PrefixTree(backoff_pseudocount=1.0)
+    for k in range(10):
+        tree.insert(f"small{k}", (Turn(600, None, 0, None),), 0, prompt_tokens=10)
+        tree.insert(f"large{k}", (Turn(20, None, 0, None),), 0, prompt_tokens=200)
+    assert tree.size_class(10) == tree.size_class(9) != tree.size_class(200)
+    small = tree.estimate("unseen", (), (0,), prompt_tokens=9)
+    anywhere = tree.estimate("unseen", (), (0,))
+    assert small is not None and anywhere is not None
+    # Class root (n = 10) takes 10 / 11 of the mass, the global root (mean 310) the rest.
+    assert small.mean_remaining == pytest.approx(600 * 10 / 11 + 310 / 11)
+    assert anywhere.mean_remaining == pytest.approx(310)
+
+
+def test_version_1_files_still_load(trajectories: list) -> None:
+    tree = build(trajectories)
+    data = tree_to_dict(tree)
+    data["format_version"] = 1
+    del data["size_classes"], data["prompt_size_bins_per_octave"]
+    stack = [data["global"], *data["prompts"].values(), *(n for _, _, n in data["markov"])]
+    while stack:
+        node = stack.pop()
+        del node["sum_rem"], node["sum_gen"]
+        stack.extend(node.get("children", {}).values())
+    old = tree_from_dict(data)
+    assert not old.size_classes and old.num_nodes() < tree.num_nodes()
+    assert old.estimate("never-seen", (), (0,)) is not None
 
 
 def test_dict_round_trip_keeps_markov_backoff(trajectories: list) -> None:

@@ -257,7 +257,7 @@ class SchedulerConfig(Frozen):
         8.0,
         gt=0,
         description="C-MLFQ: a node with n aged samples gets weight n / (n + this) against its back-off "
-        "(prompt node -> global node -> Markov node -> global ancestors).",
+        "(prompt node -> size-class node -> global node -> Markov node -> ancestors).",
     )
     max_samples_per_node: int = Field(
         64,

@@ -54,7 +54,7 @@ class CMLFQCounters:
     admissions_from_tree: int = 0  # admissions placed by the estimate (not defaulted to bucket 0)
     decisions: int = 0  # tool returns seen
     low_support: int = 0  # stayed: exact path below min_support
-    disagree: int = 0  # stayed: mean and tail-quantile buckets do not both equal the best bucket
+    disagree: int = 0  # stayed: the mean's bucket is not also the tail quantile's and the best one
     too_costly: int = 0  # stayed: re-prefill cost above the expected saving
     moves: int = 0
 
@@ -98,14 +98,15 @@ class CMLFQScheduler:
         if est is None or est.support < self.cfg.min_support:
             counters.low_support += 1
             return None
-        values = est.gen_by_bucket(self.bounds, ret.context_tokens)
-        target = max(range(len(values)), key=values.__getitem__)
+        # A move needs the mean bucket, the tail bucket and the best bucket to agree, so the cheap
+        # mean test goes first: most decisions end there without evaluating the mixture.
+        target = est.mean_bucket(self.bounds, ret.context_tokens)
         if target == current:
             return None
-        if not (
-            est.mean_bucket(self.bounds, ret.context_tokens)
-            == target
-            == est.tail_bucket(self.bounds, ret.context_tokens, self.cfg.tail_quantile)
+        values = est.gen_by_bucket(self.bounds, ret.context_tokens)
+        if (
+            est.tail_bucket(self.bounds, ret.context_tokens, self.cfg.tail_quantile) != target
+            or max(range(len(values)), key=values.__getitem__) != target
         ):
             counters.disagree += 1
             return None

@@ -21,8 +21,9 @@ tool return with a given state at a given depth, whatever came before. Back-off 
 of prompt p (size class c) after states s1..sk: p/s1..sk, c/s1..sk, global s1..sk, the Markov node
 (k, sk), then c/s1..s(k-1), global s1..s(k-1), ..., c's root, the global root (c/... only up to
 SIZE_CLASS_MAX_DEPTH), whose samples are shifted down by the tokens processed since (a prefix
-parent has not seen the newest tool return, so it comes last). A prompt never seen before (every prompt, in runs that draw fresh prompts) thus
-starts from what prompts of its size did, and its tool returns refine that.
+parent has not seen the newest tool return, so it comes last). A prompt never seen before (every
+prompt, in runs that draw fresh prompts) thus starts from what prompts of its size did, and its
+tool returns refine that.
 
 Lookup (`estimate`) walks the prompt, size-class and global paths, O(depth), and mixes the nodes by
 support (libra_core/scheduling/estimate.py). Who calls it: C-MLFQ on the rollout thread (lookups)

@@ -217,7 +217,9 @@ def test_unknown_key_in_model_variant_lists_that_variants_keys(tmp_path: Path) -
 def test_model_variant_errors_name_the_type_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, "model:\n  type: gpt5\n"))
-    assert info.value.problems == ["model.type: unknown variant 'gpt5'; allowed: 'tiny_qwen2', 'hf_local', 'smollm2'"]
+    assert info.value.problems == [
+        "model.type: unknown variant 'gpt5'; allowed: 'tiny_qwen2', 'hf_local', 'smollm2'"
+    ]
 
     # without `type`, a model section means the default tiny model
     assert load_config(write(tmp_path, "model:\n  hidden_size: 64\n")).model.hidden_size == 64

@@ -174,8 +174,11 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dic
 
     The value replaces whatever is at its path (a mapping value replaces the whole section rather
     than merging into it, so `model={type: hf_local, path: ...}` drops the tiny-model keys).
-    Walking through a key that holds a non-mapping is a `ConfigError` naming that key. `raw` is
-    not modified.
+    Setting a `type` to a different value than the section holds switches the variant: the
+    section's other keys belonged to the old variant and are dropped, so
+    `environment.type=code` works on a file that configures the arithmetic task (later overrides
+    can then set the new variant's keys). Walking through a key that holds a non-mapping is a
+    `ConfigError` naming that key. `raw` is not modified.
     """
     merged: dict[str, Any] = copy.deepcopy(dict(raw))
     problems: list[str] = []
@@ -193,6 +196,8 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dic
                 break
             node = child
         else:
+            if parts[-1] == "type" and len(parts) > 1 and node.get("type") not in (None, value):
+                node.clear()  # a different variant: the old variant's keys do not apply
             node[parts[-1]] = copy.deepcopy(value)
     if problems:
         raise ConfigError(problems, OVERRIDES_SOURCE)

@@ -142,6 +142,17 @@ def test_override_can_switch_model_variant() -> None:
     assert cfg.model.dtype == "bfloat16"
 
 
+def test_setting_a_different_type_switches_the_variant() -> None:
+    # the file configures the arithmetic task; `environment.type=code` drops its keys, and later
+    # overrides set the new variant's keys
+    cfg = load_config(STAGES_YAML, ["environment.type=code", "environment.max_turns=3"])
+    assert cfg.environment.type == "code"
+    assert cfg.environment.max_turns == 3
+    # the same type keeps the section's other keys
+    same = load_config(STAGES_YAML, ["environment.type=arithmetic", "environment.max_ops=3"])
+    assert (same.environment.type, same.environment.max_ops, same.environment.min_ops) == ("arithmetic", 3, 1)
+
+
 def test_apply_overrides_creates_sections_and_leaves_input_alone() -> None:
     raw = {"experiment": {"name": "a"}}
     merged = apply_overrides(raw, {"experiment.seed": 4, "training.grpo.kl_coef": 0.1})

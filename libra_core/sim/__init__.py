@@ -1,0 +1,26 @@
+"""Cluster-scale discrete-event simulator of agentic RL post-training (docs/simulator.md).
+
+Reuses the real planner (cost model, search, replanning) and the real schedulers; never imports
+Prefect. Entry point: `simulate(...) -> SimReport`; `format_table(report)` / `render_rich(report)`.
+"""
+
+from libra_core.sim.engine import SimSettings, Simulator
+from libra_core.sim.policies import ABLATION, POLICIES, resolve_policies
+from libra_core.sim.report import PolicyResult, SimReport, format_table, render_rich
+from libra_core.sim.simulate import simulate
+from libra_core.sim.workloads import SCENARIOS, load_scenario
+
+__all__ = [
+    "ABLATION",
+    "POLICIES",
+    "SCENARIOS",
+    "PolicyResult",
+    "SimReport",
+    "SimSettings",
+    "Simulator",
+    "format_table",
+    "load_scenario",
+    "render_rich",
+    "resolve_policies",
+    "simulate",
+]

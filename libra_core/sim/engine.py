@@ -1,0 +1,380 @@
+"""The simulator: one policy, one cluster, N iterations of an agentic RL pipeline, event by event.
+
+Pipeline (staleness s; s = 1 for disaggregated policies, 0 = sequential for `colocated`): rollout j
+starts when rollout j-1 is done and policy version `j - s` has reached the rollout side; update j
+starts when rollout j is done and update j-1 is done; its weights reach rollout `t_sync` later
+(`weight_sync_s`). Colocated runs rollout, then training, on the same GPUs, paying a sleep/wake
+switch (`wake_s` + moving the weights through HBM) each way.
+
+Per trajectory: admission (scheduler `admit`), per turn prefill + decode on an instance
+(instance.py), then the tool call (its latency), `on_tool_return` (may move the trajectory to another
+bucket: the whole context is prefilled again there), the next turn; the last turn ends the trajectory
+(`on_finish`). Replanning (policies with `replan`): every `replan_every` iterations, at a rollout
+start, the planner re-prices the running plan on the last `window_iterations` iterations and searches
+a new one; `ReplanPolicy` decides; an applied plan stalls that rollout start by `move_cost_s`.
+
+Elastic hybrid pool (`elastic`): (1) a rollout instance that is idle in the tail of an iteration (no
+queued turn in its bucket, at most one unfinished trajectory per other instance of the bucket) is lent
+to the running update as a data-parallel replica after `join_s` (snapshot load); lent instances come
+back at the next rollout start after `wake_s`. (2) When an update ends and rollout still runs, the
+training GPUs beyond the core half become rollout instances of the longest bucket after `wake_s`
+and serve the turns that follow; at rollout end they rejoin training `join_s` later.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from libra_core.config.models import SchedulerConfig
+from libra_core.planner.replan import ReplanPolicy
+from libra_core.planner.search import SearchSettings, weight_sync_s
+from libra_core.planner.specs import HardwareSpec, ModelSpec
+from libra_core.planner.workload import Turns, Workload, workload_from_turns
+from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, Scheduler, ToolReturn
+from libra_core.scheduling.cmlfq import CMLFQScheduler
+from libra_core.scheduling.registry import build_scheduler
+from libra_core.sim import pipeline
+from libra_core.sim.events import EventQueue, Kind
+from libra_core.sim.instance import CostTables, Instance
+from libra_core.sim.policies import Deployment, PolicySpec, build_deployment
+from libra_core.sim.router import Router
+from libra_core.sim.training import Trainer
+from libra_core.sim.workloads import SimTrajectory
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    max_num_seqs: int = 256
+    num_bins: int = 48
+    replan_every: int = 10
+    window_iterations: int = 5
+    min_gain_fraction: float = 0.05
+    engine_restart_s: float = 30.0  # restarting instances when a plan moves workers
+    wake_s: float = 5.0  # vLLM sleep/wake (colocated switch, hybrid entering rollout)
+    cmlfq_cost_ratio: float = 0.1  # C-MLFQ prefill_decode_cost_ratio for a wall-clock objective
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    traj: SimTrajectory
+    req: SchedRequest
+    bucket: int
+    ctx: float
+    admit_s: float
+    turn: int = 0
+    last: Instance | None = None
+    pinned: Instance | None = None
+    new_tokens: float = 0.0  # tokens appended since the previous turn (prompt, then payloads)
+
+
+@dataclass
+class IterationRecord:
+    iteration: int
+    rollout_start_s: float = 0.0
+    rollout_end_s: float = 0.0
+    train_end_s: float = 0.0
+    tokens: int = 0
+    trajectories: int = 0
+    moves: int = 0
+    replan: str = ""
+
+
+@dataclass
+class RunStats:
+    records: list[IterationRecord] = field(default_factory=list)
+    latencies_s: list[float] = field(default_factory=list)
+    replans: list[dict[str, Any]] = field(default_factory=list)
+    deployments: list[str] = field(default_factory=list)
+    roll_gpu_s: float = 0.0
+    train_gpu_s: float = 0.0
+    roll_busy_gpu_s: float = 0.0
+    train_busy_gpu_s: float = 0.0
+    events: int = 0
+    lent_joins: int = 0
+    hybrid_rollouts: int = 0
+
+
+class Simulator:
+    def __init__(
+        self,
+        policy: PolicySpec,
+        workload: Any,
+        model: ModelSpec,
+        hw: HardwareSpec,
+        num_gpus: int,
+        iterations: int,
+        rng: random.Random,
+        settings: SimSettings | None = None,
+        record_events: bool = False,
+    ) -> None:
+        self.p, self.wl, self.model, self.hw, self.G = policy, workload, model, hw, num_gpus
+        self.iterations, self.rng = iterations, rng
+        self.s = settings or SimSettings()
+        self.staleness = 0 if policy.colocated else 1
+        self.search = SearchSettings(
+            staleness=self.staleness, max_num_seqs=self.s.max_num_seqs, num_bins=self.s.num_bins
+        )
+        from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
+
+        self.tables = CostTables(
+            RolloutCostModel(model, hw, self.s.max_num_seqs), instance_tp_degrees(model, hw)
+        )
+        self.t_sync = weight_sync_s(model, hw, policy.colocated)
+        self.join_s = 8.0 * weight_sync_s(model, hw, False)  # bf16 weights + fp32 optimizer states
+        self.switch_s = self.s.wake_s + weight_sync_s(model, hw, True)
+        self.q = EventQueue(record_events)
+        self.stats = RunStats()
+        self.replanner = ReplanPolicy(self.s.min_gain_fraction, 50, self.s.engine_restart_s + self.join_s)
+        self.trajs = {j: workload.trajectories(j) for j in range(min(1, iterations))}
+        self.windows: list[Workload] = []
+        self.sched: Scheduler | None = None
+        self.dep: Deployment | None = None
+        self.version = 0  # policy versions on the rollout side
+        self.rolled = 0  # rollouts completed
+        self.rollout_running = False
+        self.pending_train: list[int] = []
+        self.unfinished = 0
+        self.lent: list[Instance] = []
+        self.hybrids: list[Instance] = []
+        self.lent_ready: set[int] = set()
+        self.returning_gpus = 0
+        self.bucket_flights: list[int] = []
+        self._ledger_s = 0.0
+        self._next_id = 0
+        self.cur: IterationRecord | None = None
+        self.deploy(build_deployment(policy, model, hw, num_gpus, self.workload_of(0), self.search))
+        self.trainer = Trainer(self.dep.train_gpus if self.dep else 1)
+
+    # -- deployment ------------------------------------------------------------------------------------
+    def workload_of(self, j: int) -> Workload:
+        ts = self.trajs.get(j) or self.wl.trajectories(j)
+        self.trajs[j] = ts
+        turns = Turns(
+            [t.prompt_tokens for t in ts],
+            [[x.gen_tokens for x in t.turns] for t in ts],
+            [[x.payload_tokens for x in t.turns] for t in ts],
+            [sum(t.tool_latency_s) for t in ts],
+        )
+        group = getattr(getattr(self.wl, "spec", None), "group_size", 16)
+        return workload_from_turns(f"iter{j}", turns, max(1, len(ts) // group), group)
+
+    def harvest(self, instances: list[Instance]) -> None:
+        """Collect busy GPU-seconds of instances that are about to be dropped."""
+        for inst in instances:
+            inst.advance(self.q.now_s)
+            self.stats.roll_busy_gpu_s += inst.busy_s * inst.tp
+            inst.busy_s = 0.0
+
+    def deploy(self, dep: Deployment) -> None:
+        self._account()
+        self.harvest(getattr(self, "instances", []))
+        self.dep = dep
+        self.instances = []
+        for tp, bucket in dep.instances:
+            self.instances.append(
+                Instance(
+                    self._next_id, tp, bucket, self.tables, self.tables.kv_capacity[tp], last_s=self.q.now_s
+                )
+            )
+            self._next_id += 1
+        self.router = Router(self.instances, dep.num_buckets, self.p.placement)
+        self.bucket_flights = [0] * dep.num_buckets
+        cfg = SchedulerConfig(
+            type=self.p.scheduler,
+            buckets=dep.bucket_bounds,  # type: ignore[arg-type]
+            prefill_decode_cost_ratio=self.s.cmlfq_cost_ratio,
+        )
+        if isinstance(self.sched, CMLFQScheduler):
+            self.sched = CMLFQScheduler(cfg, tree=self.sched.tree)  # the tree survives a replan
+        else:
+            self.sched = build_scheduler(cfg)
+        self.stats.deployments.append(dep.label())
+        if hasattr(self, "trainer"):
+            self.trainer.train_gpus = dep.train_gpus
+
+    def _account(self) -> None:
+        """Integrate GPUs per side over time (for idle shares)."""
+        now = self.q.now_s
+        dt = now - self._ledger_s
+        if dt > 0 and self.dep is not None:
+            if self.p.colocated:
+                side = self.rollout_running
+                self.stats.roll_gpu_s += dt * self.G * side
+                self.stats.train_gpu_s += dt * self.G * (not side)
+            else:
+                lent = sum(i.tp for i in self.lent) - sum(i.tp for i in self.hybrids if i.active)
+                self.stats.roll_gpu_s += dt * (self.dep.rollout_gpus - lent)
+                self.stats.train_gpu_s += dt * (self.dep.train_gpus + lent)
+        self._ledger_s = now
+
+    # -- main loop -------------------------------------------------------------------------------------
+    def run(self) -> RunStats:
+        self.q.push(0.0, Kind.ROLLOUT_START, 0)
+        handlers: dict[Kind, Callable[[Any], None]] = {
+            Kind.ROLLOUT_START: self.on_rollout_start,
+            Kind.TOOL_RETURN: self.on_tool_return,
+            Kind.DECODE_DONE: self.on_decode_done,
+            Kind.TRAIN_DONE: lambda t: pipeline.on_train_done(self, t),
+            Kind.WEIGHTS_READY: lambda t: pipeline.on_weights_ready(self, t),
+            Kind.HYBRID_READY: lambda t: pipeline.on_hybrid_ready(self, t),
+        }
+        while (ev := self.q.pop()) is not None:
+            tgt = ev.target
+            if ev.kind == Kind.DECODE_DONE and ev.version != tgt.version:
+                continue
+            if ev.kind == Kind.TRAIN_DONE and ev.version != self.trainer.version:
+                continue
+            label = (
+                str(tgt.instance_id)
+                if isinstance(tgt, Instance)
+                else (tgt.traj.trajectory_id if isinstance(tgt, Flight) else str(tgt))
+            )
+            self.q.record(ev, label)
+            handlers[ev.kind](tgt)
+        self._account()
+        self.harvest(self.instances)
+        self.stats.train_busy_gpu_s = self.trainer.busy_gpu_s
+        self.stats.events = self.q.processed
+        return self.stats
+
+    def on_rollout_start(self, j: int) -> None:
+        if (
+            self.p.replan
+            and j > 0
+            and j % self.s.replan_every == 0
+            and self.dep
+            and self.dep.plan
+            and pipeline.replan(self, j)
+        ):
+            self.q.push(self.q.now_s + self.replanner.move_cost_s, Kind.ROLLOUT_START, -j - 1)
+            return
+        j = -j - 1 if j < 0 else j
+        self._account()
+        self.rollout_running = True
+        for inst in self.lent:  # hybrids come back to rollout
+            inst.active = True
+            inst.advance(self.q.now_s)
+            inst.stall_until_s = max(inst.stall_until_s, self.q.now_s + self.switch_s)
+        if self.lent and self.trainer.busy:
+            self.trainer.set_gpus(
+                self.q.now_s,
+                self.trainer.gpus - sum(i.tp for i in self.lent if i.instance_id in self.lent_ready),
+            )
+            pipeline.schedule_train(self)
+        self.lent = []
+        self.lent_ready.clear()
+        assert self.sched is not None
+        self.sched.on_policy_version(self.version)
+        trajs = self.trajs.pop(j, None) or self.wl.trajectories(j)
+        self.trajs[j] = trajs
+        self.cur = IterationRecord(
+            j,
+            rollout_start_s=self.q.now_s,
+            trajectories=len(trajs),
+            tokens=sum(t.total_tokens for t in trajs),
+        )
+        self.stats.records.append(self.cur)
+        self.unfinished = len(trajs)
+        for t in trajs:
+            req = SchedRequest(t.trajectory_id, t.prompt_id, t.prompt_tokens, j)
+            f = Flight(
+                t,
+                req,
+                self.router.clamp(self.sched.admit(req)),
+                float(t.prompt_tokens),
+                self.q.now_s,
+                new_tokens=float(t.prompt_tokens),
+            )
+            self.bucket_flights[f.bucket] += 1
+            if self.p.placement == "round_robin":
+                f.pinned = self.router.pin()
+            self.route(f)
+
+    def route(self, f: Flight) -> None:
+        gen = f.traj.turns[f.turn].gen_tokens
+        if f.pinned is not None:
+            inst = (
+                f.pinned
+                if f.pinned.fits(f.ctx + gen) and not self.router.pinned_queues[f.pinned.instance_id]
+                else None
+            )
+            if inst is None:
+                self.router.pinned_queues[f.pinned.instance_id].append(f)
+                return
+        else:
+            inst = self.router.choose(f.bucket, f.last, f.ctx + gen)
+            if inst is None:
+                self.router.queues[f.bucket].append(f)
+                return
+        prefill = f.new_tokens if inst is f.last or f.last is None else f.ctx
+        inst.join(self.q.now_s, f, f.ctx, prefill, gen)
+        self._schedule(inst)
+
+    def _schedule(self, inst: Instance) -> None:
+        t = inst.next_done_s()
+        if t is not None:
+            self.q.push(t, Kind.DECODE_DONE, inst, inst.version)
+
+    def on_decode_done(self, inst: Instance) -> None:
+        now = self.q.now_s
+        for f in inst.pop_done(now):
+            gen = f.traj.turns[f.turn].gen_tokens
+            inst.release(f.ctx + gen, f.ctx + gen)
+            f.ctx += gen
+            f.last = inst
+            turn = f.traj.turns[f.turn]
+            if turn.tool is None or f.turn == len(f.traj.turns) - 1:
+                self.finish(f)
+            else:
+                self.q.push(now + f.traj.tool_latency_s[f.turn], Kind.TOOL_RETURN, f)
+        self._drain(inst)
+        self._schedule(inst)
+        if self.p.elastic and not inst.heap:
+            pipeline.maybe_lend(self, inst)
+
+    def _drain(self, inst: Instance) -> None:
+        q = (
+            self.router.pinned_queues[inst.instance_id]
+            if self.p.placement == "round_robin"
+            else self.router.queues[inst.bucket]
+        )
+        while q and inst.active:
+            f = q[0]
+            if not inst.fits(f.ctx + f.traj.turns[f.turn].gen_tokens):
+                break
+            q.popleft()
+            prefill = f.new_tokens if inst is f.last or f.last is None else f.ctx
+            inst.join(self.q.now_s, f, f.ctx, prefill, f.traj.turns[f.turn].gen_tokens)
+
+    def on_tool_return(self, f: Flight) -> None:
+        t = f.traj.turns[f.turn]
+        f.ctx += t.payload_tokens
+        f.new_tokens = float(t.payload_tokens)
+        assert self.sched is not None and t.tool is not None and t.status is not None
+        ret = ToolReturn(f.turn, t.gen_tokens, t.tool, t.payload_tokens, t.status, int(f.ctx))
+        move = self.sched.on_tool_return(f.req, ret)
+        if move is not None and f.pinned is None:
+            self.bucket_flights[f.bucket] -= 1
+            f.bucket = self.router.clamp(move.bucket)
+            self.bucket_flights[f.bucket] += 1
+            if self.cur:
+                self.cur.moves += 1
+        f.turn += 1
+        self.route(f)
+
+    def finish(self, f: Flight) -> None:
+        assert self.sched is not None
+        tr = f.traj
+        self.sched.on_finish(
+            FinishedTrajectory(
+                tr.trajectory_id, tr.prompt_id, tr.prompt_tokens, tr.iteration, self.version, tr.turns
+            )
+        )
+        self.stats.latencies_s.append(self.q.now_s - f.admit_s)
+        self.unfinished -= 1
+        self.bucket_flights[f.bucket] -= 1
+        if self.unfinished == 0:
+            pipeline.on_rollout_done(self)

@@ -1,0 +1,73 @@
+"""The discrete-event core: a priority queue with an explicit, total event order.
+
+Events are ordered by the key `(time_s, priority, sequence)`: earlier first; at equal times the lower
+`priority` first (a finished update is seen before the rollout that waits on it, a tool return before
+the decode step that could take its slot); at equal time and priority, in the order they were
+scheduled (`sequence` is a counter), so a run never depends on how the heap breaks ties.
+
+Entities whose next event moves (a rollout instance whose batch changed, a training job that gained
+workers) do not delete the stale event: each entity keeps a `version` and the stale event carries the
+old one, so `EventQueue.pop` callers drop it (lazy invalidation, O(log n) per change).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+
+class Kind(IntEnum):
+    """Event kinds; the value is the priority at equal times (lower first)."""
+
+    TRAIN_DONE = 0  # an update finished (weights become available after the sync)
+    WEIGHTS_READY = 1  # a new policy version reached the rollout side
+    ROLLOUT_START = 2  # an iteration's trajectories are admitted
+    TOOL_RETURN = 3  # a trajectory's tool call returned; its next turn is routed
+    HYBRID_READY = 4  # a worker finished switching sides (elastic pool)
+    DECODE_DONE = 5  # the next turn on an instance finished generating
+
+
+@dataclass(order=True, frozen=True, slots=True)
+class Event:
+    time_s: float
+    priority: int
+    sequence: int
+    kind: Kind = field(compare=False)
+    target: Any = field(compare=False, default=None)  # instance / trajectory state / None
+    version: int = field(compare=False, default=0)  # the target's version when scheduled
+
+
+class EventQueue:
+    """Min-heap of events under the (time, priority, sequence) key; `log` keeps (time, kind) pairs."""
+
+    def __init__(self, record: bool = False) -> None:
+        self._heap: list[Event] = []
+        self._sequence = 0
+        self.now_s = 0.0
+        self.processed = 0
+        self.log: list[tuple[float, str]] | None = [] if record else None
+
+    def push(self, time_s: float, kind: Kind, target: Any = None, version: int = 0) -> Event:
+        assert time_s >= self.now_s - 1e-9, f"event {kind.name} at {time_s} is before now {self.now_s}"
+        ev = Event(max(time_s, self.now_s), int(kind), self._sequence, kind, target, version)
+        self._sequence += 1
+        heapq.heappush(self._heap, ev)
+        return ev
+
+    def pop(self) -> Event | None:
+        if not self._heap:
+            return None
+        ev = heapq.heappop(self._heap)
+        self.now_s = ev.time_s
+        self.processed += 1
+        return ev
+
+    def record(self, ev: Event, label: str) -> None:
+        """Append a processed event to the trace (golden tests pin it)."""
+        if self.log is not None:
+            self.log.append((round(ev.time_s, 6), f"{ev.kind.name}:{label}"))
+
+    def __len__(self) -> int:
+        return len(self._heap)

@@ -1,0 +1,179 @@
+"""Iteration pipeline of the simulator: rollout/update hand-offs, weight sync, replanning, elastic pool.
+
+Functions over a `Simulator` (engine.py holds the per-token rollout path; this file the per-iteration
+path); the rules are in engine.py's module docstring.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from libra_core.planner.search import evaluate_plan, search_plans
+from libra_core.planner.train_cost import TrainShape
+from libra_core.planner.workload import concat
+from libra_core.sim.events import Kind
+from libra_core.sim.instance import Instance
+from libra_core.sim.policies import deployment_from_plan
+from libra_core.sim.training import update_time_s
+
+if TYPE_CHECKING:
+    from libra_core.sim.engine import Simulator
+
+RETURN = "return"  # HYBRID_READY target: training hybrids back from rollout
+
+
+def on_rollout_done(sim: Simulator) -> None:
+    sim._account()
+    sim.rollout_running = False
+    rec = sim.cur
+    assert rec is not None
+    rec.rollout_end_s = sim.q.now_s
+    if sim.p.replan:
+        sim.windows.append(sim.workload_of(rec.iteration))
+        del sim.windows[: -sim.s.window_iterations]
+    sim.pending_train.append(rec.iteration)
+    sim.rolled = rec.iteration + 1
+    if sim.hybrids:  # training hybrids that served rollout go back (idle now: every trajectory ended)
+        sim.harvest(sim.hybrids)
+        for inst in sim.hybrids:
+            sim.router.by_bucket[inst.bucket].remove(inst)
+            sim.instances.remove(inst)
+        sim.returning_gpus = sum(i.tp for i in sim.hybrids)
+        sim.hybrids = []
+        sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, RETURN)
+    try_start_train(sim)
+    try_start_rollout(sim)
+
+
+def try_start_rollout(sim: Simulator) -> None:
+    j = sim.rolled
+    if j >= sim.iterations or sim.rollout_running or sim.version < j - sim.staleness:
+        return
+    if sim.p.colocated and (sim.trainer.busy or sim.pending_train):
+        return
+    sim._account()
+    sim.rollout_running = True
+    sim.q.push(sim.q.now_s, Kind.ROLLOUT_START, j)
+
+
+def _train_gpus_now(sim: Simulator) -> float:
+    assert sim.dep is not None
+    spare = sim.dep.rollout_gpus - sum(tp for tp, _ in sim.dep.instances) if sim.p.elastic else 0
+    lent = sum(i.tp for i in sim.lent if i.instance_id in sim.lent_ready)
+    return sim.dep.train_gpus - sim.returning_gpus + spare + lent
+
+
+def try_start_train(sim: Simulator) -> None:
+    if sim.trainer.busy or not sim.pending_train:
+        return
+    assert sim.dep is not None
+    j = sim.pending_train.pop(0)
+    shape = TrainShape.from_workload(sim.workload_of(j))
+    t = update_time_s(sim.model, sim.hw, sim.dep.train_layout, shape)
+    if sim.p.colocated:
+        t += sim.switch_s  # rollout engines sleep, training states come back to HBM
+    sim.trainer.train_gpus = sim.dep.train_gpus
+    sim.trainer.start(sim.q.now_s, j, t, _train_gpus_now(sim))
+    schedule_train(sim)
+
+
+def schedule_train(sim: Simulator) -> None:
+    if sim.trainer.busy:
+        t = sim.trainer.done_s()
+        if math.isfinite(t):
+            sim.q.push(t, Kind.TRAIN_DONE, sim.trainer.iteration, sim.trainer.version)
+
+
+def on_train_done(sim: Simulator, _: object = None) -> None:
+    now = sim.q.now_s
+    j = sim.trainer.finish(now)
+    delay = sim.t_sync + (sim.switch_s if sim.p.colocated else 0.0)
+    sim.stats.records[j].train_end_s = now + delay
+    sim.q.push(now + delay, Kind.WEIGHTS_READY, j)
+    sim.trajs.pop(j, None)
+    if sim.p.elastic and sim.rollout_running and not sim.pending_train and not sim.hybrids:
+        _hybrids_to_rollout(sim)
+    try_start_train(sim)
+
+
+def _hybrids_to_rollout(sim: Simulator) -> None:
+    """The training GPUs beyond the core half serve the rest of the rollout (longest bucket's TP)."""
+    assert sim.dep is not None
+    lay = sim.dep.train_layout
+    replica = lay.tp * lay.pp
+    hybrid_gpus = sim.dep.train_gpus - replica * math.ceil(lay.dp / 2)
+    bucket = max(b for _, b in sim.dep.instances)
+    tp = max(tp for tp, b in sim.dep.instances if b == bucket)
+    for _ in range(hybrid_gpus // tp):
+        inst = Instance(sim._next_id, tp, bucket, sim.tables, sim.tables.kv_capacity[tp], last_s=sim.q.now_s)
+        sim._next_id += 1
+        inst.active = False
+        sim.instances.append(inst)
+        sim.router.by_bucket[bucket].append(inst)
+        sim.hybrids.append(inst)
+        sim.q.push(sim.q.now_s + sim.switch_s, Kind.HYBRID_READY, inst)
+
+
+def on_weights_ready(sim: Simulator, _: object = None) -> None:
+    sim.version += 1
+    try_start_rollout(sim)
+
+
+def on_hybrid_ready(sim: Simulator, target: object) -> None:
+    now = sim.q.now_s
+    if target == RETURN:
+        sim.returning_gpus = 0
+        if sim.trainer.busy:
+            sim.trainer.set_gpus(now, _train_gpus_now(sim))
+            schedule_train(sim)
+        return
+    assert isinstance(target, Instance)
+    if target in sim.lent:  # an idle rollout instance joins the update as a replica
+        sim.lent_ready.add(target.instance_id)
+        if sim.trainer.busy:
+            sim.trainer.set_gpus(now, _train_gpus_now(sim))
+            schedule_train(sim)
+            sim.stats.lent_joins += 1
+    elif target in sim.hybrids and sim.rollout_running:  # a training hybrid starts serving rollout
+        sim._account()
+        target.active = True
+        sim.stats.hybrid_rollouts += 1
+        sim._drain(target)
+        sim._schedule(target)
+
+
+def maybe_lend(sim: Simulator, inst: Instance) -> None:
+    """Lend an idle instance in the rollout's tail to the running update (elastic pool)."""
+    b = inst.bucket
+    if not (sim.rollout_running and sim.trainer.busy and inst.active) or inst in sim.hybrids:
+        return
+    others = sim.router.active_in(b) - 1
+    if others < 1 or sim.router.queues[b] or sim.bucket_flights[b] > others:
+        return
+    sim._account()
+    inst.active = False
+    sim.lent.append(inst)
+    sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, inst)
+
+
+def replan(sim: Simulator, j: int) -> bool:
+    """Run the planner on the recent window; True if a plan that moves workers was applied."""
+    dep = sim.dep
+    assert dep is not None and dep.plan is not None and sim.windows
+    window = concat(sim.windows, name=f"window@{j}")
+    now_plan = evaluate_plan(dep.plan, sim.model, sim.hw, window, sim.search)
+    proposed = search_plans(sim.model, sim.hw, sim.G, window, sim.search)
+    if not proposed:
+        return False
+    decision = sim.replanner.decide(j, dep.plan, now_plan, proposed[0], window)
+    sim.stats.replans.append(decision.as_record())
+    if decision.action != "apply":
+        return False
+    if sim.trainer.busy and sim.lent:
+        sim.trainer.set_gpus(sim.q.now_s, sim.dep.train_gpus if sim.dep else sim.trainer.gpus)
+    sim.lent, sim.hybrids = [], []
+    sim.lent_ready.clear()
+    sim.deploy(deployment_from_plan(sim.p, proposed[0], sim.model, sim.hw, window, sim.search))
+    schedule_train(sim)
+    return decision.move_cost_s > 0

@@ -1,0 +1,167 @@
+"""The compared policies, each a configuration of the same simulator, and how each builds its layout.
+
+A `Deployment` is what a policy runs: the training GPUs and layout, the rollout instances (TP degree
+and bucket each) and the bucket bounds the router's scheduler uses. Every planner-driven policy calls
+the real planner (`search_plans`, `best_train`, `build_segment_table`); nothing here re-derives a cost.
+
+| policy | split | rollout instances | routing (libra_core/scheduling) | replan | elastic |
+|---|---|---|---|---|---|
+| colocated | all GPUs time-shared | homogeneous TP | least-load, 1 bucket | no | no |
+| static-uniform | half / half | homogeneous TP | round-robin pinned to an instance | no | no |
+| greedy | half / half | homogeneous TP | least-load (queue-driven), 1 bucket | no | no |
+| static-optimal | planner, iteration 0 | planner's TP multiset + length ranges | mlfq | no | no |
+| +planning | planner | homogeneous TP | least-load, 1 bucket | yes | no |
+| +hetero-tp | planner | planner's TP multiset + length ranges | mlfq | yes | no |
+| +cmlfq | planner | planner's TP multiset + length ranges | cmlfq | yes | no |
+| +elastic (Libra) | planner | planner's TP multiset + length ranges | cmlfq | yes | yes |
+
+Homogeneous TP is the degree the planner's segment table prices best for one group serving every
+length on the rollout GPUs (`max(critical path, work / instances)`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
+from libra_core.planner.search import Plan, SearchSettings, best_train, search_plans
+from libra_core.planner.specs import HardwareSpec, ModelSpec
+from libra_core.planner.train_cost import TrainLayout, TrainShape
+from libra_core.planner.workload import Workload
+
+OPEN_BOUND = 10**9  # one open bucket: every size is <= this
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str
+    colocated: bool = False
+    split: Literal["all", "half", "planner"] = "planner"
+    hetero: bool = False
+    scheduler: str = "static"  # libra_core.scheduling registry name
+    placement: Literal["least_load", "round_robin"] = "least_load"
+    replan: bool = False
+    elastic: bool = False
+
+
+POLICIES: dict[str, PolicySpec] = {
+    p.name: p
+    for p in (
+        PolicySpec("colocated", colocated=True, split="all"),
+        PolicySpec("static-uniform", split="half", placement="round_robin"),
+        PolicySpec("greedy", split="half"),
+        PolicySpec("static-optimal", hetero=True, scheduler="mlfq"),
+        PolicySpec("+planning", replan=True),
+        PolicySpec("+hetero-tp", hetero=True, scheduler="mlfq", replan=True),
+        PolicySpec("+cmlfq", hetero=True, scheduler="cmlfq", replan=True),
+        PolicySpec("+elastic", hetero=True, scheduler="cmlfq", replan=True, elastic=True),
+    )
+}
+ABLATION = ("greedy", "+planning", "+hetero-tp", "+cmlfq", "+elastic")
+ALIASES = {"libra": "+elastic"}
+
+
+def resolve_policies(names: list[str] | tuple[str, ...]) -> list[PolicySpec]:
+    """Policy names (or `all`, or the alias `libra`); unknown names raise a ValueError."""
+    if list(names) == ["all"]:
+        return list(POLICIES.values())
+    out = []
+    for n in names:
+        key = ALIASES.get(n, n)
+        if key not in POLICIES:
+            raise ValueError(f"unknown policy {n!r}; valid: {[*POLICIES, *ALIASES, 'all']}")
+        out.append(POLICIES[key])
+    return out
+
+
+@dataclass(frozen=True)
+class Deployment:
+    train_gpus: int
+    train_layout: TrainLayout
+    instances: tuple[tuple[int, int], ...]  # (tp, bucket) per rollout instance
+    bucket_bounds: tuple[int, ...]  # ascending upper bounds; len = buckets - 1 (>= 1, see OPEN_BOUND)
+    rollout_gpus: int  # GPUs given to rollout (>= sum of instance TPs; the rest idle or hybrid)
+    plan: Plan | None = None
+
+    @property
+    def num_buckets(self) -> int:
+        return max(b for _, b in self.instances) + 1
+
+    def label(self) -> str:
+        tps: dict[int, int] = {}
+        for tp, _ in self.instances:
+            tps[tp] = tps.get(tp, 0) + 1
+        inst = " ".join(f"{n}xTP{t}" for t, n in sorted(tps.items()))
+        return f"train {self.train_gpus} ({self.train_layout.label()}) | rollout {self.rollout_gpus} ({inst})"
+
+
+def homogeneous_tp(
+    model: ModelSpec, hw: HardwareSpec, workload: Workload, rollout_gpus: int, settings: SearchSettings
+) -> int:
+    cost = RolloutCostModel(model, hw, settings.max_num_seqs)
+    tps = tuple(t for t in instance_tp_degrees(model, hw) if t <= rollout_gpus)
+    table = build_segment_table(cost, workload, tps, settings.num_bins)
+    k = table.num_bins
+    best, best_t = tps[0], math.inf
+    for ti, tp in enumerate(tps):
+        n = rollout_gpus // tp
+        t = max(float(table.crit_s[ti, 0, k]), float(table.work_s[ti, 0, k]) / n)
+        if t < best_t:
+            best, best_t = tp, t
+    return best
+
+
+def build_deployment(
+    policy: PolicySpec,
+    model: ModelSpec,
+    hw: HardwareSpec,
+    num_gpus: int,
+    workload: Workload,
+    settings: SearchSettings,
+) -> Deployment:
+    """The policy's layout for `workload` (iteration 0's trajectories, or a replanning window)."""
+    shape = TrainShape.from_workload(workload)
+    if policy.split in ("all", "half"):
+        n_train = num_gpus if policy.split == "all" else num_gpus // 2
+        n_roll = num_gpus if policy.split == "all" else num_gpus - n_train
+        est = best_train(model, hw, n_train, shape)
+        if est is None:
+            raise ValueError(f"{model.name} does not train on {n_train} {hw.name} GPUs; use more GPUs")
+        tp = homogeneous_tp(model, hw, workload, n_roll, settings)
+        inst = tuple((tp, 0) for _ in range(n_roll // tp))
+        return Deployment(n_train, est.layout, inst, (OPEN_BOUND,), n_roll)
+    plans = search_plans(model, hw, num_gpus, workload, settings)
+    if not plans:
+        raise ValueError(f"the planner found no plan for {model.name} on {num_gpus}x{hw.name}")
+    plan = plans[0]
+    return deployment_from_plan(policy, plan, model, hw, workload, settings)
+
+
+def deployment_from_plan(
+    policy: PolicySpec,
+    plan: Plan,
+    model: ModelSpec,
+    hw: HardwareSpec,
+    workload: Workload,
+    settings: SearchSettings,
+) -> Deployment:
+    if not policy.hetero:
+        tp = homogeneous_tp(model, hw, workload, plan.rollout_gpus, settings)
+        inst = tuple((tp, 0) for _ in range(plan.rollout_gpus // tp))
+        return Deployment(plan.train_gpus, plan.train.layout, inst, (OPEN_BOUND,), plan.rollout_gpus, plan)
+    # One bucket per DP group (contiguous length range); groups with equal bounds merge.
+    bounds: list[int] = []
+    members: list[tuple[int, int]] = []
+    groups = plan.rollout.groups
+    for gi, g in enumerate(groups):
+        bound = OPEN_BOUND if gi == len(groups) - 1 else int(plan.bin_max_len[g.end_bin - 1])
+        if not bounds or bound > bounds[-1]:
+            bounds.append(bound)
+        members.extend((g.tp, len(bounds) - 1) for _ in range(g.instances))
+    if len(bounds) > 1:
+        bounds = bounds[:-1]  # the last bucket is open
+    return Deployment(
+        plan.train_gpus, plan.train.layout, tuple(members), tuple(bounds), plan.rollout_gpus, plan
+    )

@@ -1,0 +1,96 @@
+"""The simulated router: buckets of instances, driven by a real scheduler (libra_core/scheduling).
+
+The scheduler picks the bucket (`admit` at admission, `on_tool_return` after each tool call, exactly
+as the rollout router calls it); the router picks the instance inside the bucket:
+- `least_load`: the turn stays on the instance that served the previous turn if it has room (its
+  prefix cache holds the context: only the tool payload is prefilled), else the instance with the
+  fewest running sequences that has room (the whole context is prefilled again there); with no room
+  anywhere the turn waits in the bucket's FIFO queue.
+- `round_robin`: a trajectory is pinned at admission to the next instance in turn and always waits
+  for that one (no load awareness: the static-uniform baseline).
+With several buckets, a turn whose bucket's least-loaded instance runs more than `SPILL_FACTOR` x
+the cluster's mean sequences per GPU spills to the least-loaded instance of a longer bucket (the
+planner sized each bucket for the trajectories that *end* in its range, but a scheduler that admits
+to the shortest bucket sends every new trajectory there first).
+Scheduler bucket indices beyond the deployment's buckets map to the last bucket.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from libra_core.sim.instance import Instance
+
+SPILL_FACTOR = 2.0  # spill when the bucket's best instance runs > 2x the cluster's load per GPU
+
+
+class Router:
+    def __init__(self, instances: list[Instance], num_buckets: int, placement: str) -> None:
+        self.placement = placement
+        self.num_buckets = num_buckets
+        self.instances = instances
+        self.by_bucket: list[list[Instance]] = [[] for _ in range(num_buckets)]
+        for inst in instances:
+            self.by_bucket[inst.bucket].append(inst)
+        self.queues: list[deque[Any]] = [deque() for _ in range(num_buckets)]
+        self.pinned_queues: dict[int, deque[Any]] = {i.instance_id: deque() for i in instances}
+        self._rr = 0
+
+    def clamp(self, bucket: int) -> int:
+        b = min(max(bucket, 0), self.num_buckets - 1)
+        while b > 0 and not self.by_bucket[b]:
+            b -= 1
+        return b
+
+    def pin(self) -> Instance:
+        inst = self.instances[self._rr % len(self.instances)]
+        self._rr += 1
+        return inst
+
+    def choose(self, bucket: int, previous: Instance | None, final_ctx: float) -> Instance | None:
+        """An instance of `bucket` with room for a turn ending at `final_ctx` tokens, or None."""
+        if (
+            previous is not None
+            and previous.active
+            and previous.bucket == bucket
+            and previous.fits(final_ctx)
+        ):
+            return previous
+        best = self._least(self.by_bucket[bucket], final_ctx)
+        if (
+            best is not None
+            and self.num_buckets > 1
+            and best.batch > SPILL_FACTOR * best.tp * (self._mean_load() + 1)
+        ):
+            # Work-conserving spill: the bucket is overloaded against the cluster, so the turn goes to
+            # the least-loaded instance of this or a longer bucket (longer buckets can serve short work).
+            wider = self._least(
+                [i for b in range(bucket, self.num_buckets) for i in self.by_bucket[b]], final_ctx
+            )
+            if wider is not None:
+                return wider
+        return best
+
+    @staticmethod
+    def _least(instances: list[Instance], final_ctx: float) -> Instance | None:
+        best: Instance | None = None
+        for inst in instances:
+            if (
+                inst.active
+                and inst.fits(final_ctx)
+                and (best is None or inst.batch * best.tp < best.batch * inst.tp)
+            ):
+                best = inst
+        return best
+
+    def _mean_load(self) -> float:
+        """Running sequences per active GPU over the whole cluster."""
+        gpus = sum(i.tp for i in self.instances if i.active)
+        return sum(i.batch for i in self.instances if i.active) / max(1, gpus)
+
+    def active_in(self, bucket: int) -> int:
+        return sum(1 for i in self.by_bucket[bucket] if i.active)
+
+    def queued(self) -> int:
+        return sum(len(q) for q in self.queues) + sum(len(q) for q in self.pinned_queues.values())

@@ -1,0 +1,95 @@
+"""Entry point: simulate policies on a scenario and cluster (the `libra simulate` CLI calls this)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from pathlib import Path
+
+from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.sim.engine import RunStats, SimSettings, Simulator
+from libra_core.sim.instance import CostTables
+from libra_core.sim.policies import resolve_policies
+from libra_core.sim.report import PolicyResult, SimReport, lower_bound_s, tail_share
+from libra_core.sim.workloads import load_scenario
+
+log = logging.getLogger(__name__)
+
+
+def _result(name: str, st: RunStats, wall_s: float) -> PolicyResult:
+    ends = [r.train_end_s for r in st.records]
+    makespan = ends[-1] if ends else 0.0
+    tokens = sum(r.tokens for r in st.records)
+    iters = [b - a for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
+    return PolicyResult(
+        policy=name,
+        tokens_per_s=tokens / makespan if makespan > 0 else 0.0,
+        makespan_s=makespan,
+        mean_iteration_s=makespan / max(1, len(ends)),
+        rollout_idle_share=1.0 - st.roll_busy_gpu_s / st.roll_gpu_s if st.roll_gpu_s > 0 else 0.0,
+        train_idle_share=1.0 - st.train_busy_gpu_s / st.train_gpu_s if st.train_gpu_s > 0 else 0.0,
+        moves=sum(r.moves for r in st.records),
+        replans_applied=sum(1 for d in st.replans if d["action"] == "apply"),
+        long_tail_share=tail_share(st.latencies_s),
+        first_deployment=st.deployments[0],
+        last_deployment=st.deployments[-1],
+        events=st.events,
+        wall_s=wall_s,
+        lent_joins=st.lent_joins,
+        hybrid_rollouts=st.hybrid_rollouts,
+        iteration_s=iters,
+        replans=st.replans,
+    )
+
+
+def simulate(
+    scenario: str | Path,
+    hardware: str,
+    iterations: int,
+    policies: list[str],
+    seed: int = 0,
+    out_dir: Path | None = None,
+    model: str | None = None,
+    settings: SimSettings | None = None,
+) -> SimReport:
+    """Simulate each policy on the same workload (same seed) and cluster; write outputs to `out_dir`.
+
+    `scenario`: a name in `workloads.SCENARIOS` or a trace Parquet path; `hardware`: `COUNTxGPU`
+    (e.g. `48xA800`); `policies`: names in `policies.POLICIES`, `libra` or `all`.
+    """
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    cluster = parse_cluster(hardware)
+    specs = resolve_policies(policies)
+    wl = load_scenario(scenario, iterations, seed, model)
+    mspec = get_model(wl.model)
+    hw = cluster.hardware
+    results = []
+    for i, spec in enumerate(specs):
+        t0 = time.perf_counter()
+        sim = Simulator(
+            spec, wl, mspec, hw, cluster.num_gpus, iterations, random.Random(seed * 1000 + i), settings
+        )
+        stats = sim.run()
+        results.append(_result(spec.name, stats, time.perf_counter() - t0))
+        log.info("%s: %.0f tok/s in %.1fs wall", spec.name, results[-1].tokens_per_s, results[-1].wall_s)
+    tps = instance_tp_degrees(mspec, hw)
+    tables = CostTables(RolloutCostModel(mspec, hw), tps)
+    lb_s, tokens = lower_bound_s(
+        [wl.trajectories(j) for j in range(iterations)], mspec, hw, cluster.num_gpus, tables, tps
+    )
+    report = SimReport(
+        str(scenario),
+        cluster.label,
+        mspec.name,
+        iterations,
+        seed,
+        lb_s,
+        tokens / lb_s if lb_s > 0 else 0.0,
+        results,
+    )
+    if out_dir is not None:
+        report.write(out_dir)
+    return report

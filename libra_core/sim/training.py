@@ -1,0 +1,77 @@
+"""The simulated training stage: one update at a time, priced by the planner's training cost model.
+
+An update on the layout's `train_gpus` takes `estimate_train(...)` seconds for the iteration's actual
+token counts and sequence lengths (`TrainShape`); if that layout no longer fits in memory, the best
+layout on the same GPUs (`best_train`) is used, as the planner's re-pricing does. Progress is a
+fraction of the update; elastic hybrids (whole data-parallel replicas, docs/elastic.md) change the
+rate while it runs: with `g` GPUs the rate is `(min(g, n) + efficiency x max(0, g - n)) / n` of the
+core rate, and fewer than `n` (hybrids not back yet) slows it proportionally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libra_core.planner.search import best_train
+from libra_core.planner.specs import HardwareSpec, ModelSpec
+from libra_core.planner.train_cost import TrainLayout, TrainShape, estimate_train
+
+HYBRID_EFFICIENCY = 0.9  # a hybrid replica's share of a core replica's throughput (extra all-reduce)
+
+
+def update_time_s(model: ModelSpec, hw: HardwareSpec, layout: TrainLayout, shape: TrainShape) -> float:
+    est = estimate_train(model, hw, layout, shape)
+    if est.feasible:
+        return est.time_s
+    alt = best_train(model, hw, layout.num_gpus, shape)
+    return alt.time_s if alt is not None else est.time_s
+
+
+@dataclass
+class Trainer:
+    """State of the update in progress (if any); times in seconds of simulated time."""
+
+    train_gpus: int
+    iteration: int = -1  # iteration whose data is being trained (-1: idle)
+    remaining: float = 0.0  # fraction of the update left
+    core_time_s: float = 0.0  # the update's time on exactly `train_gpus`
+    gpus: float = 0.0  # GPUs currently working on it
+    last_s: float = 0.0
+    version: int = 0
+    busy_gpu_s: float = 0.0  # GPU-seconds spent training
+
+    @property
+    def busy(self) -> bool:
+        return self.iteration >= 0
+
+    def rate(self) -> float:
+        n = self.train_gpus
+        eff = min(self.gpus, n) + HYBRID_EFFICIENCY * max(0.0, self.gpus - n)
+        return eff / n / self.core_time_s if self.core_time_s > 0 else float("inf")
+
+    def advance(self, now_s: float) -> None:
+        if self.busy and now_s > self.last_s:
+            self.remaining = max(0.0, self.remaining - (now_s - self.last_s) * self.rate())
+            self.busy_gpu_s += (now_s - self.last_s) * self.gpus
+        self.last_s = now_s
+
+    def start(self, now_s: float, iteration: int, time_s: float, gpus: float) -> None:
+        assert not self.busy, "an update is already running"
+        self.iteration, self.remaining, self.core_time_s = iteration, 1.0, time_s
+        self.gpus, self.last_s = gpus, now_s
+        self.version += 1
+
+    def set_gpus(self, now_s: float, gpus: float) -> None:
+        self.advance(now_s)
+        self.gpus = gpus
+        self.version += 1
+
+    def done_s(self) -> float:
+        r = self.rate()
+        return self.last_s + (self.remaining / r if r > 0 else float("inf"))
+
+    def finish(self, now_s: float) -> int:
+        self.advance(now_s)
+        it, self.iteration = self.iteration, -1
+        self.version += 1
+        return it

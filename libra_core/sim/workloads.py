@@ -1,0 +1,321 @@
+"""Simulated workloads: agentic trajectories per iteration, generated or replayed from a trace.
+
+Generators are shaped like three public agentic RL recipes (figures are illustrative shapes, not fits):
+- `search-r1`: multi-hop retrieval, 1-8 turns, long retrieved passages, fast tools (Qwen2.5-7B);
+- `dapo-math`: long chain-of-thought with an occasional python call, long-tailed lengths (Qwen3-8B);
+- `r2e-gym`: SWE agent, many turns of bash/edit/test, slow tools, a heavy tail to 32K (Qwen3-14B).
+
+Model, per prompt of a fixed pool (prompts recur across epochs, as in a real dataset): a latent
+difficulty `d ~ LogNormal(0, difficulty_sigma)`. A trajectory plans `Geometric` subtasks with mean
+`mean_subtasks x d^0.5 x turn drift`; each subtask is one turn of `LogNormal(gen_median x d^0.3 x
+gen drift, turn_sigma)` generated tokens ending in a tool call. A call fails with `fail_prob` (the
+subtask is retried: one more turn), times out with `timeout_prob` (retried, latency `timeout_s`), or
+succeeds; a success returns a large payload with `big_payload_prob` and then uncovers 1-2 more
+subtasks. So a tool return carries evidence about the work left (what C-MLFQ's tree learns). The last
+turn answers (no tool). Drift: generated lengths grow linearly to `gen_drift` and subtasks to
+`turn_drift` at the last iteration, the failure rate falls by half (the policy learns). A trajectory
+stops at `max_total_tokens`. Groups: every prompt of an iteration is sampled `group_size` times (GRPO).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from libra_core.scheduling.base import ToolStatus, Turn
+
+
+@dataclass(frozen=True, slots=True)
+class SimTrajectory:
+    """One trajectory to replay: its turns and the latency of each turn's tool call (0 on the last)."""
+
+    trajectory_id: str
+    prompt_id: str
+    iteration: int
+    prompt_tokens: int
+    turns: tuple[Turn, ...]
+    tool_latency_s: tuple[float, ...]
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + sum(t.gen_tokens + t.payload_tokens for t in self.turns)
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    name: str
+    model: str  # models.yaml key of the policy
+    description: str
+    prompts_per_iteration: int
+    group_size: int
+    prompt_pool: int
+    prompt_median: float
+    difficulty_sigma: float
+    mean_subtasks: float
+    max_turns: int
+    gen_median: float
+    turn_sigma: float
+    tool: str
+    payload_median: float
+    big_payload_tokens: float
+    tool_latency_s: float
+    fail_prob: float
+    timeout_prob: float
+    timeout_s: float
+    big_payload_prob: float
+    max_total_tokens: int
+    gen_drift: float  # generated-length multiplier reached at the last iteration
+    turn_drift: float  # subtask-count multiplier reached at the last iteration
+
+
+SCENARIOS: dict[str, ScenarioSpec] = {
+    "search-r1": ScenarioSpec(
+        "search-r1",
+        "qwen2.5-7b",
+        "multi-hop retrieval QA with a search tool",
+        32,
+        16,
+        4000,
+        250,
+        0.5,
+        2.0,
+        8,
+        120,
+        0.5,
+        "search",
+        500,
+        1500,
+        0.8,
+        0.08,
+        0.02,
+        10.0,
+        0.3,
+        8192,
+        1.3,
+        1.6,
+    ),
+    "dapo-math": ScenarioSpec(
+        "dapo-math",
+        "qwen3-8b",
+        "math reasoning with an optional python tool, long CoT",
+        32,
+        16,
+        4000,
+        150,
+        0.9,
+        0.6,
+        4,
+        1800,
+        0.6,
+        "python",
+        60,
+        400,
+        1.5,
+        0.15,
+        0.03,
+        20.0,
+        0.2,
+        20480,
+        1.8,
+        1.2,
+    ),
+    "r2e-gym": ScenarioSpec(
+        "r2e-gym",
+        "qwen3-14b",
+        "SWE agent with bash/edit/test tools, heavy tail",
+        32,
+        16,
+        2000,
+        1500,
+        0.8,
+        8.0,
+        60,
+        160,
+        0.7,
+        "bash",
+        300,
+        3000,
+        4.0,
+        0.25,
+        0.05,
+        60.0,
+        0.25,
+        32768,
+        1.6,
+        1.5,
+    ),
+    "tiny": ScenarioSpec(  # for tests: a few short trajectories per iteration
+        "tiny",
+        "qwen2.5-3b",
+        "test scenario",
+        4,
+        4,
+        8,
+        100,
+        0.6,
+        2.0,
+        6,
+        60,
+        0.5,
+        "calc",
+        40,
+        200,
+        0.5,
+        0.2,
+        0.05,
+        5.0,
+        0.3,
+        2048,
+        1.5,
+        1.5,
+    ),
+}
+
+
+class ScenarioWorkload:
+    """Iteration -> trajectories for a generated scenario; seeded, so iteration k is reproducible."""
+
+    def __init__(self, spec: ScenarioSpec, iterations: int, seed: int) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.model = spec.model
+        self.iterations = iterations
+        self.seed = seed
+        pool_rng = random.Random(seed * 1_000_003 + 17)
+        self._difficulty = [
+            pool_rng.lognormvariate(0.0, spec.difficulty_sigma) for _ in range(spec.prompt_pool)
+        ]
+        self._prompt_len = [
+            max(16, round(pool_rng.lognormvariate(math.log(spec.prompt_median), 0.3)))
+            for _ in range(spec.prompt_pool)
+        ]
+        order = list(range(spec.prompt_pool))
+        pool_rng.shuffle(order)
+        self._order = order
+
+    def drift(self, iteration: int) -> float:
+        """0 at the first iteration, 1 at the last."""
+        return iteration / max(1, self.iterations - 1)
+
+    def trajectories(self, iteration: int) -> list[SimTrajectory]:
+        s = self.spec
+        rng = random.Random((self.seed + 1) * 7919 + iteration * 104_729)
+        x = self.drift(iteration)
+        gen_scale = 1.0 + (s.gen_drift - 1.0) * x
+        turn_scale = 1.0 + (s.turn_drift - 1.0) * x
+        fail = s.fail_prob * (1.0 - 0.5 * x)
+        n = s.prompts_per_iteration
+        start = (iteration * n) % s.prompt_pool
+        prompts = [self._order[(start + i) % s.prompt_pool] for i in range(n)]
+        out = []
+        for p in prompts:
+            for g in range(s.group_size):
+                tid = f"i{iteration}-p{p}-g{g}"
+                out.append(self._one(rng, tid, p, iteration, gen_scale, turn_scale, fail))
+        return out
+
+    def _one(
+        self, rng: random.Random, tid: str, p: int, it: int, gen_scale: float, turn_scale: float, fail: float
+    ) -> SimTrajectory:
+        s = self.spec
+        d = self._difficulty[p]
+        mean = max(1.0, s.mean_subtasks * math.sqrt(d) * turn_scale)
+        todo = 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - 1.0 / mean)) if mean > 1 else 1
+        budget = s.max_total_tokens - self._prompt_len[p]
+        gen_mu = math.log(s.gen_median * d**0.3 * gen_scale)
+        turns: list[Turn] = []
+        lat: list[float] = []
+        while len(turns) < s.max_turns and budget > 0:
+            g = min(budget, max(1, round(rng.lognormvariate(gen_mu, s.turn_sigma))))
+            budget -= g
+            if todo <= 0 or budget <= 0 or len(turns) == s.max_turns - 1:
+                turns.append(Turn(g, None, 0, None))
+                lat.append(0.0)
+                break
+            u = rng.random()
+            status: ToolStatus
+            latency = rng.lognormvariate(math.log(s.tool_latency_s), 0.5)
+            payload = rng.lognormvariate(math.log(s.payload_median), 0.5)
+            if u < fail:
+                status = "failure"  # the subtask is retried
+            elif u < fail + s.timeout_prob:
+                status, latency, payload = "timeout", s.timeout_s, 8.0
+            else:
+                status = "success"
+                todo -= 1
+                if rng.random() < s.big_payload_prob:
+                    payload = rng.lognormvariate(math.log(s.big_payload_tokens), 0.4)
+                    todo += rng.randint(1, 2)  # a large observation uncovers more work
+            y = min(budget, max(1, round(payload)))
+            budget -= y
+            turns.append(Turn(g, s.tool, y, status))
+            lat.append(latency)
+        if turns and turns[-1].tool is not None:  # ended on a tool return: a final empty turn
+            turns.append(Turn(0, None, 0, None))
+            lat.append(0.0)
+        return SimTrajectory(tid, f"p{p}", it, self._prompt_len[p], tuple(turns), tuple(lat))
+
+
+class TraceWorkload:
+    """Replay of a trace Parquet file (libra_core/traces/schema.py): iteration k of the simulation
+    replays the trace's k-th iteration (cycling). The trace has no latencies: each call costs
+    `tool_latency_s` (x3 for a timeout)."""
+
+    def __init__(self, path: str | Path, model: str, tool_latency_s: float = 1.0) -> None:
+        from libra_core.traces.schema import read_trace
+
+        rows = read_trace(path)
+        self.name = Path(path).stem
+        self.model = model
+        by_iter: dict[int, list[SimTrajectory]] = {}
+        for r in rows:
+            lat = tuple(
+                0.0 if t.tool is None else tool_latency_s * (3.0 if t.status == "timeout" else 1.0)
+                for t in r.turns
+            )
+            traj = SimTrajectory(r.trajectory_id, r.prompt_id, r.iteration, r.prompt_tokens, r.turns, lat)
+            by_iter.setdefault(r.iteration, []).append(traj)
+        self._iters = [by_iter[k] for k in sorted(by_iter)]
+
+    def trajectories(self, iteration: int) -> list[SimTrajectory]:
+        src = self._iters[iteration % len(self._iters)]
+        return [
+            SimTrajectory(
+                f"{t.trajectory_id}@{iteration}",
+                t.prompt_id,
+                iteration,
+                t.prompt_tokens,
+                t.turns,
+                t.tool_latency_s,
+            )
+            for t in src
+        ]
+
+
+def load_scenario(
+    scenario: str | Path, iterations: int, seed: int, model: str | None = None
+) -> ScenarioWorkload | TraceWorkload:
+    """A scenario name (`SCENARIOS`) or a trace Parquet path; unknown names raise a ValueError."""
+    if isinstance(scenario, Path) or str(scenario).endswith(".parquet"):
+        return TraceWorkload(scenario, model or "qwen3-8b")
+    if scenario not in SCENARIOS:
+        raise ValueError(
+            f"unknown scenario {scenario!r}; valid: {sorted(SCENARIOS)} or a trace .parquet path"
+        )
+    spec = SCENARIOS[scenario]
+    if model is not None:
+        from dataclasses import replace
+
+        spec = replace(spec, model=model)
+    return ScenarioWorkload(spec, iterations, seed)
+
+
+def long_tail_share(latencies_s: Sequence[float], top: float = 0.1) -> float:
+    """Share of summed trajectory latency taken by the slowest `top` fraction."""
+    xs = sorted(latencies_s, reverse=True)
+    k = max(1, round(len(xs) * top))
+    total = sum(xs)
+    return sum(xs[:k]) / total if total > 0 else 0.0

@@ -1,0 +1,123 @@
+"""Simulator tests: event order, determinism, golden trace, lower bound, every policy, real scheduler."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.scheduling.cmlfq import CMLFQScheduler
+from libra_core.sim import POLICIES, simulate
+from libra_core.sim.engine import Simulator
+from libra_core.sim.events import EventQueue, Kind
+from libra_core.sim.policies import resolve_policies
+from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, long_tail_share
+
+
+def _sim(policy: str, iterations: int = 2, record: bool = False, gpus: str = "8xA800") -> Simulator:
+    cluster = parse_cluster(gpus)
+    wl = ScenarioWorkload(SCENARIOS["tiny"], iterations, seed=0)
+    spec = resolve_policies([policy])[0]
+    return Simulator(
+        spec,
+        wl,
+        get_model(wl.model),
+        cluster.hardware,
+        cluster.num_gpus,
+        iterations,
+        random.Random(0),
+        record_events=record,
+    )
+
+
+def test_event_order_is_time_then_priority_then_sequence() -> None:
+    q = EventQueue()
+    q.push(2.0, Kind.DECODE_DONE, "late")
+    q.push(1.0, Kind.DECODE_DONE, "a")
+    q.push(1.0, Kind.TRAIN_DONE, "b")
+    q.push(1.0, Kind.DECODE_DONE, "c")
+    order = []
+    while (ev := q.pop()) is not None:
+        order.append(ev.target)
+    assert order == ["b", "a", "c", "late"]
+
+
+def test_event_in_the_past_is_rejected() -> None:
+    q = EventQueue()
+    q.push(5.0, Kind.TOOL_RETURN)
+    q.pop()
+    with pytest.raises(AssertionError, match="before now"):
+        q.push(1.0, Kind.TOOL_RETURN)
+
+
+# Golden trace of `tiny` x 2 iterations on 8xA800 under `greedy`; regenerate only on purpose.
+GOLDEN_HEAD = [
+    (0.0, "ROLLOUT_START:0"),
+    (0.2323, "DECODE_DONE:0"),
+    (0.253092, "DECODE_DONE:0"),
+    (0.260013, "DECODE_DONE:0"),
+    (0.3084, "DECODE_DONE:0"),
+    (0.336019, "DECODE_DONE:0"),
+]
+GOLDEN_EVENTS = 257
+GOLDEN_SHA = "0b1268f9cd8c13a5"
+
+
+def _trace_digest(log: list[tuple[float, str]]) -> str:
+    return hashlib.sha256(repr(log).encode()).hexdigest()[:16]
+
+
+def test_golden_trace() -> None:
+    sim = _sim("greedy", record=True)
+    sim.run()
+    log = sim.q.log
+    assert log is not None
+    assert log[: len(GOLDEN_HEAD)] == GOLDEN_HEAD
+    assert len(log) == GOLDEN_EVENTS
+    assert _trace_digest(log) == GOLDEN_SHA
+
+
+def test_same_seed_same_result_and_seed_matters() -> None:
+    a = simulate("tiny", "8xA800", 2, ["greedy", "+cmlfq"], seed=3)
+    b = simulate("tiny", "8xA800", 2, ["greedy", "+cmlfq"], seed=3)
+    c = simulate("tiny", "8xA800", 2, ["greedy"], seed=4)
+    assert [r.makespan_s for r in a.results] == [r.makespan_s for r in b.results]
+    assert [r.iteration_s for r in a.results] == [r.iteration_s for r in b.results]
+    assert c.results[0].makespan_s != a.results[0].makespan_s
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_each_policy_runs_and_respects_the_lower_bound(policy: str) -> None:
+    report = simulate("tiny", "8xA800", 2, [policy], seed=0)
+    r = report.results[0]
+    assert len(r.iteration_s) == 2 and all(t > 0 for t in r.iteration_s)
+    assert 0.0 <= r.rollout_idle_share <= 1.0 and 0.0 <= r.train_idle_share <= 1.0
+    assert report.lower_bound_s <= r.makespan_s
+    assert r.tokens_per_s <= report.lower_bound_tokens_per_s
+
+
+def test_cmlfq_router_uses_the_real_tree() -> None:
+    sim = _sim("+cmlfq", iterations=2)
+    sim.run()
+    assert isinstance(sim.sched, CMLFQScheduler)
+    assert sim.sched.tree.num_nodes() > 10  # the tree grew from the finished trajectories
+    assert sim.sched.counters.decisions > 0
+
+
+def test_unknown_policy_and_scenario_raise() -> None:
+    with pytest.raises(ValueError, match="valid"):
+        simulate("tiny", "8xA800", 1, ["nope"])
+    with pytest.raises(ValueError, match="valid"):
+        simulate("nope", "8xA800", 1, ["greedy"])
+
+
+def test_r2e_workload_is_long_tailed_and_drifts() -> None:
+    wl = ScenarioWorkload(SCENARIOS["r2e-gym"], 100, seed=0)
+    first, last = wl.trajectories(0), wl.trajectories(99)
+    assert len(first) == 512
+    sizes = [t.total_tokens for t in first]
+    assert long_tail_share(sizes) > 0.15  # by tokens; the paper's >50% is by rollout time (not met, see docs)
+    mean = lambda ts: sum(t.total_tokens for t in ts) / len(ts)  # noqa: E731
+    assert mean(last) > 1.15 * mean(first)

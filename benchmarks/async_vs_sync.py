@@ -1,6 +1,6 @@
 """The default experiment with `pipeline.mode: sync` and `async`, one after the other, compared.
 
-    .venv/bin/python benchmarks/async_vs_sync.py [--iterations 70] [--set KEY=VALUE ...]
+    .venv/bin/python benchmarks/async_vs_sync.py [--iterations 70] [--modes sync,async] [--set KEY=VALUE ...]
 
 Each mode runs through `libra run stages.yaml` (a subprocess, so each has its own engines) with the
 same seed and the same cached warm-up; the script then reads both histories and prints, per mode:
@@ -72,10 +72,17 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=70)
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=str(ROOT / "runs"), help="output folder for both runs")
+    parser.add_argument("--modes", default="sync,async", help="comma-separated modes to run")
+    parser.add_argument(
+        "--summarize", nargs="*", default=[], metavar="MODE=RUN_DIR", help="add finished runs to the table"
+    )
     args = parser.parse_args()
     out = Path(args.out)
     rows = []
-    for mode in ("sync", "async"):
+    for item in args.summarize:  # runs made earlier (process wall time unknown: reported as 0)
+        mode, run_dir = item.split("=", 1)
+        rows.append((mode, _summary(Path(run_dir), 0.0)))
+    for mode in [m for m in args.modes.split(",") if m]:
         run_dir, wall = _run(mode, args.iterations, args.extra, out)
         rows.append((mode, _summary(run_dir, wall)))
     keys = list(rows[0][1])

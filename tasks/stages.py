@@ -6,6 +6,7 @@ from pathlib import Path
 
 from prefect import task
 
+from libra_core.pipeline.cpu_split import cpu_threads
 from libra_core.pipeline.plan_stage import Plan, make_plan
 from libra_core.pipeline.reward_stage import RewardResult, run_reward
 from libra_core.pipeline.rollout_stage import RolloutResult, run_greedy_eval, run_rollout
@@ -38,10 +39,11 @@ def rollout_pool_task(run_dir: str, size: int, version: int) -> PoolInfo:
     cfg = load_run_config(run_dir)
     layout = RunLayout(Path(run_dir))
     max_len = getattr(cfg.model, "max_position_embeddings", cfg.rollout.max_total_tokens)
+    engine_threads, _ = cpu_threads(cfg)
     return ensure_rollout_pool(
         pool_id(run_dir),
         layout.policy,
-        cfg.rollout.engine,
+        cfg.rollout.engine.model_copy(update={"cpu_threads": engine_threads}),
         layout.logs,
         size=size,
         max_model_len=max_len,

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from libra_core.data.io import read_ipc
+from libra_core.pipeline.cpu_split import cpu_threads
 from libra_core.pipeline.run_dir import RunLayout, load_run_config
 from libra_core.training.advantages import mixed_group_share
 from libra_core.training.selection import SelectionStats, select_for_update
@@ -63,11 +64,12 @@ def run_update(run_dir: str, rewarded_path: str, *, iteration: int, version: int
         )
         return UpdateStageResult(skipped, chosen.stats)
     reference = layout.reference if cfg.training.grpo.kl_coef > 0 else None
+    _, trainer_threads = cpu_threads(cfg)
     result = run_grpo_update(
         layout.policy,
         layout.trainer,
         chosen.table,
-        cfg.training,
+        cfg.training.model_copy(update={"threads": trainer_threads}),
         version=version,
         seed=cfg.experiment.seed * 7919 + iteration,
         reference_dir=reference,

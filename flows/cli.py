@@ -8,6 +8,8 @@
                                                                 score schedulers on a trace
     libra plan --hardware 48xA800 --model qwen3-14b --workload PRESET|TRACE [--json]
                                                                 plan GPUs and layouts
+    libra simulate --scenario r2e-gym --hardware 48xA800 [--iterations N] [--policies all]
+                                                                cluster-scale what-if simulation
 
 Heavy modules (torch, vllm, prefect) are imported only by `run`, so config commands are instant.
 """
@@ -61,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     from flows import cli_plan
 
     cli_plan.add_parser(sub)
+    from flows import cli_simulate
+
+    cli_simulate.add_parser(sub)
     return parser
 
 
@@ -117,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "config":
         return _cmd_config(args)
+    if args.command == "simulate":
+        from flows import cli_simulate
+
+        return cli_simulate.cmd_simulate(args)
     if args.command == "plan":
         from flows import cli_plan
 

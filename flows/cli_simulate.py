@@ -1,0 +1,50 @@
+"""`libra simulate`: replay a drifting agentic workload on a simulated cluster under each policy.
+
+    libra simulate --scenario r2e-gym --hardware 48xA800 --iterations 100 --policies all [--out DIR]
+
+All logic lives in libra_core.sim (docs/simulator.md). Exit 2 on an unknown scenario, hardware or
+policy, with the valid names in the message.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+EXIT_INPUT_ERROR = 2
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="simulate Libra and the baselines on a cluster (discrete events)")
+    p.add_argument("--scenario", required=True, help="r2e-gym | search-r1 | dapo-math | tiny, or a trace")
+    p.add_argument("--hardware", required=True, help="COUNTxGPU, e.g. 48xA800")
+    p.add_argument("--iterations", type=int, default=20, help="RL iterations to simulate (default 20)")
+    p.add_argument("--policies", default="all", help="comma-separated policy names, or `all`")
+    p.add_argument("--model", default=None, help="model spec name (default: the scenario's)")
+    p.add_argument("--seed", type=int, default=0, help="RNG seed (default 0)")
+    p.add_argument("--out", default=None, metavar="DIR", help="write summary.json and CSVs here")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from libra_core.sim import format_table, simulate
+
+    if args.iterations < 1:
+        Console(stderr=True).print("[bold red]error[/]: --iterations must be >= 1")
+        return EXIT_INPUT_ERROR
+    try:
+        report = simulate(
+            args.scenario,
+            args.hardware,
+            args.iterations,
+            [p for p in args.policies.split(",") if p],
+            seed=args.seed,
+            out_dir=Path(args.out) if args.out else None,
+            model=args.model,
+        )
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)
+        return EXIT_INPUT_ERROR
+    print(format_table(report))
+    return 0

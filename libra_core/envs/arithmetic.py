@@ -16,11 +16,10 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-import time
 from dataclasses import dataclass
 
 from libra_core.config.models import ArithmeticEnvConfig
-from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction
+from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, call_with_deadline
 from libra_core.envs.calculator import Calculator
 
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
@@ -124,12 +123,7 @@ class ArithmeticEnv:
     def run_tool(self, action: TurnAction) -> ToolResult:
         if action.tool != self.calculator.name or action.arguments is None:
             return ToolResult(str(action.tool), "failure", f"error: unknown tool {action.tool!r}", 0.0)
-        start = time.perf_counter()
-        result = self.calculator(action.arguments)
-        elapsed = time.perf_counter() - start
-        if elapsed > self.cfg.tool_timeout_s:
-            return ToolResult(result.tool, "timeout", "error: calculator timed out", elapsed)
-        return result
+        return call_with_deadline(self.calculator, action.arguments, self.cfg.tool_timeout_s)
 
     def format_observation(self, result: ToolResult) -> str:
         return f"{RESULT}{result.observation}{END_RESULT}"

@@ -11,6 +11,8 @@ several threads (tools may run concurrently).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -35,6 +37,17 @@ class ToolResult:
     status: ToolStatus
     observation: str
     latency_s: float
+
+
+def call_with_deadline(tool: Callable[[str], ToolResult], arguments: str, timeout_s: float) -> ToolResult:
+    """Run an in-process tool; a call that took longer than `timeout_s` counts as a `timeout` (the
+    tool itself cannot be interrupted, so this only classifies slow calls)."""
+    start = time.perf_counter()
+    result = tool(arguments)
+    elapsed = time.perf_counter() - start
+    if elapsed > timeout_s:
+        return ToolResult(result.tool, "timeout", f"error: {result.tool} timed out", elapsed)
+    return result
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,8 @@ MATH records (no annotations) demonstrate the answer alone. Text protocol: libra
 
 from __future__ import annotations
 
-import time
-
 from libra_core.config.environments import MathToolsEnvConfig
-from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction
+from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, call_with_deadline
 from libra_core.envs.datasets import MathRecord, load_math, sample_records
 from libra_core.envs.math_calculator import CalculatorError, MathCalculator, evaluate
 from libra_core.envs.protocol import text_format
@@ -59,12 +57,7 @@ class MathToolsEnv:
             return self.python(action.arguments)
         if action.tool != self.calculator.name or action.arguments is None:
             return ToolResult(str(action.tool), "failure", f"error: unknown tool {action.tool!r}", 0.0)
-        start = time.perf_counter()
-        result = self.calculator(action.arguments)
-        elapsed = time.perf_counter() - start
-        if elapsed > self.cfg.tool_timeout_s:
-            return ToolResult(result.tool, "timeout", "error: calculator timed out", elapsed)
-        return result
+        return call_with_deadline(self.calculator, action.arguments, self.cfg.tool_timeout_s)
 
     def format_observation(self, result: ToolResult) -> str:
         return self.format.observation(result.observation)

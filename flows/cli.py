@@ -10,6 +10,8 @@
                                                                 plan GPUs and layouts
     libra simulate --scenario r2e-gym --hardware 48xA800 [--iterations N] [--policies all]
                                                                 cluster-scale what-if simulation
+    libra report RUN_DIR [--format html|md] [--out PATH]        report of a run (timeline, curves)
+    libra serve [CONFIG] [--set ...] [--port 4200]              Prefect UI + deployments + schedule
 
 Heavy modules (torch, vllm, prefect) are imported only by `run`, so config commands are instant.
 """
@@ -66,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     from flows import cli_simulate
 
     cli_simulate.add_parser(sub)
+    from flows import cli_report
+
+    cli_report.add_parser(sub)
+    from flows import cli_serve
+
+    cli_serve.add_parser(sub, add_config_args)
     return parser
 
 
@@ -113,6 +121,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not args.verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.prefect_server import choose_api_for_run
+
+    where = choose_api_for_run()  # before Prefect is imported: it reads PREFECT_API_URL once
+    if where:
+        from rich.console import Console
+
+        Console(stderr=True).print(where, highlight=False)
     from flows.progress_view import run_with_progress
 
     return run_with_progress(config_path, args.overrides, args.resume)
@@ -122,10 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "config":
         return _cmd_config(args)
+    if args.command == "serve":
+        from flows import cli_serve
+
+        return cli_serve.cmd_serve(args, _load, _config_arg(args.config))
     if args.command == "simulate":
         from flows import cli_simulate
 
         return cli_simulate.cmd_simulate(args)
+    if args.command == "report":
+        from flows import cli_report
+
+        return cli_report.cmd_report(args)
     if args.command == "plan":
         from flows import cli_plan
 

@@ -18,8 +18,11 @@ from typing import Any, TypeVar
 
 from prefect import flow
 
+from libra_core.observability.timeline import Span, instance_spans
 from libra_core.pipeline.rollout_stage import RolloutResult
 from libra_core.pipeline.run_dir import load_run_config
+from tasks.artifacts import iteration_artifacts_task
+from tasks.record import record_iteration_task
 from tasks.stages import (
     eval_task,
     plan_task,
@@ -33,10 +36,28 @@ from tasks.stages import (
 T = TypeVar("T")
 
 
-def _timed(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
+def _timed_untracked(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
     start = time.perf_counter()
     out = fn(*args)
     return out, time.perf_counter() - start
+
+
+class _Clock:
+    """Times each stage call and keeps its wall-clock span for the run's timeline."""
+
+    def __init__(self, iteration: int) -> None:
+        self.iteration = iteration
+        self.spans: list[Span] = []
+
+    def __call__(self, lane: str, fn: Callable[..., T], *args: Any) -> tuple[T, float]:
+        start, wall = time.perf_counter(), time.time()
+        out = fn(*args)
+        seconds = time.perf_counter() - start
+        self.spans.append(Span(self.iteration, lane, wall, wall + seconds))
+        return out, seconds
+
+    def add(self, lane: str, start: float, seconds: float) -> None:
+        self.spans.append(Span(self.iteration, lane, start, start + seconds))
 
 
 @flow(name="rl-iteration", flow_run_name="iteration-{iteration}", log_prints=False)
@@ -44,29 +65,35 @@ def rl_iteration(
     run_dir: str, iteration: int, version: int, rollout: RolloutResult | None = None
 ) -> dict[str, Any]:
     """Run iteration `iteration` from policy `version`; returns {"row": history row,
-    "next_rollout": the next iteration's RolloutResult in async mode, else None}."""
+    "next_rollout": the next iteration's RolloutResult in async mode, else None}. The row, the
+    timeline spans and the iteration's artifacts are recorded before it returns."""
     start = time.perf_counter()
     cfg = load_run_config(run_dir)
-    plan, plan_s = _timed(plan_task, run_dir, iteration)
-    pool, pool_s = _timed(rollout_pool_task, run_dir, plan.rollout_instances, version)
+    timed = _Clock(iteration)
+    plan_started = time.time()
+    plan, plan_s = _timed_untracked(plan_task, run_dir, iteration)
+    pool, pool_s = _timed_untracked(rollout_pool_task, run_dir, plan.rollout_instances, version)
+    timed.add("plan", plan_started, plan_s + pool_s)
     if rollout is None:
-        rollout, rollout_s = _timed(rollout_task, run_dir, pool, iteration)
+        rollout, rollout_s = timed("rollout", rollout_task, run_dir, pool, iteration)
     else:
         rollout_s = rollout.wall_s  # ran overlapped with the previous iteration's update
-    reward, reward_s = _timed(reward_task, run_dir, rollout.path, iteration)
+        timed.add("rollout", rollout.started_at, rollout_s)
+    timed.spans += instance_spans(iteration, rollout.requests_served)
+    reward, reward_s = timed("reward", reward_task, run_dir, rollout.path, iteration)
     last = iteration == cfg.experiment.iterations
     next_future = None
     if cfg.pipeline.mode == "async" and not last:
         next_future = rollout_task.submit(run_dir, pool, iteration + 1)
-    stage, update_s = _timed(update_task, run_dir, reward.path, iteration, version)
+    stage, update_s = timed("update", update_task, run_dir, reward.path, iteration, version)
     update, selection = stage.update, stage.selection
     sync_s = 0.0
     if update.new_version != version:
-        _, sync_s = _timed(sync_task, run_dir, pool, update.new_version)
+        _, sync_s = timed("sync", sync_task, run_dir, pool, update.new_version)
     next_rollout = next_future.result() if next_future is not None else None
     eval_acc = eval_s = None
     if cfg.eval.every and (iteration % cfg.eval.every == 0 or last):
-        eval_acc, eval_s = _timed(eval_task, run_dir, pool, iteration, update.new_version)
+        eval_acc, eval_s = timed("eval", eval_task, run_dir, pool, iteration, update.new_version)
     row = {
         "iteration": iteration,
         "policy_version": update.new_version,
@@ -106,4 +133,6 @@ def rl_iteration(
         "rollout_instances": plan.rollout_instances,
         "predicted_iteration_s": plan.predicted_iteration_s,
     }
+    record_iteration_task(run_dir, row, timed.spans)
+    iteration_artifacts_task(run_dir, iteration)
     return {"row": row, "next_rollout": next_rollout}

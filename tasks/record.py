@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from prefect import task
 
 from libra_core.data.history import append_history
 from libra_core.observability.progress import report
+from libra_core.observability.timeline import Span, write_perfetto, write_timeline
 from libra_core.pipeline.run_dir import RunState, load_run_config, save_checkpoint, write_state
 from tasks.common import TASK_OPTIONS
 
 
 @task(name="record-iteration", **TASK_OPTIONS)
-def record_iteration_task(run_dir: str, row: dict[str, Any]) -> None:
+def record_iteration_task(run_dir: str, row: dict[str, Any], spans: Sequence[Span] = ()) -> None:
     cfg = load_run_config(run_dir)
     append_history(run_dir, row)
     iteration = int(row["iteration"])
+    if spans:
+        write_timeline(run_dir, iteration, spans)
+        write_perfetto(run_dir)
     state = RunState(iteration, int(row["policy_version"]), "running")
     write_state(run_dir, state)
     last = iteration == cfg.experiment.iterations

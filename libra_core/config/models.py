@@ -373,6 +373,40 @@ class EvalConfig(Frozen):
     num_prompts: int = Field(64, ge=1, description="Size of the fixed evaluation set.")
 
 
+class ScheduleConfig(Frozen):
+    """When `libra serve` runs this experiment on its own (a Prefect deployment schedule)."""
+
+    cron: str | None = Field(
+        "0 2 * * *", description="Five-field cron expression for scheduled runs; null: no schedule."
+    )
+    timezone: str = Field("UTC", min_length=1, description="IANA time zone the cron is read in.")
+    active: bool = Field(True, description="false registers the schedule paused (visible, not run).")
+
+    @model_validator(mode="after")
+    def _valid(self) -> ScheduleConfig:
+        import datetime
+        import zoneinfo
+
+        from cronsim import CronSim, CronSimError
+
+        if self.cron is not None:
+            if len(self.cron.split()) != 5:
+                raise ValueError(
+                    f"schedule.cron must have 5 fields (minute hour day month weekday), got {self.cron!r}"
+                )
+            try:
+                CronSim(self.cron, datetime.datetime(2026, 1, 1))
+            except CronSimError as err:
+                raise ValueError(
+                    f"schedule.cron {self.cron!r} is not a valid cron expression: {err}"
+                ) from None
+        try:
+            zoneinfo.ZoneInfo(self.timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"schedule.timezone {self.timezone!r} is not a known IANA time zone") from None
+        return self
+
+
 class LibraConfig(Frozen):
     """The whole `stages.yaml`."""
 
@@ -393,6 +427,7 @@ class LibraConfig(Frozen):
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     pools: PoolsConfig = Field(default_factory=PoolsConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
 
     @model_validator(mode="before")
     @classmethod

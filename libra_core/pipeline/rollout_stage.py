@@ -39,6 +39,9 @@ class RolloutResult:
     tokens_per_s: float
     wall_s: float
     routing: RoutingStats
+    started_at: float = 0.0  # Unix seconds, for the timeline
+    # (instance id, start, end) of every generation request, Unix seconds
+    requests_served: tuple[tuple[str, float, float], ...] = ()
 
 
 def _load_scheduler(cfg: LibraConfig, layout: RunLayout) -> Scheduler:
@@ -73,7 +76,7 @@ def _run_loop(
     iteration: int,
     greedy: bool,
     stage: str,
-) -> tuple[list[dict[str, Any]], RoutingStats]:
+) -> tuple[list[dict[str, Any]], RoutingStats, list[tuple[str, float, float]]]:
     cfg = load_run_config(run_dir)
     layout = RunLayout(Path(run_dir))
     rollout_cfg = cfg.rollout.model_copy(update={"temperature": 0.0}) if greedy else cfg.rollout
@@ -92,7 +95,7 @@ def _run_loop(
     rows = loop.run(requests, router, on_done=lambda n: report(stage, n, total))
     if not greedy:
         _save_scheduler(scheduler, layout)
-    return rows, router.stats()
+    return rows, router.stats(), loop.requests_served
 
 
 def prompts_to_sample(cfg: LibraConfig, run_dir: str) -> int:
@@ -117,7 +120,7 @@ def run_rollout(
     version: int | Callable[[], int],
 ) -> RolloutResult:
     """`version`: the served policy version, or a function that returns it now (async pipeline)."""
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     cfg = load_run_config(run_dir)
     env = build_environment(cfg.environment)
     seed = cfg.experiment.seed * 100_003 + iteration
@@ -125,7 +128,7 @@ def run_rollout(
         prompts_to_sample(cfg, run_dir), seed, min_difficulty=cfg.rollout.min_difficulty
     )
     requests = make_requests(problems, cfg.training.grpo.group_size, iteration)
-    rows, routing = _run_loop(
+    rows, routing, served = _run_loop(
         run_dir,
         urls,
         instance_ids,
@@ -150,6 +153,8 @@ def run_rollout(
         tokens_per_s=generated / wall if wall > 0 else 0.0,
         wall_s=wall,
         routing=routing,
+        started_at=started_at,
+        requests_served=tuple(served),
     )
 
 
@@ -165,7 +170,7 @@ def run_greedy_eval(
     env = build_environment(cfg.environment)
     problems = eval_problems(env, cfg.experiment.seed, cfg.eval.num_prompts)
     requests = make_requests(problems, 1, iteration)
-    rows, _ = _run_loop(
+    rows, _, _ = _run_loop(
         run_dir,
         urls,
         instance_ids,

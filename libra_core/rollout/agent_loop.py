@@ -67,6 +67,8 @@ class AgentLoop:
         self._version = policy_version if callable(policy_version) else (lambda: policy_version)
         self.instance_ids = list(instance_ids or [f"vllm-{i}" for i in range(len(engines))])
         self.stop_ids = [tokenizer.convert_tokens_to_ids(t) for t in env.stop_tokens]
+        # (instance id, start, end) in Unix seconds of every generation request, for the timeline
+        self.requests_served: list[tuple[str, float, float]] = []
 
     def run(
         self,
@@ -124,7 +126,7 @@ class AgentLoop:
             # older one), so staleness is never under-counted; its behaviour log-probs come from the
             # engine token by token and are exact either way.
             turn_version = self._version()
-            t0 = time.perf_counter()
+            t0, wall0 = time.perf_counter(), time.time()
             out = await self.engines[instance].complete(
                 http,
                 prompt_ids + response,
@@ -134,6 +136,7 @@ class AgentLoop:
                 stop_token_ids=self.stop_ids,
             )
             gen_s += time.perf_counter() - t0
+            self.requests_served.append((self.instance_ids[instance], wall0, time.time()))
             turns += 1
             if out.token_ids:
                 spans.append(

@@ -214,7 +214,7 @@ def test_unknown_top_level_section_lists_sections() -> None:
         load_config(None, ["trainer.lr=1"])
     assert info.value.problems == [
         "trainer: unknown key; allowed keys: experiment, model, tokenizer, environment, stages, rollout,"
-        " training, pipeline, scheduler, planner, eval, pools; did you mean 'training'?"
+        " training, pipeline, scheduler, planner, eval, pools, schedule; did you mean 'training'?"
     ]
 
 

@@ -1,0 +1,90 @@
+"""`libra serve`: the Prefect control room for an experiment.
+
+    libra serve [CONFIG] [--set a.b=c ...] [--port 4200] [--host 127.0.0.1] [--api-url URL]
+
+Starts a Prefect server (or connects to one with --api-url / PREFECT_API_URL), registers two
+deployments, `rl-experiment/experiment` (parameters: config path and overrides; the nightly
+schedule from the config's `schedule:` section) and `simulate/simulate`, then runs whatever the
+UI, the API or the schedule starts, until Ctrl-C. Runs use the same flow as `libra run`.
+Exit 2 on an invalid config; 1 when the server cannot be started or reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+EXIT_CONFIG_ERROR = 2
+EXIT_SERVER_ERROR = 1
+
+
+def add_parser(
+    sub: argparse._SubParsersAction, add_config_args: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    p = sub.add_parser("serve", help="start the Prefect UI and serve the experiment and simulate deployments")
+    add_config_args(p)
+    p.add_argument("--host", default="127.0.0.1", help="address the started server listens on")
+    p.add_argument("--port", type=int, default=4200, help="port of the started server (0: a free one)")
+    p.add_argument(
+        "--api-url",
+        default=None,
+        help="use this running Prefect server (e.g. http://host:4200/api) instead of starting one; "
+        "default: PREFECT_API_URL if set",
+    )
+    p.add_argument("--limit", type=int, default=1, help="flow runs executed at once (default 1)")
+
+
+def cmd_serve(
+    args: argparse.Namespace, load: Callable[[argparse.Namespace], Any], config_path: str | None
+) -> int:
+    from rich.console import Console
+
+    from flows.prefect_server import api_healthy, free_port, start_server
+
+    console = Console(stderr=True)
+    cfg = load(args)  # exits 2 with one line per problem
+    if args.limit < 1:
+        console.print("[bold red]error[/]: --limit must be >= 1")
+        return EXIT_CONFIG_ERROR
+    server = None
+    api_url = args.api_url or os.environ.get("PREFECT_API_URL")
+    if api_url:
+        if not api_healthy(api_url):
+            console.print(f"[bold red]error[/]: no Prefect server answers at {api_url}")
+            return EXIT_SERVER_ERROR
+        ui_url = api_url.rstrip("/").removesuffix("/api")
+    else:
+        port = args.port or free_port(args.host)
+        log = Path(cfg.experiment.output_dir) / ".prefect-server.log"
+        console.print(f"starting Prefect server on {args.host}:{port} (log: {log}) ...")
+        try:
+            server = start_server(args.host, port, log)
+        except RuntimeError as err:
+            console.print(f"[bold red]error[/]: {err}", highlight=False)
+            return EXIT_SERVER_ERROR
+        api_url, ui_url = server.api_url, server.ui_url
+    os.environ["PREFECT_API_URL"] = api_url
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    try:
+        from flows.serve import build_deployments, serve_forever
+
+        deployments = build_deployments(config_path, list(args.overrides), cfg)
+        sched = cfg.schedule
+        when = (
+            f"cron {sched.cron!r} ({sched.timezone}{'' if sched.active else ', paused'})"
+            if sched.cron
+            else "none"
+        )
+        print(f"Prefect UI: {ui_url}", flush=True)
+        print(f"deployments: rl-experiment/experiment (schedule: {when}), simulate/simulate", flush=True)
+        print("serving; Ctrl-C to stop", flush=True)
+        serve_forever(deployments, args.limit)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if server is not None:
+            server.stop()
+    return 0

@@ -1,0 +1,118 @@
+"""Finding, checking and starting a Prefect server (used by `libra serve` and `libra run`).
+
+No Prefect import here: these helpers run before Prefect is imported, because Prefect reads
+`PREFECT_API_URL` and friends from the environment when it is first imported.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def api_healthy(api_url: str, timeout_s: float = 2.0) -> bool:
+    """True when `<api_url>/health` answers (api_url ends in /api)."""
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout_s) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalServer:
+    """A `prefect server start` subprocess owned by this process."""
+
+    process: subprocess.Popen[bytes]
+    api_url: str
+    ui_url: str
+    log_path: Path
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_server(host: str, port: int, log_path: Path, timeout_s: float = 90.0) -> LocalServer:
+    """Start `prefect server start` on host:port and wait until its API is healthy.
+
+    The database is Prefect's default (SQLite under PREFECT_HOME) unless
+    PREFECT_API_DATABASE_CONNECTION_URL says otherwise. Raises RuntimeError with the log's tail if
+    the server exits or does not answer in time.
+    """
+    api_url, ui_url = f"http://{host}:{port}/api", f"http://{host}:{port}"
+    if api_healthy(api_url, 0.5):
+        raise RuntimeError(f"something already answers on {ui_url}; pass --api-url {api_url} to use it")
+    env = {
+        **os.environ,
+        "PREFECT_SERVER_API_HOST": host,
+        "PREFECT_SERVER_API_PORT": str(port),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_API_URL": api_url,
+    }
+    env.pop("PREFECT_API_URL", None)  # the server itself must not point at another API
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    prefect_cli = Path(sys.executable).with_name("prefect")
+    cmd = [str(prefect_cli)] if prefect_cli.exists() else [sys.executable, "-m", "prefect"]
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [*cmd, "server", "start"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = LocalServer(proc, api_url, ui_url, log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"Prefect server exited with code {proc.returncode}:\n{_tail(log_path)}")
+        if api_healthy(api_url, 1.0):
+            return server
+        time.sleep(0.5)
+    server.stop()
+    raise RuntimeError(
+        f"Prefect server did not answer on {api_url} within {timeout_s:.0f}s:\n{_tail(log_path)}"
+    )
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def choose_api_for_run() -> str | None:
+    """For `libra run`: the configured API if it answers; otherwise unset it and say so.
+
+    Returns a one-line message for the user (None when nothing needs saying)."""
+    url = os.environ.get("PREFECT_API_URL")
+    if not url:
+        return None
+    if api_healthy(url):
+        return f"Prefect server: {url.removesuffix('/api')} (this run appears in its UI)"
+    del os.environ["PREFECT_API_URL"]
+    return (
+        f"Prefect server at {url} is not reachable; running with an ephemeral Prefect API instead "
+        "(the run works the same, but will not appear in that server's UI)"
+    )

@@ -1,0 +1,54 @@
+"""Deployments of the experiment and simulate flows, served by this process (`libra serve`).
+
+Import this module only after PREFECT_API_URL points at the server (Prefect reads it on import).
+A run started from the UI (or the API, or the nightly schedule) executes `rl_experiment` with the
+deployment's parameters, the same flow `libra run` calls.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import serve
+from prefect.schedules import Cron
+
+from flows.rl_experiment import rl_experiment
+from flows.simulate_flow import simulate_flow
+from libra_core.config.models import LibraConfig
+
+EXPERIMENT_DEPLOYMENT = "experiment"
+SIMULATE_DEPLOYMENT = "simulate"
+
+
+def experiment_parameters(config_path: str | None, overrides: list[str], cfg: LibraConfig) -> dict[str, Any]:
+    """Default parameters of the experiment deployment: absolute paths, so runs started by the
+    server do not depend on its working directory."""
+    overrides = list(overrides)
+    if not Path(cfg.experiment.output_dir).is_absolute():
+        overrides.append(f"experiment.output_dir={Path(cfg.experiment.output_dir).resolve()}")
+    return {"config_path": str(Path(config_path).resolve()) if config_path else None, "overrides": overrides}
+
+
+def build_deployments(config_path: str | None, overrides: list[str], cfg: LibraConfig) -> list[Any]:
+    sched = cfg.schedule
+    schedules = [Cron(sched.cron, timezone=sched.timezone, active=sched.active)] if sched.cron else []
+    experiment = rl_experiment.to_deployment(
+        name=EXPERIMENT_DEPLOYMENT,
+        parameters=experiment_parameters(config_path, overrides, cfg),
+        schedules=schedules,
+        description=f"RL experiment {cfg.experiment.name!r} from {config_path or 'defaults'}",
+        tags=["libra", cfg.experiment.name],
+    )
+    sim = simulate_flow.to_deployment(
+        name=SIMULATE_DEPLOYMENT,
+        parameters={"out_dir": None},
+        description="Cluster-scale what-if simulation of Libra and the baselines (docs/simulator.md)",
+        tags=["libra", "simulate"],
+    )
+    return [experiment, sim]
+
+
+def serve_forever(deployments: list[Any], limit: int) -> None:
+    """Register the deployments and execute their runs here (blocks until interrupted)."""
+    serve(*deployments, limit=limit, print_starting_message=False)

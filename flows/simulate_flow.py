@@ -1,0 +1,45 @@
+"""The simulate flow: `libra simulate` as a Prefect flow, so it can be deployed and scheduled.
+
+Same inputs and same numbers as `libra simulate` (one task runs every policy on the same seeded
+workload); writes summary.json and the CSVs under `out_dir` and attaches the comparison table to
+the flow run as a markdown artifact. All simulation logic lives in libra_core.sim.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+
+from libra_core.sim import SimReport, format_table, resolve_policies, simulate
+from tasks.common import TASK_OPTIONS
+
+
+@task(name="simulate-policies", **TASK_OPTIONS)
+def simulate_task(scenario: str, hardware: str, iterations: int, policies: list[str], seed: int) -> SimReport:
+    return simulate(scenario, hardware, iterations, policies, seed=seed)
+
+
+@flow(name="simulate", flow_run_name="simulate-{scenario}-{hardware}", log_prints=False)
+def simulate_flow(
+    scenario: str = "r2e-gym",
+    hardware: str = "48xA800",
+    iterations: int = 20,
+    policies: str = "all",
+    seed: int = 0,
+    out_dir: str | None = None,
+) -> str:
+    """Simulate each policy on the same seeded workload; returns the output folder."""
+    names = [p for p in policies.split(",") if p]
+    resolve_policies(names)  # unknown names fail here, before any work
+    report = simulate_task(scenario, hardware, iterations, names, seed)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(out_dir) if out_dir else Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"
+    report.write(out.resolve())
+    create_markdown_artifact(
+        markdown=f"{format_table(report)}\n\nOutputs: `{out.resolve()}`",
+        description=f"Simulated {scenario} on {hardware}",
+    )
+    return str(out.resolve())

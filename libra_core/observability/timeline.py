@@ -1,0 +1,155 @@
+"""Per-iteration timeline of a run: when each stage and each rollout instance was busy.
+
+The experiment flow records one span per stage (plan, rollout, reward, update, sync, eval) with
+wall-clock start and end, plus one span per busy stretch of every rollout instance (the union of
+the generation requests it was serving). Spans are kept per iteration in
+`<run>/timeline/iteration=N.json` (rewritten atomically, so a resumed iteration replaces its spans)
+and exported together as a Chrome/Perfetto trace (`<run>/timeline/trace.json`, open it in
+ui.perfetto.dev or chrome://tracing). Times are Unix seconds; in the async pipeline the rollout of
+iteration i+1 overlaps the update of iteration i, and the spans show that as it happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+STAGE_LANES = ("plan", "rollout", "reward", "update", "sync", "eval")
+INSTANCE_LANE_PREFIX = "instance/"  # lane of one rollout instance, e.g. "instance/vllm-0"
+
+
+@dataclass(frozen=True)
+class Span:
+    iteration: int
+    lane: str  # a stage name, or INSTANCE_LANE_PREFIX + instance id
+    start: float  # Unix seconds
+    end: float
+
+    def __post_init__(self) -> None:
+        if not self.lane:
+            raise ValueError("span lane must not be empty")
+        if not self.end >= self.start:
+            raise ValueError(f"span {self.lane!r} of iteration {self.iteration} ends before it starts")
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+def merge_intervals(
+    intervals: Iterable[tuple[float, float]], gap_s: float = 0.05
+) -> list[tuple[float, float]]:
+    """Union of [start, end] intervals; stretches closer than `gap_s` are joined (a request that
+    ends and the next that starts a few ms later are one busy stretch of the instance)."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1] + gap_s:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(s, e) for s, e in merged]
+
+
+def instance_spans(iteration: int, busy: Sequence[tuple[str, float, float]]) -> list[Span]:
+    """Spans of each rollout instance from its (instance id, start, end) request intervals."""
+    by_instance: dict[str, list[tuple[float, float]]] = {}
+    for instance, start, end in busy:
+        by_instance.setdefault(instance, []).append((start, end))
+    return [
+        Span(iteration, INSTANCE_LANE_PREFIX + instance, s, e)
+        for instance in sorted(by_instance)
+        for s, e in merge_intervals(by_instance[instance])
+    ]
+
+
+def timeline_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "timeline"
+
+
+def write_timeline(run_dir: str | Path, iteration: int, spans: Sequence[Span]) -> Path:
+    path = timeline_dir(run_dir) / f"iteration={iteration}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps([asdict(s) for s in spans], indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def _parse(path: Path) -> list[Span]:
+    try:
+        raw = json.loads(path.read_text())
+        if not isinstance(raw, list):
+            raise ValueError("expected a list of spans")
+        return [Span(int(d["iteration"]), str(d["lane"]), float(d["start"]), float(d["end"])) for d in raw]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a timeline file ({err})") from err
+
+
+def read_timeline(run_dir: str | Path) -> list[Span]:
+    """All spans of the run, ordered by start time (empty if the run recorded none)."""
+    spans = [s for p in timeline_dir(run_dir).glob("iteration=*.json") for s in _parse(p)]
+    return sorted(spans, key=lambda s: (s.start, s.lane))
+
+
+def to_perfetto(spans: Sequence[Span]) -> dict[str, Any]:
+    """Chrome trace-event JSON: one process per iteration, one thread per lane, complete events."""
+    if not spans:
+        return {"traceEvents": [], "displayTimeUnit": "ms"}
+    origin = min(s.start for s in spans)
+    lanes = sorted({s.lane for s in spans}, key=_lane_order)
+    tid = {lane: i + 1 for i, lane in enumerate(lanes)}
+    events: list[dict[str, Any]] = []
+    for it in sorted({s.iteration for s in spans}):
+        events.append({"ph": "M", "name": "process_name", "pid": it, "args": {"name": f"iteration {it}"}})
+        events += [
+            {"ph": "M", "name": "thread_name", "pid": it, "tid": tid[lane], "args": {"name": lane}}
+            for lane in lanes
+        ]
+    for s in spans:
+        events.append(
+            {
+                "ph": "X",
+                "name": lane_label(s.lane),
+                "cat": "instance" if s.lane.startswith(INSTANCE_LANE_PREFIX) else "stage",
+                "pid": s.iteration,
+                "tid": tid[s.lane],
+                "ts": round((s.start - origin) * 1e6, 1),
+                "dur": round(s.duration_s * 1e6, 1),
+                "args": {"iteration": s.iteration, "seconds": round(s.duration_s, 4)},
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_perfetto(run_dir: str | Path) -> Path:
+    """(Re)write `<run>/timeline/trace.json` from every recorded span."""
+    path = timeline_dir(run_dir) / "trace.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(to_perfetto(read_timeline(run_dir))))
+    os.replace(tmp, path)
+    return path
+
+
+def _lane_order(lane: str) -> tuple[int, int, str]:
+    """Stages in pipeline order, rollout instances right after the rollout stage."""
+    if lane.startswith(INSTANCE_LANE_PREFIX):
+        return (STAGE_LANES.index("rollout"), 1, lane)
+    return (STAGE_LANES.index(lane) if lane in STAGE_LANES else len(STAGE_LANES), 0, lane)
+
+
+def lane_order(lanes: Iterable[str]) -> list[str]:
+    return sorted(set(lanes), key=_lane_order)
+
+
+def lane_label(lane: str) -> str:
+    """What a person reads for a lane: the stage name, or the instance (`vllm-0`; a pool's ids
+    like `rollout:<run name>-0` are shortened to their index)."""
+    instance = lane.removeprefix(INSTANCE_LANE_PREFIX)
+    if instance != lane and ":" in instance and (index := instance.rsplit("-", 1)[-1]).isdigit():
+        return f"vllm-{index}"
+    return instance

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from libra_core.observability.timeline import (
+    Span,
+    instance_spans,
+    lane_label,
+    lane_order,
+    merge_intervals,
+    read_timeline,
+    timeline_dir,
+    to_perfetto,
+    write_perfetto,
+    write_timeline,
+)
+
+
+def test_merge_intervals_unions_overlaps_and_joins_small_gaps() -> None:
+    intervals = [(0.0, 1.0), (0.5, 2.0), (2.03, 3.0), (3.2, 4.0), (10.0, 10.5)]
+    assert merge_intervals(intervals) == [(0.0, 3.0), (3.2, 4.0), (10.0, 10.5)]
+    assert merge_intervals(intervals, gap_s=0.0) == [(0.0, 2.0), (2.03, 3.0), (3.2, 4.0), (10.0, 10.5)]
+    assert merge_intervals(intervals, gap_s=0.3) == [(0.0, 4.0), (10.0, 10.5)]
+
+
+def test_merge_intervals_keeps_a_contained_interval_inside() -> None:
+    assert merge_intervals([(0.0, 5.0), (1.0, 2.0), (4.0, 4.5)]) == [(0.0, 5.0)]
+
+
+def test_merge_intervals_is_order_independent() -> None:
+    intervals = [(3.2, 4.0), (0.5, 2.0), (10.0, 10.5), (0.0, 1.0), (2.03, 3.0)]
+    assert (
+        merge_intervals(intervals) == merge_intervals(sorted(intervals)) == merge_intervals(intervals[::-1])
+    )
+    assert merge_intervals([]) == []
+
+
+def test_instance_spans_merge_per_instance() -> None:
+    busy = [
+        ("vllm-1", 5.0, 6.0),
+        ("vllm-0", 0.0, 1.0),
+        ("vllm-0", 0.9, 2.0),
+        ("vllm-0", 4.0, 4.5),
+        ("vllm-1", 6.01, 7.0),
+    ]
+    spans = instance_spans(3, busy)
+    assert spans == [
+        Span(3, "instance/vllm-0", 0.0, 2.0),
+        Span(3, "instance/vllm-0", 4.0, 4.5),
+        Span(3, "instance/vllm-1", 5.0, 7.0),
+    ]
+
+
+def test_span_rejects_end_before_start_and_empty_lane() -> None:
+    with pytest.raises(ValueError, match="ends before it starts"):
+        Span(1, "rollout", 2.0, 1.0)
+    with pytest.raises(ValueError, match="lane"):
+        Span(1, "", 1.0, 2.0)
+
+
+def test_lane_order_puts_instances_after_rollout_and_labels_strip_prefix() -> None:
+    lanes = ["sync", "instance/vllm-1", "update", "eval", "plan", "rollout", "instance/vllm-0", "reward"]
+    assert lane_order(lanes) == [
+        "plan",
+        "rollout",
+        "instance/vllm-0",
+        "instance/vllm-1",
+        "reward",
+        "update",
+        "sync",
+        "eval",
+    ]
+    assert lane_label("instance/vllm-0") == "vllm-0"
+    assert lane_label("update") == "update"
+
+
+def test_write_read_roundtrip_and_replacing_an_iteration(tmp_path: Path) -> None:
+    first = [Span(1, "rollout", 100.0, 104.0), Span(1, "update", 104.5, 106.0)]
+    second = [Span(2, "rollout", 106.0, 109.0), Span(2, "instance/vllm-0", 106.1, 108.7)]
+    write_timeline(tmp_path, 1, first)
+    write_timeline(tmp_path, 2, second)
+    assert read_timeline(tmp_path) == sorted(first + second, key=lambda s: (s.start, s.lane))
+
+    resumed = [Span(1, "rollout", 200.0, 201.0)]  # a resumed iteration replaces its spans
+    write_timeline(tmp_path, 1, resumed)
+    assert read_timeline(tmp_path) == [*sorted(second, key=lambda s: s.start), *resumed]
+    assert not list(timeline_dir(tmp_path).glob("*.tmp"))
+
+
+def test_read_timeline_of_a_run_without_one_is_empty(tmp_path: Path) -> None:
+    assert read_timeline(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"iteration": 1}', '[{"iteration": 1, "lane": "rollout", "start": 1.0}]', "not json", "[1, 2]"],
+)
+def test_malformed_timeline_file_names_the_file(tmp_path: Path, text: str) -> None:
+    write_timeline(tmp_path, 1, [Span(1, "rollout", 0.0, 1.0)])
+    bad = timeline_dir(tmp_path) / "iteration=2.json"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=r"iteration=2\.json"):
+        read_timeline(tmp_path)
+
+
+def test_to_perfetto_events_match_spans_in_microseconds() -> None:
+    spans = [
+        Span(1, "rollout", 1000.0, 1003.25),
+        Span(1, "instance/vllm-0", 1000.5, 1002.75),
+        Span(1, "update", 1003.5, 1004.0),
+        Span(2, "rollout", 1003.5, 1006.125),
+    ]
+    trace = to_perfetto(spans)
+    events = trace["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert len(complete) == len(spans)
+    for span, event in zip(spans, complete, strict=True):
+        assert event["pid"] == span.iteration
+        assert event["ts"] == pytest.approx((span.start - 1000.0) * 1e6)
+        assert event["dur"] == pytest.approx((span.end - span.start) * 1e6)
+        assert event["name"] == lane_label(span.lane)
+        assert event["cat"] == ("instance" if span.lane.startswith("instance/") else "stage")
+
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    # One named thread per lane in every iteration's process, numbered in lane order.
+    assert threads == {
+        (it, tid): lane
+        for it in (1, 2)
+        for tid, lane in enumerate(["rollout", "instance/vllm-0", "update"], start=1)
+    }
+    tid_of = {name: tid for (_, tid), name in threads.items()}
+    assert [e["tid"] for e in complete] == [tid_of[s.lane] for s in spans]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert processes == {1: "iteration 1", 2: "iteration 2"}
+
+
+def test_write_perfetto_writes_every_recorded_span(tmp_path: Path) -> None:
+    write_timeline(tmp_path, 1, [Span(1, "rollout", 10.0, 12.0), Span(1, "sync", 12.0, 12.5)])
+    write_timeline(tmp_path, 2, [Span(2, "rollout", 12.5, 13.0)])
+    trace = json.loads(write_perfetto(tmp_path).read_text())
+    durations = sorted(e["dur"] for e in trace["traceEvents"] if e["ph"] == "X")
+    assert durations == pytest.approx([0.5e6, 0.5e6, 2.0e6])
+    assert to_perfetto([]) == {"traceEvents": [], "displayTimeUnit": "ms"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,10 @@ def cmd_serve(
             console.print(f"[bold red]error[/]: {err}", highlight=False)
             return EXIT_SERVER_ERROR
         api_url, ui_url = server.api_url, server.ui_url
+    # Ctrl-C and SIGTERM both stop serving and the server we started (a shell may have started us
+    # with SIGINT ignored, e.g. in the background).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     os.environ["PREFECT_API_URL"] = api_url
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     try:
@@ -88,3 +93,7 @@ def cmd_serve(
         if server is not None:
             server.stop()
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

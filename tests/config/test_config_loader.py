@@ -369,3 +369,19 @@ def test_format_problems_prefixes_each_line_with_the_source() -> None:
 def test_config_error_survives_pickling() -> None:
     err = pickle.loads(pickle.dumps(ConfigError(["x: y"], "<overrides>")))
     assert (err.problems, err.source) == (["x: y"], "<overrides>")
+
+
+def test_schedule_cron_and_timezone_are_checked() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["schedule.cron=61 2 * * *", "schedule.timezone=Mars/Base"])
+    problems = " ".join(info.value.problems)
+    assert "'61 2 * * *' is not a valid cron expression" in problems
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["schedule.cron=0 2 * *"])
+    assert "must have 5 fields" in info.value.problems[0]
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["schedule.timezone=Mars/Base"])
+    assert "'Mars/Base' is not a known IANA time zone" in info.value.problems[0]
+    cfg = load_config(None, ["schedule.cron=30 4 * * 1", "schedule.timezone=Europe/Berlin"])
+    assert (cfg.schedule.cron, cfg.schedule.timezone) == ("30 4 * * 1", "Europe/Berlin")
+    assert load_config(None, ["schedule.cron=null"]).schedule.cron is None

@@ -120,6 +120,7 @@ def rl_iteration(
         "routing_moves": rollout.routing.moves,
         "routing_migrations": rollout.routing.migrations,
         "migrated_tokens": rollout.routing.migrated_tokens,
+        "routing_class_accuracy": rollout.routing.class_accuracy,
         "optimizer_steps": update.num_optimizer_steps,
         "stale_dropped": selection.stale_dropped,
         "stale_recomputed": selection.stale_recomputed,

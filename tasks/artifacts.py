@@ -40,6 +40,7 @@ SCHEDULER_COLUMNS = (
     "routing_moves",
     "routing_migrations",
     "migrated_tokens",
+    "routing_class_accuracy",
     "rollout_instances",
 )
 
@@ -47,6 +48,10 @@ SCHEDULER_COLUMNS = (
 def _png_markdown(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f"![{alt}](data:image/png;base64,{data})"
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
 
 
 def artifact_key(name: str, suffix: str) -> str:
@@ -85,7 +90,8 @@ def _iteration_artifacts(run_dir: str, iteration: int) -> None:
     )
     parts.append(
         f"**Scheduler**: {row['routing_moves']} moves, {row['routing_migrations']} migrations "
-        f"({row['migrated_tokens']} tokens re-prefilled), {row['rollout_instances']} rollout instance(s)"
+        f"({row['migrated_tokens']} tokens re-prefilled), {row['rollout_instances']} rollout instance(s), "
+        f"class accuracy {_fmt(row['routing_class_accuracy'])}"
     )
     decisions = [d for d in planner_rows(run_dir) if d.get("iteration") == iteration]
     if decisions:

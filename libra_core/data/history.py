@@ -41,6 +41,8 @@ HISTORY_SCHEMA = pa.schema(
         pa.field("routing_moves", pa.int32(), nullable=False),  # bucket changes the scheduler asked for
         pa.field("routing_migrations", pa.int32(), nullable=False),  # moves that changed instance
         pa.field("migrated_tokens", pa.int64(), nullable=False),  # context re-prefilled by migrations
+        # generated tokens decoded in the bucket of their trajectory's size (null: nothing routed)
+        pa.field("routing_class_accuracy", pa.float64(), nullable=True),
         # what the update trained on vs everything generated (staleness bound, dynamic sampling)
         pa.field("optimizer_steps", pa.int32(), nullable=False),
         pa.field("stale_dropped", pa.int32(), nullable=False),  # trajectories past max_staleness

@@ -43,6 +43,7 @@ SCHEDULER_COLUMNS = (
     "routing_moves",
     "routing_migrations",
     "migrated_tokens",
+    "routing_class_accuracy",
     "rollout_instances",
 )
 PLANNER_COLUMNS = (

@@ -89,7 +89,7 @@ def _run_loop(
     # sampled workload's), so it starts from and keeps no statistics.
     scheduler = build_scheduler(cfg.scheduler) if greedy else _load_scheduler(cfg, layout)
     scheduler.on_policy_version(version() if callable(version) else version)
-    router = InstanceRouter(scheduler, cfg.scheduler.num_buckets, len(engines))
+    router = InstanceRouter(scheduler, cfg.scheduler.num_buckets, len(engines), cfg.scheduler.buckets)
     total = len(requests)
     report(stage, 0, total)
     rows = loop.run(requests, router, on_done=lambda n: report(stage, n, total))

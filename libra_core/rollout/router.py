@@ -14,9 +14,17 @@ of one instance is not a migration (no re-prefill happens).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, Scheduler, ToolReturn
+from libra_core.scheduling.base import (
+    FinishedTrajectory,
+    SchedRequest,
+    Scheduler,
+    ToolReturn,
+    bucket_of,
+    total_tokens,
+)
 
 
 def bucket_instances(num_buckets: int, num_instances: int) -> list[list[int]]:
@@ -42,15 +50,35 @@ class RoutingStats:
     migrations: int  # moves that changed the instance (and so re-prefilled the context)
     migrated_tokens: int  # context tokens re-prefilled because of migrations
     tokens_by_instance: tuple[int, ...]  # generated tokens per instance
+    # share of generated tokens decoded in the bucket of their trajectory's final size (the trace
+    # evaluator's class_accuracy, measured live); None without bucket bounds or finished work
+    class_accuracy: float | None = None
 
 
 class InstanceRouter:
-    def __init__(self, scheduler: Scheduler, num_buckets: int, num_instances: int) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        num_buckets: int,
+        num_instances: int,
+        bounds: Sequence[int] | None = None,
+    ) -> None:
+        """`bounds`: the scheduler's bucket bounds (scheduler.buckets); with them the router also
+        measures class accuracy."""
         self.scheduler = scheduler
         self.groups = bucket_instances(num_buckets, num_instances)
         self.in_flight = [0] * num_instances
         self._tokens = [0] * num_instances
         self._decisions = self._moves = self._migrations = self._migrated_tokens = 0
+        self.bounds = tuple(bounds) if bounds is not None else None
+        self._bucket: dict[str, int] = {}  # request -> bucket it decodes in now
+        self._decoded: dict[str, dict[int, int]] = {}  # request -> bucket -> tokens decoded there
+        self._gen_right = self._gen_total = 0
+
+    def _credit(self, request_id: str, tokens: int) -> None:
+        by_bucket = self._decoded.setdefault(request_id, {})
+        bucket = self._bucket.get(request_id, 0)
+        by_bucket[bucket] = by_bucket.get(bucket, 0) + tokens
 
     def _least_loaded(self, bucket: int) -> int:
         assert 0 <= bucket < len(self.groups), f"scheduler chose bucket {bucket} of {len(self.groups)}"
@@ -58,7 +86,9 @@ class InstanceRouter:
 
     def admit(self, request: SchedRequest) -> int:
         self._decisions += 1
-        instance = self._least_loaded(self.scheduler.admit(request))
+        bucket = self.scheduler.admit(request)
+        instance = self._least_loaded(bucket)
+        self._bucket[request.request_id] = bucket
         self.in_flight[instance] += 1
         return instance
 
@@ -66,6 +96,7 @@ class InstanceRouter:
         """Instance for the next turn; counts tokens generated so far on `instance`."""
         self._decisions += 1
         self._tokens[instance] += ret.gen_tokens
+        self._credit(request.request_id, ret.gen_tokens)
         move = self.scheduler.on_tool_return(request, ret)
         if move is None:
             return instance
@@ -73,6 +104,7 @@ class InstanceRouter:
         assert 0 <= move.bucket < len(self.groups), (
             f"scheduler chose bucket {move.bucket} of {len(self.groups)}"
         )
+        self._bucket[request.request_id] = move.bucket
         if instance in self.groups[move.bucket]:
             return instance
         target = self._least_loaded(move.bucket)
@@ -85,11 +117,26 @@ class InstanceRouter:
     def finish(self, trajectory: FinishedTrajectory, instance: int, last_gen_tokens: int) -> None:
         self._tokens[instance] += last_gen_tokens
         self.in_flight[instance] -= 1
+        rid = trajectory.request_id
+        self._credit(rid, last_gen_tokens)
+        decoded = self._decoded.pop(rid, {})
+        self._bucket.pop(rid, None)
+        if self.bounds is not None:
+            size = total_tokens(trajectory.prompt_tokens, trajectory.turns)
+            right = min(bucket_of(size, self.bounds), len(self.groups) - 1)
+            self._gen_right += decoded.get(right, 0)
+            self._gen_total += sum(decoded.values())
         self.scheduler.on_finish(trajectory)
 
     def stats(self) -> RoutingStats:
+        accuracy = self._gen_right / self._gen_total if self._gen_total else None
         return RoutingStats(
-            self._decisions, self._moves, self._migrations, self._migrated_tokens, tuple(self._tokens)
+            self._decisions,
+            self._moves,
+            self._migrations,
+            self._migrated_tokens,
+            tuple(self._tokens),
+            accuracy,
         )
 
 

@@ -191,6 +191,27 @@ def test_ui_triggered_run_shows_stages_and_artifacts(served: Served) -> None:
     history = json.loads((run_dir / "state.json").read_text())
     assert history["status"] == "finished" and history["completed_iterations"] == 2
 
+    # `libra report` on the finished run: every stage timing in it is the history's
+    import re
+
+    from libra_core.data.history import STAGES, read_history
+
+    report = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "report", str(run_dir)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert report.returncode == 0, report.stderr
+    html = (run_dir / "report.html").read_text()
+    cells = {
+        (m["col"], m["it"]): m["val"]
+        for m in re.finditer(
+            r'data-col="(?P<col>\w+)" data-iteration="(?P<it>\w+)" data-value="(?P<val>[^"]*)"', html
+        )
+    }
+    for row in read_history(run_dir):
+        for stage in STAGES:
+            assert float(cells[(f"{stage}_s", str(row["iteration"]))]) == pytest.approx(row[f"{stage}_s"])
+    assert 'data-figure="timeline_last"' in html and 'data-figure="curves"' in html
+
     SHOTS.mkdir(parents=True, exist_ok=True)
     pw, browser = _browser()
     try:

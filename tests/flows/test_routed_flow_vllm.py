@@ -51,6 +51,7 @@ def test_cmlfq_flow_on_two_instances(prefect_quiet, tmp_path: Path, cache_root: 
     for h in history:
         assert 0 <= h["routing_migrations"] <= h["routing_moves"]
         assert (h["migrated_tokens"] > 0) == (h["routing_migrations"] > 0)
+        assert h["routing_class_accuracy"] is not None and 0.0 <= h["routing_class_accuracy"] <= 1.0
 
     # the tree carries every sampled trajectory of both iterations (one root sample each)
     tree = load_tree(RunLayout(run_dir).scheduler_tree)

@@ -80,3 +80,38 @@ def test_router_rejects_unknown_bucket() -> None:
     router.admit(req)
     with pytest.raises(AssertionError, match="bucket 5 of 2"):
         router.after_tool(req, _ret(5, context=20), 0)
+
+
+def test_router_class_accuracy_counts_tokens_decoded_in_the_right_bucket() -> None:
+    # bounds (20, 100): sizes <= 20 belong in bucket 0, <= 100 in bucket 1, above in bucket 2
+    router = InstanceRouter(ScriptedScheduler(), num_buckets=3, num_instances=3, bounds=(20, 100))
+    short, long = SchedRequest("s", "p", 10, 1), SchedRequest("l", "p", 10, 1)
+    router.admit(short)
+    router.admit(long)
+    # short: 5 tokens in bucket 0, no move, 3 more; size 10 + 5 + 2 + 3 = 20 -> bucket 0: all right
+    router.after_tool(short, ToolReturn(0, 5, "calculator", 0, "success", 17), 0)
+    router.finish(
+        FinishedTrajectory("s", "p", 10, 1, 0, (Turn(5, "calculator", 2, "success"), Turn(3, None, 0, None))),
+        0,
+        last_gen_tokens=3,
+    )
+    assert router.stats().class_accuracy == 1.0
+    # long: 6 tokens in bucket 0, then moved to bucket 2 and 50 more; size 10 + 6 + 60 + 50 = 126 ->
+    # bucket 2, so only its last 50 tokens were decoded in the right bucket
+    router.after_tool(long, ToolReturn(0, 6, "calculator", 2, "success", 76), 0)
+    router.finish(
+        FinishedTrajectory(
+            "l", "p", 10, 1, 0, (Turn(6, "calculator", 60, "success"), Turn(50, None, 0, None))
+        ),
+        2,
+        last_gen_tokens=50,
+    )
+    assert router.stats().class_accuracy == pytest.approx((5 + 3 + 50) / (5 + 3 + 6 + 50))
+
+
+def test_router_without_bounds_reports_no_class_accuracy() -> None:
+    router = InstanceRouter(ScriptedScheduler(), num_buckets=2, num_instances=1)
+    req = SchedRequest("r", "p", 10, 1)
+    router.admit(req)
+    router.finish(FinishedTrajectory("r", "p", 10, 1, 0, (Turn(4, None, 0, None),)), 0, last_gen_tokens=4)
+    assert router.stats().class_accuracy is None

@@ -135,5 +135,7 @@ def rl_iteration(
         "predicted_iteration_s": plan.predicted_iteration_s,
     }
     record_iteration_task(run_dir, row, timed.spans)
-    iteration_artifacts_task(run_dir, iteration)
+    every = cfg.experiment.artifacts_every
+    if every and (iteration % every == 0 or last):
+        iteration_artifacts_task(run_dir, iteration)
     return {"row": row, "next_rollout": next_rollout}

@@ -23,12 +23,14 @@ and serve the turns that follow; at rollout end they rejoin training `join_s` la
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from libra_core.config.models import SchedulerConfig
+from libra_core.planner.calibration import StageCorrection
 from libra_core.planner.replan import ReplanPolicy
 from libra_core.planner.search import SearchSettings, weight_sync_s
 from libra_core.planner.specs import HardwareSpec, ModelSpec
@@ -42,6 +44,7 @@ from libra_core.sim.instance import CostTables, Instance
 from libra_core.sim.policies import Deployment, PolicySpec, build_deployment
 from libra_core.sim.router import Router
 from libra_core.sim.training import Trainer
+from libra_core.sim.tree import SimPrefixTree
 from libra_core.sim.workloads import SimTrajectory
 
 
@@ -68,6 +71,7 @@ class Flight:
     last: Instance | None = None
     pinned: Instance | None = None
     new_tokens: float = 0.0  # tokens appended since the previous turn (prompt, then payloads)
+    moved: bool = False  # the scheduler moved it at the last tool return (leave the old instance)
 
 
 @dataclass
@@ -80,6 +84,7 @@ class IterationRecord:
     trajectories: int = 0
     moves: int = 0
     replan: str = ""
+    t90_s: float = 0.0  # when 90% of the iteration's trajectories had finished
 
 
 @dataclass
@@ -127,6 +132,7 @@ class Simulator:
         self.switch_s = self.s.wake_s + weight_sync_s(model, hw, True)
         self.q = EventQueue(record_events)
         self.stats = RunStats()
+        self.correction = StageCorrection()  # measured / predicted rollout time, fed at replans
         self.replanner = ReplanPolicy(self.s.min_gain_fraction, 50, self.s.engine_restart_s + self.join_s)
         self.trajs = {j: workload.trajectories(j) for j in range(min(1, iterations))}
         self.windows: list[Workload] = []
@@ -189,8 +195,10 @@ class Simulator:
         )
         if isinstance(self.sched, CMLFQScheduler):
             self.sched = CMLFQScheduler(cfg, tree=self.sched.tree)  # the tree survives a replan
+        elif self.p.scheduler == "cmlfq":
+            self.sched = CMLFQScheduler(cfg, tree=SimPrefixTree.from_config(cfg))
         else:
-            self.sched = build_scheduler(cfg)
+            self.sched = build_scheduler(cfg, allow_oracle=self.p.scheduler == "oracle")
         self.stats.deployments.append(dep.label())
         if hasattr(self, "trainer"):
             self.trainer.train_gpus = dep.train_gpus
@@ -279,7 +287,13 @@ class Simulator:
         self.stats.records.append(self.cur)
         self.unfinished = len(trajs)
         for t in trajs:
-            req = SchedRequest(t.trajectory_id, t.prompt_id, t.prompt_tokens, j)
+            req = SchedRequest(
+                t.trajectory_id,
+                t.prompt_id,
+                t.prompt_tokens,
+                j,
+                t.turns if self.p.scheduler == "oracle" else None,
+            )
             f = Flight(
                 t,
                 req,
@@ -305,7 +319,8 @@ class Simulator:
                 self.router.pinned_queues[f.pinned.instance_id].append(f)
                 return
         else:
-            inst = self.router.choose(f.bucket, f.last, f.ctx + gen)
+            inst = self.router.choose(f.bucket, None if f.moved else f.last, f.ctx + gen)
+            f.moved = False
             if inst is None:
                 self.router.queues[f.bucket].append(f)
                 return
@@ -360,6 +375,7 @@ class Simulator:
             self.bucket_flights[f.bucket] -= 1
             f.bucket = self.router.clamp(move.bucket)
             self.bucket_flights[f.bucket] += 1
+            f.moved = True
             if self.cur:
                 self.cur.moves += 1
         f.turn += 1
@@ -376,5 +392,7 @@ class Simulator:
         self.stats.latencies_s.append(self.q.now_s - f.admit_s)
         self.unfinished -= 1
         self.bucket_flights[f.bucket] -= 1
+        if self.cur and self.cur.trajectories - self.unfinished == math.ceil(0.9 * self.cur.trajectories):
+            self.cur.t90_s = self.q.now_s
         if self.unfinished == 0:
             pipeline.on_rollout_done(self)

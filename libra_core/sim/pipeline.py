@@ -7,6 +7,7 @@ path); the rules are in engine.py's module docstring.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from libra_core.planner.search import evaluate_plan, search_plans
@@ -162,8 +163,17 @@ def replan(sim: Simulator, j: int) -> bool:
     dep = sim.dep
     assert dep is not None and dep.plan is not None and sim.windows
     window = concat(sim.windows, name=f"window@{j}")
-    now_plan = evaluate_plan(dep.plan, sim.model, sim.hw, window, sim.search)
-    proposed = search_plans(sim.model, sim.hw, sim.G, window, sim.search)
+    # Online calibration, as the plan stage does (planner/service.py): the rollout the running plan
+    # was predicted to take on this window vs the rollouts measured over it (routing, queueing and
+    # the long tail the segment table only bounds); the factor scales every candidate's T_rollout.
+    predicted = evaluate_plan(dep.plan, sim.model, sim.hw, window, sim.search).t_rollout_s
+    recent = [r for r in sim.stats.records if r.rollout_end_s > 0][-len(sim.windows) :]
+    measured = sum(r.rollout_end_s - r.rollout_start_s for r in recent) / max(1, len(recent))
+    if math.isfinite(predicted) and predicted > 0 and measured > 0:
+        sim.correction.observe("rollout", predicted, measured)
+    settings = replace(sim.search, corrections={"rollout": sim.correction.factor("rollout")})
+    now_plan = evaluate_plan(dep.plan, sim.model, sim.hw, window, settings)
+    proposed = search_plans(sim.model, sim.hw, sim.G, window, settings)
     if not proposed:
         return False
     decision = sim.replanner.decide(j, dep.plan, now_plan, proposed[0], window)
@@ -174,6 +184,6 @@ def replan(sim: Simulator, j: int) -> bool:
         sim.trainer.set_gpus(sim.q.now_s, sim.dep.train_gpus if sim.dep else sim.trainer.gpus)
     sim.lent, sim.hybrids = [], []
     sim.lent_ready.clear()
-    sim.deploy(deployment_from_plan(sim.p, proposed[0], sim.model, sim.hw, window, sim.search))
+    sim.deploy(deployment_from_plan(sim.p, proposed[0], sim.model, sim.hw, window, settings))
     schedule_train(sim)
     return decision.move_cost_s > 0

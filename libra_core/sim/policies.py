@@ -57,8 +57,11 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec("+hetero-tp", hetero=True, scheduler="mlfq", replan=True),
         PolicySpec("+cmlfq", hetero=True, scheduler="cmlfq", replan=True),
         PolicySpec("+elastic", hetero=True, scheduler="cmlfq", replan=True, elastic=True),
+        # Calibration only (not in `all`): static-optimal's layout with perfect admission.
+        PolicySpec("oracle-routing", hetero=True, scheduler="oracle"),
     )
 }
+CALIBRATION = ("oracle-routing",)
 ABLATION = ("greedy", "+planning", "+hetero-tp", "+cmlfq", "+elastic")
 ALIASES = {"libra": "+elastic"}
 
@@ -66,7 +69,7 @@ ALIASES = {"libra": "+elastic"}
 def resolve_policies(names: list[str] | tuple[str, ...]) -> list[PolicySpec]:
     """Policy names (or `all`, or the alias `libra`); unknown names raise a ValueError."""
     if list(names) == ["all"]:
-        return list(POLICIES.values())
+        return [p for p in POLICIES.values() if p.name not in CALIBRATION]
     out = []
     for n in names:
         key = ALIASES.get(n, n)

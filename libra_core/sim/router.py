@@ -53,7 +53,7 @@ class Router:
         if (
             previous is not None
             and previous.active
-            and previous.bucket == bucket
+            and previous.bucket >= bucket
             and previous.fits(final_ctx)
         ):
             return previous

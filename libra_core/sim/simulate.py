@@ -9,13 +9,24 @@ from pathlib import Path
 
 from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 from libra_core.planner.specs import get_model, parse_cluster
-from libra_core.sim.engine import RunStats, SimSettings, Simulator
+from libra_core.sim.engine import IterationRecord, RunStats, SimSettings, Simulator
 from libra_core.sim.instance import CostTables
 from libra_core.sim.policies import resolve_policies
 from libra_core.sim.report import PolicyResult, SimReport, lower_bound_s, tail_share
 from libra_core.sim.workloads import load_scenario
 
 log = logging.getLogger(__name__)
+
+
+def tail_time_share(records: list[IterationRecord]) -> float:
+    """Mean over iterations of the share of rollout wall time spent after 90% of the trajectories
+    had finished (the slowest 10% alone)."""
+    shares = [
+        (r.rollout_end_s - r.t90_s) / (r.rollout_end_s - r.rollout_start_s)
+        for r in records
+        if r.rollout_end_s > r.rollout_start_s and r.t90_s > 0
+    ]
+    return sum(shares) / len(shares) if shares else 0.0
 
 
 def _result(name: str, st: RunStats, wall_s: float) -> PolicyResult:
@@ -33,6 +44,7 @@ def _result(name: str, st: RunStats, wall_s: float) -> PolicyResult:
         moves=sum(r.moves for r in st.records),
         replans_applied=sum(1 for d in st.replans if d["action"] == "apply"),
         long_tail_share=tail_share(st.latencies_s),
+        tail_time_share=tail_time_share(st.records),
         first_deployment=st.deployments[0],
         last_deployment=st.deployments[-1],
         events=st.events,
@@ -77,7 +89,7 @@ def simulate(
         log.info("%s: %.0f tok/s in %.1fs wall", spec.name, results[-1].tokens_per_s, results[-1].wall_s)
     tps = instance_tp_degrees(mspec, hw)
     tables = CostTables(RolloutCostModel(mspec, hw), tps)
-    lb_s, tokens = lower_bound_s(
+    lb_s, tokens, work_s, path_s = lower_bound_s(
         [wl.trajectories(j) for j in range(iterations)], mspec, hw, cluster.num_gpus, tables, tps
     )
     report = SimReport(
@@ -89,6 +101,8 @@ def simulate(
         lb_s,
         tokens / lb_s if lb_s > 0 else 0.0,
         results,
+        work_s,
+        path_s,
     )
     if out_dir is not None:
         report.write(out_dir)

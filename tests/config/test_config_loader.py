@@ -193,7 +193,7 @@ def test_three_problems_in_one_file_each_name_their_key(tmp_path: Path) -> None:
             "experiment.iterations: Input should be a valid integer, unable to parse string as an integer;"
             " got 'abc'",
             "experiment.foo: unknown key; allowed keys: name, iterations, seed, output_dir,"
-            " checkpoint_every, keep_checkpoints",
+            " checkpoint_every, keep_checkpoints, artifacts_every",
             "stages.rollout.size: Input should be greater than or equal to 1; got -1",
         ]
     )

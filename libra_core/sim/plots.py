@@ -1,0 +1,54 @@
+"""PNG plots of a `SimReport` (matplotlib's object API only: no pyplot, no global state).
+
+- `throughput.png`: tokens/s per policy (bars) with the scenario's lower bound as a line;
+- `iterations.png`: seconds between consecutive weight versions, per iteration and policy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from libra_core.sim.report import SimReport
+
+
+def _title(report: SimReport) -> str:
+    return f"{report.scenario} on {report.hardware} ({report.model}), {report.iterations} iterations"
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
+    """Write `throughput.png` and `iterations.png` into `out_dir`; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = [r.policy for r in report.results]
+
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    bars = ax.bar(names, [r.tokens_per_s for r in report.results], color="tab:blue")
+    ax.bar_label(bars, fmt="{:,.0f}", fontsize=8)
+    ax.axhline(report.lower_bound_tokens_per_s, color="tab:red", linestyle="--", label="bound")
+    ax.set_ylabel("tokens/s")
+    ax.set_title(_title(report), fontsize=10)
+    ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    ax.legend(loc="upper left", fontsize=8)
+    paths = [_save(fig, out_dir / "throughput.png")]
+
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    for r in report.results:
+        ax.plot(range(len(r.iteration_s)), r.iteration_s, label=r.policy, linewidth=1.2)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("iteration makespan (s)")
+    ax.set_title(_title(report), fontsize=10)
+    ax.legend(fontsize=8, ncol=2)
+    paths.append(_save(fig, out_dir / "iterations.png"))
+    return paths

@@ -44,7 +44,7 @@ from libra_core.sim.instance import CostTables, Instance
 from libra_core.sim.policies import Deployment, PolicySpec, build_deployment
 from libra_core.sim.router import Router
 from libra_core.sim.training import Trainer
-from libra_core.sim.tree import SimPrefixTree
+from libra_core.sim.tree import SimCMLFQScheduler, SimPrefixTree
 from libra_core.sim.workloads import SimTrajectory
 
 
@@ -194,9 +194,9 @@ class Simulator:
             prefill_decode_cost_ratio=self.s.cmlfq_cost_ratio,
         )
         if isinstance(self.sched, CMLFQScheduler):
-            self.sched = CMLFQScheduler(cfg, tree=self.sched.tree)  # the tree survives a replan
+            self.sched = SimCMLFQScheduler(cfg, tree=self.sched.tree)  # the tree survives a replan
         elif self.p.scheduler == "cmlfq":
-            self.sched = CMLFQScheduler(cfg, tree=SimPrefixTree.from_config(cfg))
+            self.sched = SimCMLFQScheduler(cfg, tree=SimPrefixTree.from_config(cfg))
         else:
             self.sched = build_scheduler(cfg, allow_oracle=self.p.scheduler == "oracle")
         self.stats.deployments.append(dep.label())

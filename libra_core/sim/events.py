@@ -13,9 +13,8 @@ old one, so `EventQueue.pop` callers drop it (lazy invalidation, O(log n) per ch
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Kind(IntEnum):
@@ -29,14 +28,16 @@ class Kind(IntEnum):
     DECODE_DONE = 5  # the next turn on an instance finished generating
 
 
-@dataclass(order=True, frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """A tuple, so the heap compares `(time_s, priority, sequence)` in C; `sequence` is unique, so
+    the fields after it are never compared."""
+
     time_s: float
     priority: int
     sequence: int
-    kind: Kind = field(compare=False)
-    target: Any = field(compare=False, default=None)  # instance / trajectory state / None
-    version: int = field(compare=False, default=0)  # the target's version when scheduled
+    kind: Kind
+    target: Any = None  # instance / trajectory state / None
+    version: int = 0  # the target's version when scheduled
 
 
 class EventQueue:

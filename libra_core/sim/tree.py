@@ -12,8 +12,11 @@ fraction of the cost. Inserts, aging, pruning and persistence are the base class
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 
+from libra_core.scheduling.base import Move, SchedRequest, ToolReturn, bucket_of
+from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.scheduling.estimate import Estimate, NodeStats
 from libra_core.scheduling.prefix_tree import MARKOV_MAX_DEPTH, SIZE_CLASS_MAX_DEPTH, Node, PrefixTree
 
@@ -90,3 +93,65 @@ def _lazy_mix(
         if left <= 1e-9:
             break
     return Estimate(parts, support, mean, mean_gen)
+
+
+class SimCMLFQScheduler(CMLFQScheduler):
+    """`CMLFQScheduler` with `on_tool_return` evaluated in one pass: `Estimate.gen_by_bucket` and
+    `Estimate.tail_bucket` each evaluate the mixture's CDF at every bucket bound (a generator and
+    two method calls per part and bound); here one loop over bounds and parts computes both sums in
+    the same order, so every float, decision and counter is the base class's (tests/sim checks it).
+    The simulator is single-threaded, so the tracker's lock is not taken."""
+
+    def on_tool_return(self, request: SchedRequest, ret: ToolReturn) -> Move | None:
+        rid = request.request_id
+        current = self.tracker.current(rid)
+        counters, tree, cfg, bounds = self.counters, self.tree, self.cfg, self.bounds
+        counters.decisions += 1
+        progress = self._progress[rid]
+        progress.codes.append(tree.code(tree.state_key(ret.tool, ret.payload_tokens, ret.status)))
+        progress.consumed.append(ret.context_tokens - request.prompt_tokens)
+        ctx = ret.context_tokens
+        est = tree.estimate(
+            request.prompt_id,
+            tuple(progress.codes),
+            tuple(progress.consumed),
+            prompt_tokens=request.prompt_tokens,
+        )
+        if est is None or est.support < cfg.min_support:
+            counters.low_support += 1
+            return None
+        target = bucket_of(ctx + est.mean_remaining, bounds)
+        if target == current:
+            return None
+        parts = est.parts
+        tail = len(bounds)
+        q = cfg.tail_quantile - 1e-12
+        below: list[float] = []
+        for b, bound in enumerate(bounds):
+            tokens = bound - ctx
+            if tokens < 0:
+                below.append(0.0)
+                if tail == len(bounds) and 0.0 >= q:
+                    tail = b
+                continue
+            cdf: float = 0
+            gen: float = 0
+            for w, stats, shift, scale in parts:
+                idx = bisect_right(stats.values, tokens + shift)
+                cdf += w * (stats.cum_weights[idx - 1] / stats.total_weight if idx else 0.0)
+                gen += w * scale * (stats.cum_gen[idx - 1] / stats.total_weight if idx else 0.0)
+            below.append(gen)
+            if tail == len(bounds) and cdf >= q:
+                tail = b
+        below.append(est.mean_remaining_gen)
+        values = [max(0.0, hi - lo) for lo, hi in zip([0.0, *below[:-1]], below, strict=True)]
+        if tail != target or max(range(len(values)), key=values.__getitem__) != target:
+            counters.disagree += 1
+            return None
+        saving = (values[target] - values[current]) * cfg.misplaced_decode_slowdown
+        if saving <= ctx * cfg.prefill_decode_cost_ratio:
+            counters.too_costly += 1
+            return None
+        counters.moves += 1
+        self.tracker.place(rid, target)
+        return Move(target)

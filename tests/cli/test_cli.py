@@ -59,3 +59,16 @@ def test_run_with_bad_config_fails_before_starting(tmp_path: Path) -> None:
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     out = libra("config", "validate", str(tmp_path / "absent.yaml"))
     assert out.returncode == 2 and "absent.yaml" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_serve_with_a_bad_config_or_an_unreachable_server_exits_cleanly() -> None:
+    from flows.prefect_server import free_port
+
+    out = libra("serve", "--set", "schedule.cron=every night")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "schedule.cron must have 5 fields" in out.stderr
+
+    dead = f"http://127.0.0.1:{free_port()}/api"
+    out = libra("serve", "--api-url", dead)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f"no Prefect server answers at {dead}" in out.stderr

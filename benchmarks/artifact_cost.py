@@ -1,0 +1,57 @@
+"""What the control room's views cost per iteration: timeline PNG, curves PNG, the HTML report.
+
+.venv/bin/python benchmarks/artifact_cost.py RUN_DIR [--repeat 5]
+
+Renders from a finished run folder (no Prefect, no engines); prints the median seconds of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from libra_core.data.history import read_history
+from libra_core.observability.plots import curves_png, gantt_png
+from libra_core.observability.report import build_report
+from libra_core.observability.timeline import read_timeline
+
+
+def _median_s(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run_dir", type=Path)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    spans = read_timeline(args.run_dir)
+    if not spans:
+        raise SystemExit(f"{args.run_dir}: no timeline recorded")
+    last = [s for s in spans if s.iteration == max(s.iteration for s in spans)]
+    history = read_history(args.run_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        rows = [
+            ("timeline PNG, one iteration", _median_s(lambda: gantt_png(last, out / "t.png"), args.repeat)),
+            ("curves PNG, whole run", _median_s(lambda: curves_png(history, out / "c.png"), args.repeat)),
+            ("report.html", _median_s(lambda: build_report(args.run_dir, out / "r.html"), args.repeat)),
+        ]
+    print(f"run: {args.run_dir} ({len(history)} iterations, {len(last)} spans in the last)")
+    print("| view | median s |")
+    print("|---|---:|")
+    for name, s in rows:
+        print(f"| {name} | {s:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

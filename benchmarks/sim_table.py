@@ -34,6 +34,11 @@ def main() -> None:
             for a, b in zip(order, order[1:], strict=False)
         )
         print(f"paper ordering Libra > static-optimal > greedy > colocated reproduced: {ok}")
+        steps = [report.result(p).tokens_per_s for p in ABLATION]
+        print(
+            f"ablation increasing at every step: {all(b > a for a, b in zip(steps, steps[1:], strict=False))}"
+        )
+        print("wall s per policy: " + ", ".join(f"{r.policy} {r.wall_s:.1f}" for r in report.results))
 
 
 if __name__ == "__main__":

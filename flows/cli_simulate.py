@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", default="all", help="comma-separated policy names, or `all`")
     p.add_argument("--model", default=None, help="model spec name (default: the scenario's)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed (default 0)")
-    p.add_argument("--out", default=None, metavar="DIR", help="write summary.json and CSVs here")
+    p.add_argument("--out", default=None, metavar="DIR", help="write summary.json, CSVs and PNG plots here")
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

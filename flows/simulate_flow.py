@@ -7,6 +7,7 @@ the flow run as a markdown artifact. All simulation logic lives in libra_core.si
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from pathlib import Path
 
@@ -38,8 +39,12 @@ def simulate_flow(
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"
     report.write(out.resolve())
+    images = [
+        f"![{png.stem}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode('ascii')})"
+        for png in sorted(out.resolve().glob("*.png"))
+    ]
     create_markdown_artifact(
-        markdown=f"{format_table(report)}\n\nOutputs: `{out.resolve()}`",
+        markdown="\n\n".join([format_table(report), *images, f"Outputs: `{out.resolve()}`"]),
         description=f"Simulated {scenario} on {hardware}",
     )
     return str(out.resolve())

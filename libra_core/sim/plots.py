@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 if TYPE_CHECKING:
     from libra_core.sim.report import SimReport
@@ -35,7 +36,7 @@ def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
     ax = fig.add_subplot()
     bars = ax.bar(names, [r.tokens_per_s for r in report.results], color="tab:blue")
     ax.bar_label(bars, fmt="{:,.0f}", fontsize=8)
-    ax.axhline(report.lower_bound_tokens_per_s, color="tab:red", linestyle="--", label="bound")
+    ax.axhline(report.lower_bound_tokens_per_s, color="tab:red", linestyle="--", label="lower bound")
     ax.set_ylabel("tokens/s")
     ax.set_title(_title(report), fontsize=10)
     ax.tick_params(axis="x", labelrotation=30, labelsize=8)
@@ -46,6 +47,7 @@ def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
     ax = fig.add_subplot()
     for r in report.results:
         ax.plot(range(len(r.iteration_s)), r.iteration_s, label=r.policy, linewidth=1.2)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("iteration")
     ax.set_ylabel("iteration makespan (s)")
     ax.set_title(_title(report), fontsize=10)

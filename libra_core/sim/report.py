@@ -154,19 +154,19 @@ def format_table(report: SimReport) -> str:
     )
     rows = [
         "| policy | tok/s | makespan s | mean iter s | rollout idle | train idle | moves | replans | "
-        "deployment (last) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "tail lat / wall | deployment (last) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report.results:
         rows.append(
             f"| {r.policy} | {r.tokens_per_s:,.0f} | {r.makespan_s:,.0f} | {r.mean_iteration_s:.1f} | "
             f"{r.rollout_idle_share:.0%} | {r.train_idle_share:.0%} | {r.moves} | {r.replans_applied} | "
-            f"{r.last_deployment} |"
+            f"{r.long_tail_share:.0%} / {r.tail_time_share:.0%} | {r.last_deployment} |"
         )
     rows.append(
         f"| lower bound | {report.lower_bound_tokens_per_s:,.0f} | {report.lower_bound_s:,.0f} | "
-        f"{report.lower_bound_s / max(1, report.iterations):.1f} | | | | | max(work {report.lower_bound_work_s:,.0f} s, "
-        f"path {report.lower_bound_path_s:,.0f} s) |"
+        f"{report.lower_bound_s / max(1, report.iterations):.1f} | | | | | | "
+        f"max(work {report.lower_bound_work_s:,.0f} s, path {report.lower_bound_path_s:,.0f} s) |"
     )
     paper = PAPER.get(report.scenario, "")
     return "\n".join([head, *rows, *([paper] if paper else [])])

@@ -2,8 +2,10 @@
 
 The scheduler picks the bucket (`admit` at admission, `on_tool_return` after each tool call, exactly
 as the rollout router calls it); the router picks the instance inside the bucket:
-- `least_load`: the turn stays on the instance that served the previous turn if it has room (its
-  prefix cache holds the context: only the tool payload is prefilled), else the instance with the
+- `least_load`: the turn stays on the instance that served the previous turn if it has room and
+  serves this bucket or a longer one (its prefix cache holds the context: only the tool payload is
+  prefilled; a longer bucket's larger TP serves short work too), unless the scheduler has just moved
+  the trajectory (the engine then passes no previous instance), else the instance with the
   fewest running sequences that has room (the whole context is prefilled again there); with no room
   anywhere the turn waits in the bucket's FIFO queue.
 - `round_robin`: a trajectory is pinned at admission to the next instance in turn and always waits

@@ -131,7 +131,7 @@ class SimCMLFQScheduler(CMLFQScheduler):
             tokens = bound - ctx
             if tokens < 0:
                 below.append(0.0)
-                if tail == len(bounds) and 0.0 >= q:
+                if tail == len(bounds) and q <= 0.0:
                     tail = b
                 continue
             cdf: float = 0

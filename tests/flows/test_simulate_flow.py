@@ -20,6 +20,7 @@ def test_simulate_flow_matches_the_library_and_writes_outputs(prefect_quiet, tmp
     assert [r["policy"] for r in summary["results"]] == [r.policy for r in direct.results]
     assert [r["makespan_s"] for r in summary["results"]] == [r.makespan_s for r in direct.results]
     assert (out / "iterations.csv").read_text().count("\n") == 3  # header + 2 iterations
+    assert sorted(p.name for p in out.glob("*.png")) == ["iterations.png", "throughput.png"]
 
 
 def test_simulate_flow_rejects_unknown_policy(prefect_quiet) -> None:

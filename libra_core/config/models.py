@@ -217,8 +217,9 @@ class WarmupConfig(Frozen):
 class TrainingConfig(Frozen):
     backend: Literal["torch", "ddp", "deepspeed"] = Field(
         "torch",
-        description="Training backend (libra_core/training/backends): torch (one process) | ddp "
-        "(torch.distributed) | deepspeed (ZeRO-1/2, optional extra).",
+        description="Training backend (libra_core/training/backends): torch (one process). ddp "
+        "(torch.distributed) and deepspeed (ZeRO-1/2) are refused in an experiment until the update "
+        "stage launches data-parallel ranks.",
     )
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="Device for the update stage.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
@@ -442,6 +443,18 @@ class LibraConfig(Frozen):
         if isinstance(data, dict) and isinstance(data.get("model"), dict) and "type" not in data["model"]:
             data = {**data, "model": {"type": "tiny_qwen2", **data["model"]}}
         return data
+
+    @model_validator(mode="after")
+    def _update_backend_is_wired(self) -> LibraConfig:
+        # The backends exist (libra_core/training/backends, used by the elastic pool), but the GRPO
+        # update stage runs one process; refusing here beats silently training single-process.
+        if self.training.backend != "torch":
+            raise ValueError(
+                f"training.backend {self.training.backend!r}: the GRPO update stage runs a single process "
+                "and does not launch data-parallel ranks yet; use training.backend=torch in an experiment "
+                "(ddp and deepspeed are available to rank code via libra_core.training.backends)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _async_overlap_fits(self) -> LibraConfig:

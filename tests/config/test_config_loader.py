@@ -385,3 +385,14 @@ def test_schedule_cron_and_timezone_are_checked() -> None:
     cfg = load_config(None, ["schedule.cron=30 4 * * 1", "schedule.timezone=Europe/Berlin"])
     assert (cfg.schedule.cron, cfg.schedule.timezone) == ("30 4 * * 1", "Europe/Berlin")
     assert load_config(None, ["schedule.cron=null"]).schedule.cron is None
+
+
+def test_data_parallel_update_backends_are_refused_not_ignored() -> None:
+    # the update stage is single-process: a ddp/deepspeed setting must not silently train on one rank
+    for backend in ("ddp", "deepspeed"):
+        with pytest.raises(ConfigError) as info:
+            load_config(None, [f"training.backend={backend}"])
+        assert f"training.backend '{backend}': the GRPO update stage runs a single process" in " ".join(
+            info.value.problems
+        )
+    assert load_config(None, ["training.backend=torch"]).training.backend == "torch"

@@ -38,6 +38,8 @@ import math
 import threading
 from array import array
 from collections.abc import Sequence
+from itertools import accumulate
+from operator import mul
 from typing import Any
 
 from libra_core.config.models import SchedulerConfig
@@ -107,6 +109,29 @@ class Node:
         samples.extend((remaining, remaining_gen, version))
         self._stats = None
 
+    def record(self, remaining: int, remaining_gen: int, version: int, cap: int, half_life: float) -> None:
+        """One trajectory passing here: `add_sample` then `add_support(1.0, ...)`, in one call (the
+        same arithmetic; inserts call this once per node of every path)."""
+        samples = self.samples
+        if len(samples) >= 3 * cap:
+            versions = samples[2::3]
+            oldest = 3 * versions.index(min(versions))
+            del samples[oldest : oldest + 3]
+        samples.extend((remaining, remaining_gen, version))
+        sv = self.support_version
+        if version >= sv:
+            decay = 2.0 ** (-(version - sv) / half_life)
+            self.support = self.support * decay + 1.0
+            self.sum_rem = self.sum_rem * decay + remaining
+            self.sum_gen = self.sum_gen * decay + remaining_gen
+            self.support_version = version
+        else:
+            decay = 2.0 ** (-(sv - version) / half_life)
+            self.support += 1.0 * decay
+            self.sum_rem += remaining * decay
+            self.sum_gen += remaining_gen * decay
+        self._stats = None
+
     @property
     def rem(self) -> array[int]:
         return self.samples[0::3]
@@ -132,12 +157,47 @@ class Node:
         """Aged sample statistics, cached until the next insert or version change."""
         cached = self._stats
         if cached is None or cached.version != version:
-            # Sums and support age alike, so their ratio is the aged mean at any version.
-            means = (self.sum_rem / self.support, self.sum_gen / self.support) if self.support > 0 else None
-            cached = self._stats = NodeStats.build(
-                self.rem, self.gen, self.ver, version, half_life, means=means
-            )
+            cached = self._stats = self._build_stats(version, half_life)
         return cached
+
+    def _build_stats(self, version: int, half_life: float) -> NodeStats:
+        """`NodeStats.build` of this node's sample, computed the same way float for float (same
+        weights, same summation order) but with the loops in C: a sample holds few distinct policy
+        versions, so each weight is computed once per version, and the cumulative sums are
+        `itertools.accumulate` over the sorted weights (`0.0 + w == w`, so the first term is
+        unchanged)."""
+        if self.support <= 0:
+            return NodeStats.build(self.rem, self.gen, self.ver, version, half_life)
+        # Sums and support age alike, so their ratio is the aged mean at any version.
+        means = (self.sum_rem / self.support, self.sum_gen / self.support)
+        s = self.samples.tolist()  # list indexing is faster than the array's
+        rem, gen, ver = s[0::3], s[1::3], s[2::3]
+        weight_of = _weights(version, half_life)
+        for u in set(ver):
+            if u not in weight_of:
+                weight_of[u] = 2.0 ** (-max(0, version - u) / half_life)
+        order = sorted(range(len(rem)), key=rem.__getitem__)
+        ver_sorted = map(ver.__getitem__, order)
+        weights = list(map(weight_of.__getitem__, ver_sorted))
+        cum = list(accumulate(weights))
+        cum_gen = list(accumulate(map(mul, weights, map(gen.__getitem__, order))))
+        total = cum[-1] if cum and cum[-1] > 0 else 1.0
+        return NodeStats(version, list(map(rem.__getitem__, order)), cum, cum_gen, total, *means)
+
+
+_WEIGHT_CACHE: dict[tuple[int, float], dict[int, float]] = {}
+
+
+def _weights(version: int, half_life: float) -> dict[int, float]:
+    """Memo of sample weights `policy version -> 2 ** (-max(0, version - u) / half_life)` at one
+    (tree version, half-life); entries are pure functions of the key, so sharing is safe."""
+    key = (version, half_life)
+    found = _WEIGHT_CACHE.get(key)
+    if found is None:
+        if len(_WEIGHT_CACHE) >= 64:
+            _WEIGHT_CACHE.clear()
+        found = _WEIGHT_CACHE[key] = {}
+    return found
 
 
 def _count(node: Node) -> int:
@@ -259,7 +319,11 @@ class PrefixTree:
                     left -= 1
                     if not children:
                         continue
-                    stale = [c for c, ch in children.items() if ch.aged_support(v, h) < below]
+                    stale = [
+                        c  # `aged_support`, inlined
+                        for c, ch in children.items()
+                        if ch.support * 2.0 ** (-(v - ch.support_version) / h) < below
+                    ]
                     for c in stale:
                         del children[c]
                     dropped += len(stale)
@@ -320,10 +384,10 @@ class PrefixTree:
                     c_node = self.size_classes[size_class] = Node()
                 path_nodes.append(c_node)
             class_depth = SIZE_CLASS_MAX_DEPTH if size_class is not None else -1
+            cap, half_life = self.max_samples, self.half_life
             for depth in range(len(codes) + 1):
                 for node in path_nodes:
-                    node.add_sample(remaining, remaining_gen, version, self.max_samples)
-                    node.add_support(1.0, version, self.half_life, remaining, remaining_gen)
+                    node.record(remaining, remaining_gen, version, cap, half_life)
                 if depth == len(codes):
                     break
                 turn = turns[depth]
@@ -331,13 +395,22 @@ class PrefixTree:
                 remaining_gen -= turn.gen_tokens
                 if depth == class_depth:
                     path_nodes = path_nodes[:2]  # the size-class path ends here
-                path_nodes = [node.child_or_new(codes[depth]) for node in path_nodes]
-                m_key = (min(depth + 1, MARKOV_MAX_DEPTH), codes[depth])
+                code = codes[depth]
+                next_nodes = []
+                for node in path_nodes:  # `child_or_new`, inlined
+                    children = node.children
+                    if children is None:
+                        children = node.children = {}
+                    child = children.get(code)
+                    if child is None:
+                        child = children[code] = Node()
+                    next_nodes.append(child)
+                path_nodes = next_nodes
+                m_key = (min(depth + 1, MARKOV_MAX_DEPTH), code)
                 m_node = self.markov.get(m_key)
                 if m_node is None:
                     m_node = self.markov[m_key] = Node()
-                m_node.add_sample(remaining, remaining_gen, version, self.max_samples)
-                m_node.add_support(1.0, version, self.half_life, remaining, remaining_gen)
+                m_node.record(remaining, remaining_gen, version, cap, half_life)
             if self.prune_nodes_per_insert:
                 self.prune(self.prune_nodes_per_insert)
 

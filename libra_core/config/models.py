@@ -39,10 +39,10 @@ class ExperimentConfig(Frozen):
     checkpoint_every: int = Field(5, ge=1, description="Save a resumable checkpoint every N iterations.")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep on disk.")
     artifacts_every: int = Field(
-        1,
+        5,
         ge=0,
         description="Publish the per-iteration Prefect artifacts (timing table, timeline PNG) every N "
-        "iterations; 0: only the run summary at the end.",
+        "iterations and at the last; 0: only the run summary at the end.",
     )
 
 

@@ -85,7 +85,7 @@ def cmd_serve(
         )
         print(f"Prefect UI: {ui_url}", flush=True)
         print(f"deployments: rl-experiment/experiment (schedule: {when}), simulate/simulate", flush=True)
-        print("serving; Ctrl-C to stop", flush=True)
+        print("serving (deployments register in a moment); Ctrl-C to stop", flush=True)
         serve_forever(deployments, args.limit)
     except KeyboardInterrupt:
         pass

@@ -52,6 +52,16 @@ class Served:
         resp.raise_for_status()
         return resp.json()
 
+    def registered(self) -> bool:
+        """Both deployments are visible through the API."""
+        try:
+            return all(
+                httpx.get(f"{self.api}/deployments/name/{name}", timeout=5).status_code == 200
+                for name in ("rl-experiment/experiment", "simulate/simulate")
+            )
+        except httpx.HTTPError:
+            return False
+
     def deployment(self) -> dict[str, Any]:
         return self.get("/deployments/name/rl-experiment/experiment")
 
@@ -124,8 +134,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, cache_root: Path, warm_poli
             start_new_session=True,
         )
     s = Served(proc, port, out, log)
-    deadline = time.monotonic() + 120
-    while "serving" not in log.read_text():
+    # "serving" is printed before Prefect's serve() registers the deployments: wait for both
+    deadline = time.monotonic() + 180
+    while not ("serving" in log.read_text() and s.registered()):
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.5)

@@ -2,7 +2,9 @@
 
 .venv/bin/python benchmarks/artifact_cost.py RUN_DIR [--repeat 5]
 
-Renders from a finished run folder (no Prefect, no engines); prints the median seconds of each.
+Renders from a finished run folder (no Prefect, no engines); prints the median seconds of each,
+and the time between one iteration's last span and the next one's first (record, artifacts and
+subflow start-up, as the run measured it).
 """
 
 from __future__ import annotations
@@ -46,7 +48,14 @@ def main() -> None:
             ("curves PNG, whole run", _median_s(lambda: curves_png(history, out / "c.png"), args.repeat)),
             ("report.html", _median_s(lambda: build_report(args.run_dir, out / "r.html"), args.repeat)),
         ]
+    by_iteration: dict[int, list[float]] = {}
+    for s in spans:
+        by_iteration.setdefault(s.iteration, []).extend((s.start, s.end))
+    its = sorted(by_iteration)
+    gaps = [min(by_iteration[b]) - max(by_iteration[a]) for a, b in zip(its, its[1:], strict=False)]
     print(f"run: {args.run_dir} ({len(history)} iterations, {len(last)} spans in the last)")
+    if gaps:
+        print(f"between iterations: median {statistics.median(gaps):.3f} s, total {sum(gaps):.1f} s")
     print("| view | median s |")
     print("|---|---:|")
     for name, s in rows:

@@ -22,6 +22,8 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact, cr
 from libra_core.data.history import STAGES, read_history
 from libra_core.observability.plots import curves_png, gantt_png
 from libra_core.observability.report import (
+    SCHEDULER_COLUMNS,
+    STAGE_TIMING_COLUMNS,
     build_report,
     markdown_table,
     planner_rows,
@@ -34,15 +36,6 @@ from libra_core.pipeline.run_dir import load_run_config
 from tasks.common import TASK_OPTIONS
 
 log = logging.getLogger(__name__)
-TIMING_COLUMNS = ("iteration", *(f"{s}_s" for s in STAGES), "eval_s", "iteration_s")
-SCHEDULER_COLUMNS = (
-    "iteration",
-    "routing_moves",
-    "routing_migrations",
-    "migrated_tokens",
-    "routing_class_accuracy",
-    "rollout_instances",
-)
 
 
 def _png_markdown(path: Path, alt: str) -> str:
@@ -113,7 +106,7 @@ def _run_artifacts(run_dir: str) -> None:
         f"## {cfg.experiment.name}: {len(history)} iteration(s)",
         f"Run folder: `{root}` · report: `{report}` · Perfetto trace: `{root / 'timeline' / 'trace.json'}`",
         _png_markdown(curves, "reward, throughput and stage-time curves"),
-        "### Stage timings (s)\n\n" + markdown_table(timing, TIMING_COLUMNS),
+        "### Stage timings (s)\n\n" + markdown_table(timing, STAGE_TIMING_COLUMNS),
         "### Scheduler\n\n" + markdown_table(scheduler_rows(history), SCHEDULER_COLUMNS),
         "### Planner decisions\n\n"
         + (

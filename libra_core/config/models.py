@@ -189,6 +189,12 @@ class OptimizerConfig(Frozen):
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
+    lr_warmup_steps: int = Field(
+        0,
+        ge=0,
+        description="Linear lr warm-up over the first N RL optimizer steps (0: none). A fresh Adam's "
+        "first steps move every weight by the full lr whatever the gradient's size.",
+    )
 
 
 class GRPOConfig(Frozen):

@@ -146,6 +146,7 @@ def run_grpo_update(
             seed=seed,
             reference_dir=reference_dir,
             acc=acc,
+            first_step=version,
             decoupled=decoupled,
             behavior_weight_cap=behavior_weight_cap,
             recompute=recompute,
@@ -193,6 +194,7 @@ def _train(
     seed: int,
     reference_dir: Path | None,
     acc: _Accumulator,
+    first_step: int,
     decoupled: bool,
     behavior_weight_cap: float | None,
     recompute: np.ndarray | None,
@@ -235,7 +237,10 @@ def _train(
     resumed = load_optimizer_state(optimizer, state_dir, device)
     logger.debug("optimizer state %s", "resumed" if resumed else "fresh")
     torch.manual_seed(seed)
-    for indices in split_minibatches(table.num_rows, grpo.minibatches, np.random.default_rng(seed)):
+    minibatches = split_minibatches(table.num_rows, grpo.minibatches, np.random.default_rng(seed))
+    for step, indices in enumerate(minibatches, start=first_step):
+        for group in optimizer.param_groups:  # also overrides the lr a resumed state carries
+            group["lr"] = warmup_lr(step, opt.lr, opt.lr_warmup_steps)
         mb = batch.select(indices).to(device)
         ref_logprobs = None
         if reference is not None:
@@ -265,6 +270,14 @@ def _train(
         acc.add(float(loss.detach()), metrics, grad_norm)
     save_policy_weights(model, policy_dir)
     save_optimizer_state(optimizer, state_dir)
+
+
+def warmup_lr(step: int, lr: float, warmup_steps: int) -> float:
+    """Learning rate of RL optimizer step `step` (0-based, counted over the run): linear from
+    lr / warmup_steps up to `lr` over the first `warmup_steps` steps, then constant."""
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return lr
+    return lr * (step + 1) / warmup_steps
 
 
 def _policy_logprobs(model: Any, batch: Any, device: torch.device, chunk: int = 32) -> torch.Tensor:

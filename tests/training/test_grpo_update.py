@@ -15,7 +15,7 @@ from libra_core.training.advantages import group_advantages
 from libra_core.training.batch import build_batch
 from libra_core.training.checkpoint import OPTIMIZER_FILE, WEIGHTS_FILE, load_policy
 from libra_core.training.logprobs import token_logprobs
-from libra_core.training.update import run_grpo_update
+from libra_core.training.update import run_grpo_update, warmup_lr
 
 PROMPTS = {"a": [1, 2, 3], "b": [4, 5]}
 RESPONSES = [  # (group, response, loss_mask); the 0-masked tokens play tool results
@@ -114,6 +114,28 @@ def test_update_changes_weights_and_resumes_optimizer(policy_dir: Path, tmp_path
     second = run_grpo_update(policy_dir, state_dir, table, _cfg(), version=result.new_version, seed=1)
     assert second.new_version == 5 + 2
     assert int(torch.load(state_dir / OPTIMIZER_FILE, weights_only=True)["state"][0]["step"]) == 4
+
+
+def test_warmup_lr_ramps_then_holds() -> None:
+    assert [warmup_lr(step, 1e-4, 4) for step in range(6)] == pytest.approx(
+        [2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4, 1e-4]
+    )
+    assert warmup_lr(0, 1e-4, 0) == 1e-4
+
+
+@pytest.mark.parametrize(("version", "expected_lr"), [(0, 2.5e-4), (2, 7.5e-4), (9, 1e-3)])
+def test_update_uses_the_warmed_up_lr_for_its_step(
+    policy_dir: Path, tmp_path: Path, version: int, expected_lr: float
+) -> None:
+    # A fresh AdamW's first step moves every weight with a non-zero gradient by exactly the lr
+    # (m/sqrt(v) = sign(g)), so the largest weight change reads back the lr the step used.
+    table = _table(policy_dir, rewards=[1.0, 0.0, 0.1, 1.0])
+    before = load_file(str(policy_dir / WEIGHTS_FILE))
+    cfg = _cfg(minibatches=1).model_copy(update={"optimizer": OptimizerConfig(lr=1e-3, lr_warmup_steps=4)})
+    run_grpo_update(policy_dir, tmp_path / "state", table, cfg, version=version, seed=0)
+    after = load_file(str(policy_dir / WEIGHTS_FILE))
+    largest = max(float((after[k] - before[k]).abs().max()) for k in before)
+    assert largest == pytest.approx(expected_lr, rel=1e-3)
 
 
 def test_update_increases_the_surrogate(policy_dir: Path, tmp_path: Path):

@@ -1,10 +1,12 @@
 """Rollout throughput of the real agent loop against one vLLM instance, for engine-flag variants.
 
     .venv/bin/python benchmarks/rollout_throughput.py POLICY_DIR [--variant NAME ...] [--repeats 3]
+        [--windows 0,0.003]
 
 POLICY_DIR is a policy folder (e.g. `runs/<run>/policy`). Each variant starts its own engine,
 runs the default iteration workload (16 problems x 8 samples, multi-turn with the calculator)
-`--repeats` times after one warm-up batch, and prints start-up seconds and policy tokens/s.
+`--repeats` times per client coalescing window (0: one HTTP request per model turn), interleaved,
+after one warm-up batch, and prints start-up seconds, policy tokens/s and HTTP requests per batch.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> None:
     parser.add_argument("policy", type=Path)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--windows", default="0,0.003", help="client coalescing windows in seconds")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     cfg = LibraConfig()
@@ -51,22 +54,28 @@ def main() -> None:
                 f"bench-{name}", args.policy, engine, Path(logs), size=1, max_model_len=512, dtype="float32"
             )
             startup_s = time.perf_counter() - start
-            loop = AgentLoop(
-                env, tok, [EngineClient(u) for u in info.urls], cfg.rollout, policy_version=0, iteration=1
-            )
-            rates = []
+            windows = [float(w) for w in args.windows.split(",")]
+            rates: dict[float, list[float]] = {w: [] for w in windows}
+            posts: dict[float, list[int]] = {w: [] for w in windows}
             for rep in range(args.repeats + 1):
-                requests = make_requests(env.sample_problems(16, rep), 8, 1)
-                t0 = time.perf_counter()
-                rows = loop.run(requests, static_router())
-                wall = time.perf_counter() - t0
-                if rep:  # the first batch warms caches
-                    rates.append(sum(sum(r["loss_mask"]) for r in rows) / wall)
+                for window in windows:
+                    clients = [EngineClient(u, coalesce_window_s=window) for u in info.urls]
+                    loop = AgentLoop(env, tok, clients, cfg.rollout, policy_version=0, iteration=1)
+                    requests = make_requests(env.sample_problems(16, rep), 8, 1)
+                    t0 = time.perf_counter()
+                    rows = loop.run(requests, static_router())
+                    wall = time.perf_counter() - t0
+                    if rep:  # the first batch warms caches
+                        rates[window].append(sum(sum(r["loss_mask"]) for r in rows) / wall)
+                        posts[window].append(sum(c.http_requests for c in clients))
             stop_rollout_pool(f"bench-{name}")
-        print(
-            f"{name:>8}: startup {startup_s:5.1f}s  policy tokens/s {statistics.mean(rates):7.1f} "
-            f"(min {min(rates):.1f}, max {max(rates):.1f}, {args.repeats} batches of 128 trajectories)"
-        )
+        for window in windows:
+            r = rates[window]
+            print(
+                f"{name:>8} window {window * 1000:4.1f} ms: startup {startup_s:5.1f}s  policy tokens/s "
+                f"{statistics.mean(r):7.1f} (min {min(r):.1f}, max {max(r):.1f}, {args.repeats} batches of "
+                f"128 trajectories, {statistics.mean(posts[window]):.0f} HTTP requests per batch)"
+            )
 
 
 if __name__ == "__main__":

@@ -159,6 +159,13 @@ class VllmEngineConfig(Frozen):
     base_port: int = Field(0, ge=0, le=65535, description="First port; 0 picks free ports.")
     startup_timeout_s: float = Field(240.0, gt=0, description="Give up if a server is not healthy by then.")
     request_timeout_s: float = Field(120.0, gt=0, description="HTTP timeout for one generation request.")
+    coalesce_window_s: float = Field(
+        0.01,
+        ge=0,
+        le=1.0,
+        description="Model turns sent to one instance within this window share an HTTP request "
+        "(each is still its own sequence); 0 sends one request per turn.",
+    )
     kv_cache_gib: int = Field(
         1, ge=1, description="KV cache size per instance on CPU (VLLM_CPU_KVCACHE_SPACE)."
     )

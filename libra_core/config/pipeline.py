@@ -49,7 +49,8 @@ class PipelineConfig(Frozen):
     decoupled_ppo: bool = Field(
         True,
         description="Decoupled PPO (AReaL): clip against proximal log-probs recomputed at the start of "
-        "the update and weight by proximal/behaviour; false clips against the behaviour log-probs.",
+        "the update and weight by proximal/behaviour; false clips against the behaviour log-probs. "
+        "Applies in async mode only: in sync mode the proximal policy is the behaviour policy.",
     )
     behavior_weight_cap: float = Field(
         5.0, gt=0, description="Cap on the proximal/behaviour importance weight of a token."

@@ -81,7 +81,11 @@ def _run_loop(
     layout = RunLayout(Path(run_dir))
     rollout_cfg = cfg.rollout.model_copy(update={"temperature": 0.0}) if greedy else cfg.rollout
     tok = load_tokenizer(str(layout.policy))
-    engines = [EngineClient(u, timeout_s=cfg.rollout.engine.request_timeout_s) for u in urls]
+    ecfg = cfg.rollout.engine
+    engines = [
+        EngineClient(u, timeout_s=ecfg.request_timeout_s, coalesce_window_s=ecfg.coalesce_window_s)
+        for u in urls
+    ]
     loop = AgentLoop(
         env, tok, engines, rollout_cfg, policy_version=version, iteration=iteration, instance_ids=instance_ids
     )

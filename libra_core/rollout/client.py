@@ -3,11 +3,18 @@
 Called by the agent loop (many concurrent `complete` calls per instance, one per model turn) and by
 the sync stage (`pause` -> `reload_weights` -> `reset_prefix_cache` -> `resume`, once per update).
 Prompts are sent as token ids, so earlier turns are never re-tokenised.
+
+Coalescing: `complete` calls made within `coalesce_window_s` of each other with the same sampling
+parameters travel in one HTTP request (a list of prompts; vLLM schedules each prompt as its own
+sequence). Every trajectory still gets its own completion and its own per-turn routing; only the
+transport is shared. On a 2-core machine serving a tiny model, per-request HTTP and JSON work in
+the client and the API server costs more than the generation itself, so this matters there.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -41,10 +48,61 @@ def parse_completion(payload: dict[str, Any]) -> Completion:
     return Completion(token_ids, logprobs, finish)
 
 
+def parse_completions(payload: dict[str, Any], prompts: list[list[int]]) -> list[Completion]:
+    """Read every choice of a multi-prompt /v1/completions response, in prompt order. A choice that
+    echoes its prompt's token ids (`return_token_ids`) must echo the prompt sent at its index."""
+    expected = len(prompts)
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or len(choices) != expected:
+        got = len(choices) if isinstance(choices, list) else "no"
+        raise EngineRequestError(f"expected {expected} choices, got {got}: {str(payload)[:300]}")
+    try:
+        ordered = sorted(choices, key=lambda c: int(c["index"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise EngineRequestError(f"completion choices without a valid index ({err!r})") from err
+    if [int(c["index"]) for c in ordered] != list(range(expected)):
+        raise EngineRequestError(f"completion choice indices are not 0..{expected - 1}")
+    for choice, prompt in zip(ordered, prompts, strict=True):
+        echoed = choice.get("prompt_token_ids")
+        if echoed is not None and list(echoed) != prompt:
+            raise EngineRequestError(
+                f"choice {choice['index']} answers a different prompt ({len(echoed)} tokens echoed, "
+                f"{len(prompt)} sent)"
+            )
+    return [parse_completion({"choices": [c]}) for c in ordered]
+
+
+@dataclass
+class _Batch:
+    """`complete` calls waiting to share one HTTP request."""
+
+    body: dict[str, Any]
+    prompts: list[list[int]] = field(default_factory=list)
+    futures: list[asyncio.Future[Completion]] = field(default_factory=list)
+    sent: bool = False
+
+
 class EngineClient:
-    def __init__(self, url: str, *, timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 120.0,
+        coalesce_window_s: float = 0.003,
+        max_batch: int = 256,
+    ) -> None:
+        """`coalesce_window_s` 0 sends every `complete` call as its own HTTP request."""
+        if coalesce_window_s < 0 or max_batch < 1:
+            raise ValueError(
+                f"need coalesce_window_s >= 0 and max_batch >= 1, got {coalesce_window_s} and {max_batch}"
+            )
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.coalesce_window_s = coalesce_window_s
+        self.max_batch = max_batch
+        self.http_requests = 0  # completion requests sent (for tests and benchmarks)
+        self._open: dict[tuple[Any, ...], _Batch] = {}
+        self._inflight: set[asyncio.Task[None]] = set()
 
     async def complete(
         self,
@@ -59,7 +117,6 @@ class EngineClient:
     ) -> Completion:
         body = {
             "model": SERVED_MODEL_NAME,
-            "prompt": prompt_ids,
             "max_tokens": max_tokens,
             "temperature": temperature,
             "top_p": top_p,
@@ -72,13 +129,56 @@ class EngineClient:
             # discarded after a chunked prefill crashes the worker ("CPU Generator does not use
             # offset"). Sampling is seeded per engine (`--seed`) instead.
         }
+        if self.coalesce_window_s == 0:
+            return parse_completion(await self._post_completions(http, {**body, "prompt": prompt_ids}))
+        loop = asyncio.get_running_loop()
+        key = (id(http), max_tokens, temperature, top_p, tuple(stop_token_ids), ignore_eos)
+        batch = self._open.get(key)
+        if batch is None:
+            batch = self._open[key] = _Batch(body)
+            loop.call_later(self.coalesce_window_s, self._send, http, key, batch)
+        future: asyncio.Future[Completion] = loop.create_future()
+        batch.prompts.append(list(prompt_ids))
+        batch.futures.append(future)
+        if len(batch.prompts) >= self.max_batch:
+            self._send(http, key, batch)
+        return await future
+
+    def _send(self, http: aiohttp.ClientSession, key: tuple[Any, ...], batch: _Batch) -> None:
+        """Close `batch` and post it; called by its timer or when it is full, whichever comes first."""
+        if batch.sent:
+            return
+        batch.sent = True
+        if self._open.get(key) is batch:
+            del self._open[key]
+        task = asyncio.get_running_loop().create_task(self._post_batch(http, batch))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _post_batch(self, http: aiohttp.ClientSession, batch: _Batch) -> None:
+        try:
+            payload = await self._post_completions(http, {**batch.body, "prompt": batch.prompts})
+            results: list[Completion] | None = parse_completions(payload, batch.prompts)
+            error: BaseException | None = None
+        except Exception as err:  # handed to every waiting trajectory
+            results, error = None, err
+        for i, future in enumerate(batch.futures):
+            if future.done():  # its trajectory was cancelled
+                continue
+            if results is not None:
+                future.set_result(results[i])
+            else:
+                assert error is not None
+                future.set_exception(error)
+
+    async def _post_completions(self, http: aiohttp.ClientSession, body: dict[str, Any]) -> Any:
+        self.http_requests += 1
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with http.post(f"{self.url}/v1/completions", json=body, timeout=timeout) as resp:
             if resp.status != 200:
                 text = await resp.text()
                 raise EngineRequestError(f"{self.url} completion failed ({resp.status}): {text[:300]}")
-            payload = await resp.json()
-        return parse_completion(payload)
+            return await resp.json()
 
     # -- weight sync (dev-mode endpoints), synchronous: the sync stage calls them in order ------
     def _post(self, path: str, json: dict[str, Any] | None = None) -> Any:

@@ -62,3 +62,12 @@ def test_run_dirs_are_unique_and_config_readable(tmp_path: Path) -> None:
     assert load_run_config(a.root).experiment.output_dir == str(tmp_path)
     with pytest.raises(FileNotFoundError, match="not a run folder"):
         load_run_config(tmp_path / "nope")
+
+
+def test_decoupled_ppo_runs_its_proximal_pass_only_when_async() -> None:
+    from libra_core.config.pipeline import PipelineConfig
+    from libra_core.pipeline.update_stage import uses_decoupled_ppo
+
+    assert uses_decoupled_ppo(PipelineConfig(mode="async", max_staleness=4, decoupled_ppo=True))
+    assert not uses_decoupled_ppo(PipelineConfig(mode="async", max_staleness=4, decoupled_ppo=False))
+    assert not uses_decoupled_ppo(PipelineConfig(mode="sync", decoupled_ppo=True))

@@ -21,7 +21,7 @@ import pytest
 from libra_core.data.schema import table_from_rows
 from libra_core.envs.arithmetic import ArithmeticEnv
 from libra_core.rollout.agent_loop import AgentLoop, make_requests
-from libra_core.rollout.client import EngineClient
+from libra_core.rollout.client import EngineClient, EngineRequestError
 from libra_core.rollout.router import static_router
 
 pytestmark = [
@@ -38,9 +38,13 @@ def _rollout(test_config, url: str, policy: Path, n_problems: int, seed: int, ve
 
     tok = load_tokenizer(str(policy))
     env = ArithmeticEnv(test_config.environment)
-    loop = AgentLoop(env, tok, [EngineClient(url)], test_config.rollout, policy_version=version, iteration=1)
+    client = EngineClient(url)
+    loop = AgentLoop(env, tok, [client], test_config.rollout, policy_version=version, iteration=1)
     requests = make_requests(env.sample_problems(n_problems, seed), 4, 1)
-    return loop.run(requests, static_router()), tok, env
+    rows = loop.run(requests, static_router())
+    # concurrent turns share HTTP requests (the client's coalescing window)
+    assert 0 < client.http_requests < sum(r["num_turns"] for r in rows)
+    return rows, tok, env
 
 
 def _trainer_logprobs(policy: Path, rows) -> list[np.ndarray]:
@@ -117,6 +121,35 @@ def test_agent_loop_real_tool_calls(test_config, vllm_engine: str, served_policy
     finished = [r for r in rows if r["finish_reason"] == "answer"]
     assert finished, "some trajectories should reach an answer"
     assert any(env.reward(r["reference_answer"], r["final_answer"]) == 1.0 for r in finished)
+
+
+def test_engine_echoes_each_prompt_of_a_multi_prompt_request(vllm_engine: str, served_policy: Path) -> None:
+    """The coalescing client relies on vLLM answering a list of prompts with one choice per prompt,
+    indexed, each echoing its prompt's ids (checked by parse_completions on every batch)."""
+    import asyncio
+
+    import aiohttp
+
+    from libra_core.pipeline.rollout_stage import load_tokenizer
+    from libra_core.rollout.client import parse_completions
+
+    tok = load_tokenizer(str(served_policy))
+    prompts = [
+        tok.encode(f"<|user|>{q}<|assistant|>", add_special_tokens=False) for q in ("(1+2)", "((3*4)-5)", "7")
+    ]
+    client = EngineClient(vllm_engine)
+
+    async def post() -> dict:
+        async with aiohttp.ClientSession() as http:
+            body = {"model": "policy", "prompt": prompts, "max_tokens": 4, "temperature": 0.0}
+            return await client._post_completions(http, {**body, "logprobs": 0, "return_token_ids": True})
+
+    payload = asyncio.run(post())
+    assert [c["prompt_token_ids"] for c in sorted(payload["choices"], key=lambda c: c["index"])] == prompts
+    completions = parse_completions(payload, prompts)
+    assert all(1 <= len(c.token_ids) <= 4 and len(c.logprobs) == len(c.token_ids) for c in completions)
+    with pytest.raises(EngineRequestError, match="different prompt"):
+        parse_completions(payload, [prompts[1], prompts[0], prompts[2]])
 
 
 def test_vllm_logprobs_match_trainer_after_sync(test_config, vllm_engine: str, served_policy: Path) -> None:

@@ -38,7 +38,7 @@ import math
 import threading
 from array import array
 from collections.abc import Sequence
-from itertools import accumulate
+from itertools import accumulate, islice
 from operator import mul
 from typing import Any
 
@@ -51,10 +51,23 @@ MARKOV_MAX_DEPTH = 16
 # Size-class paths stop after this many tool returns: the prompt size matters most before the tool
 # returns have said much, and deeper levels would replicate the global tree once per size class.
 SIZE_CLASS_MAX_DEPTH = 4
+# Cached node statistics are updated after at most this many inserts (then rebuilt).
+_MAX_CHANGES = 8
 
 
 class Node:
-    __slots__ = ("_stats", "children", "samples", "sum_gen", "sum_rem", "support", "support_version")
+    __slots__ = (
+        "_changes",
+        "_sorted",
+        "_stats",
+        "children",
+        "dropped",
+        "samples",
+        "sum_gen",
+        "sum_rem",
+        "support",
+        "support_version",
+    )
 
     def __init__(self) -> None:
         self.children: dict[int, Node] | None = None
@@ -68,6 +81,17 @@ class Node:
         self.sum_gen = 0.0
         self.support_version = 0
         self._stats: NodeStats | None = None
+        # Since `_stats` was built: the samples recorded, each with the one it evicted, as
+        # (evicted remaining, its rank among equal remaining values in buffer order (-1: none evicted),
+        # remaining, remaining_gen, version); None when there were none (see `stats`).
+        self._changes: list[tuple[int, int, int, int, int]] | None = None
+        # The last statistics built, with their sample's generated tokens and weights in `values`
+        # order (for `_update_stats`).
+        self._sorted: tuple[NodeStats, list[int], list[float]] | None = None
+        # Set on every node of a subtree that pruning detached from the tree (`PrefixTree.prune`), so
+        # that code holding node references across inserts (the simulator's per-request paths) can
+        # tell that a node is gone.
+        self.dropped = False
 
     def child(self, code: int) -> Node | None:
         return None if self.children is None else self.children.get(code)
@@ -98,7 +122,7 @@ class Node:
             self.support += amount * decay
             self.sum_rem += sum_rem * decay
             self.sum_gen += sum_gen * decay
-        self._stats = None
+        self._invalidate()
 
     def add_sample(self, remaining: int, remaining_gen: int, version: int, cap: int) -> None:
         samples = self.samples
@@ -107,19 +131,28 @@ class Node:
             oldest = 3 * versions.index(min(versions))
             del samples[oldest : oldest + 3]
         samples.extend((remaining, remaining_gen, version))
-        self._stats = None
+        self._invalidate()
 
     def record(self, remaining: int, remaining_gen: int, version: int, cap: int, half_life: float) -> None:
         """One trajectory passing here: `add_sample` then `add_support(1.0, ...)`, in one call (the
-        same arithmetic; inserts call this once per node of every path)."""
+        same arithmetic; inserts call this once per node of every path). Cached statistics are kept
+        with the change (`_changes`), for `stats` to update rather than rebuild."""
         samples = self.samples
+        evicted, rank = 0, -1
         if len(samples) >= 3 * cap:
             versions = samples[2::3]
             oldest = 3 * versions.index(min(versions))
+            if self._stats is not None:
+                evicted = samples[oldest]
+                rank = samples[0:oldest:3].count(evicted)
             del samples[oldest : oldest + 3]
         samples.extend((remaining, remaining_gen, version))
         sv = self.support_version
-        if version >= sv:
+        if version == sv:  # decay 2.0 ** -0.0 == 1.0: x * 1.0 + y is x + y, so skip the power
+            self.support += 1.0
+            self.sum_rem += remaining
+            self.sum_gen += remaining_gen
+        elif version > sv:
             decay = 2.0 ** (-(version - sv) / half_life)
             self.support = self.support * decay + 1.0
             self.sum_rem = self.sum_rem * decay + remaining
@@ -130,7 +163,14 @@ class Node:
             self.support += 1.0 * decay
             self.sum_rem += remaining * decay
             self.sum_gen += remaining_gen * decay
-        self._stats = None
+        if self._stats is not None:
+            changes = self._changes
+            if changes is None:
+                self._changes = [(evicted, rank, remaining, remaining_gen, version)]
+            elif len(changes) < _MAX_CHANGES:
+                changes.append((evicted, rank, remaining, remaining_gen, version))
+            else:  # a rebuild is cheaper than replaying many changes
+                self._invalidate()
 
     @property
     def rem(self) -> array[int]:
@@ -151,14 +191,64 @@ class Node:
     def replace_samples(self, samples: Sequence[tuple[int, int, int]]) -> None:
         """Set the sample buffer to (remaining, remaining_gen, version) triples."""
         self.samples = array("i", [x for triple in samples for x in triple])
-        self._stats = None
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        self._stats = self._changes = self._sorted = None
 
     def stats(self, version: int, half_life: float) -> NodeStats:
-        """Aged sample statistics, cached until the next insert or version change."""
+        """Aged sample statistics, cached until the next insert or version change; after a few
+        inserts at the same version they are updated (`_update_stats`) rather than rebuilt."""
         cached = self._stats
         if cached is None or cached.version != version:
             cached = self._stats = self._build_stats(version, half_life)
+            self._changes = None
+        elif self._changes is not None:
+            cached = self._stats = self._update_stats(cached, version, half_life)
+            self._changes = None
         return cached
+
+    def _update_stats(self, old: NodeStats, version: int, half_life: float) -> NodeStats:
+        """`_build_stats` after the `_changes` since `old` was built at this version, float for float:
+        `old`'s sorted sample, with each evicted sample removed and each new one inserted where a
+        stable sort puts it (equal values keep buffer order, and a new sample is last in the
+        buffer; an evicted one is the `rank`-th of its value), then the cumulative sums recomputed
+        from the first position any change touched (the sums before it are the same additions)."""
+        changes, sorted_ = self._changes, self._sorted
+        if self.support <= 0 or changes is None or sorted_ is None or sorted_[0] is not old:
+            return self._build_stats(version, half_life)
+        values = old.values.copy()
+        gens, weights = sorted_[1].copy(), sorted_[2].copy()
+        weight_of = _weights(version, half_life)
+        start = len(values)
+        for evicted, rank, remaining, remaining_gen, u in changes:
+            if rank >= 0:
+                i = bisect.bisect_left(values, evicted) + rank
+                del values[i], gens[i], weights[i]
+                start = min(start, i)
+            w = weight_of.get(u)
+            if w is None:
+                w = weight_of[u] = 2.0 ** (-max(0, version - u) / half_life)
+            i = bisect.bisect_right(values, remaining)
+            values.insert(i, remaining)
+            gens.insert(i, remaining_gen)
+            weights.insert(i, w)
+            start = min(start, i)
+        if start == 0:
+            cum = list(accumulate(weights))
+            cum_gen = list(accumulate(map(mul, weights, gens)))
+        else:
+            cum = old.cum_weights[:start]
+            cum += islice(accumulate(weights[start:], initial=cum[-1]), 1, None)
+            cum_gen = old.cum_gen[:start]
+            cum_gen += islice(
+                accumulate(map(mul, weights[start:], gens[start:]), initial=cum_gen[-1]), 1, None
+            )
+        total = cum[-1] if cum and cum[-1] > 0 else 1.0
+        means = (self.sum_rem / self.support, self.sum_gen / self.support)
+        stats = NodeStats(version, values, cum, cum_gen, total, *means)
+        self._sorted = (stats, gens, weights)
+        return stats
 
     def _build_stats(self, version: int, half_life: float) -> NodeStats:
         """`NodeStats.build` of this node's sample, computed the same way float for float (same
@@ -167,6 +257,7 @@ class Node:
         `itertools.accumulate` over the sorted weights (`0.0 + w == w`, so the first term is
         unchanged)."""
         if self.support <= 0:
+            self._sorted = None
             return NodeStats.build(self.rem, self.gen, self.ver, version, half_life)
         # Sums and support age alike, so their ratio is the aged mean at any version.
         means = (self.sum_rem / self.support, self.sum_gen / self.support)
@@ -179,10 +270,13 @@ class Node:
         order = sorted(range(len(rem)), key=rem.__getitem__)
         ver_sorted = map(ver.__getitem__, order)
         weights = list(map(weight_of.__getitem__, ver_sorted))
+        gens = list(map(gen.__getitem__, order))
         cum = list(accumulate(weights))
-        cum_gen = list(accumulate(map(mul, weights, map(gen.__getitem__, order))))
+        cum_gen = list(accumulate(map(mul, weights, gens)))
         total = cum[-1] if cum and cum[-1] > 0 else 1.0
-        return NodeStats(version, list(map(rem.__getitem__, order)), cum, cum_gen, total, *means)
+        stats = NodeStats(version, list(map(rem.__getitem__, order)), cum, cum_gen, total, *means)
+        self._sorted = (stats, gens, weights)
+        return stats
 
 
 _WEIGHT_CACHE: dict[tuple[int, float], dict[int, float]] = {}
@@ -198,6 +292,16 @@ def _weights(version: int, half_life: float) -> dict[int, float]:
             _WEIGHT_CACHE.clear()
         found = _WEIGHT_CACHE[key] = {}
     return found
+
+
+def _mark_dropped(node: Node) -> None:
+    """Flag every node of a subtree that pruning detached (see `Node.dropped`)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        n.dropped = True
+        if n.children:
+            stack.extend(n.children.values())
 
 
 def _count(node: Node) -> int:
@@ -325,7 +429,7 @@ class PrefixTree:
                         if ch.support * 2.0 ** (-(v - ch.support_version) / h) < below
                     ]
                     for c in stale:
-                        del children[c]
+                        _mark_dropped(children.pop(c))
                     dropped += len(stale)
                     stack.extend(children.values())
                     if budget is not None:
@@ -341,7 +445,7 @@ class PrefixTree:
                     if top is None:
                         continue
                     if top.aged_support(v, h) < below:
-                        del container[key]
+                        _mark_dropped(container.pop(key))
                         dropped += 1
                     else:
                         stack.append(top)

@@ -23,6 +23,7 @@ and serve the turns that follow; at rollout end they rejoin training `join_s` la
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 from collections.abc import Callable
@@ -220,6 +221,19 @@ class Simulator:
 
     # -- main loop -------------------------------------------------------------------------------------
     def run(self) -> RunStats:
+        """Process events until none is left. The cyclic garbage collector is off meanwhile: the run
+        creates no reference cycles (everything it drops is freed by reference counting; a test
+        checks it), while its full collections kept rescanning every C-MLFQ tree node and cached
+        statistic, ~18% of a 100-iteration `+cmlfq` run. The collector's state is restored after."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self) -> RunStats:
         self.q.push(0.0, Kind.ROLLOUT_START, 0)
         handlers: dict[Kind, Callable[[Any], None]] = {
             Kind.ROLLOUT_START: self.on_rollout_start,
@@ -229,18 +243,20 @@ class Simulator:
             Kind.WEIGHTS_READY: lambda t: pipeline.on_weights_ready(self, t),
             Kind.HYBRID_READY: lambda t: pipeline.on_hybrid_ready(self, t),
         }
+        recording = self.q.log is not None
         while (ev := self.q.pop()) is not None:
             tgt = ev.target
             if ev.kind == Kind.DECODE_DONE and ev.version != tgt.version:
                 continue
             if ev.kind == Kind.TRAIN_DONE and ev.version != self.trainer.version:
                 continue
-            label = (
-                str(tgt.instance_id)
-                if isinstance(tgt, Instance)
-                else (tgt.traj.trajectory_id if isinstance(tgt, Flight) else str(tgt))
-            )
-            self.q.record(ev, label)
+            if recording:  # the label is only for the trace
+                label = (
+                    str(tgt.instance_id)
+                    if isinstance(tgt, Instance)
+                    else (tgt.traj.trajectory_id if isinstance(tgt, Flight) else str(tgt))
+                )
+                self.q.record(ev, label)
             handlers[ev.kind](tgt)
         self._account()
         self.harvest(self.instances)

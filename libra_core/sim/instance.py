@@ -41,22 +41,19 @@ class CostTables:
         self._dlog = math.log(_CTX_GRID[1]) - self._log0
         self._n = len(_CTX_GRID)
 
-    def _ctx_pos(self, ctx: float) -> tuple[int, float]:
-        x = (math.log(max(ctx, 16.0)) - self._log0) / self._dlog
-        i = min(int(x), self._n - 2)
-        return i, min(1.0, x - i)
-
     def itl_s(self, tp: int, batch: int, ctx: float) -> float:
         row = self._itl[tp][min(max(batch, 1), self.max_num_seqs) - 1]
-        i, f = self._ctx_pos(ctx)
-        return row[i] + (row[i + 1] - row[i]) * f
+        x = (math.log(max(ctx, 16.0)) - self._log0) / self._dlog  # position on the context grid
+        i = min(int(x), self._n - 2)
+        return row[i] + (row[i + 1] - row[i]) * min(1.0, x - i)
 
     def prefill_s(self, tp: int, tokens: float, ctx: float) -> float:
         if tokens <= 0:
             return 0.0
         row = self._pre[tp]
-        i, f = self._ctx_pos(ctx)
-        return tokens * (row[i] + (row[i + 1] - row[i]) * f)
+        x = (math.log(max(ctx, 16.0)) - self._log0) / self._dlog  # position on the context grid
+        i = min(int(x), self._n - 2)
+        return tokens * (row[i] + (row[i + 1] - row[i]) * min(1.0, x - i))
 
 
 @dataclass(eq=False)

@@ -1,7 +1,8 @@
 """The C-MLFQ fast paths give the straightforward computation's results, float for float.
 
-- `Node.stats` builds `NodeStats` with C-level loops and a per-version weight memo; it must equal
-  `NodeStats.build` over the same sample, also after evictions, version changes and pruning.
+- `Node.stats` builds `NodeStats` with C-level loops and a per-version weight memo, and updates
+  them after inserts instead of rebuilding; it must equal `NodeStats.build` over the same sample,
+  also after evictions, version changes and pruning.
 - The simulator's `SimPrefixTree` / `SimCMLFQScheduler` (sim/tree.py) mix nodes from their aged sums,
   build statistics lazily and settle the tail test from two bounds with early exits; every estimate
   and decision must equal the library's `PrefixTree` / `CMLFQScheduler` on the same stream of
@@ -11,6 +12,8 @@
 from __future__ import annotations
 
 import random
+
+import pytest
 
 from libra_core.config.models import SchedulerConfig
 from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, ToolReturn
@@ -41,6 +44,36 @@ def test_node_stats_equal_the_reference_build() -> None:
     loaded = Node()  # a loaded node may carry samples without support: the sample's own means
     loaded.replace_samples([(5, 2, 0), (9, 4, 1), (5, 1, 1)])
     assert loaded.stats(2, 2.0) == NodeStats.build(loaded.rem, loaded.gen, loaded.ver, 2, 2.0)
+
+
+def test_updated_node_stats_equal_the_reference_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Node.stats` updates cached statistics after inserts (`_update_stats`) instead of rebuilding
+    them: the result must be `NodeStats.build`'s, with ties (few distinct values), evictions of old
+    and of just-added samples (small caps), several inserts between reads and version changes."""
+    updates = 0
+    update = Node._update_stats
+
+    def counting(node: Node, old: NodeStats, version: int, half_life: float) -> NodeStats:
+        nonlocal updates
+        updates += 1
+        return update(node, old, version, half_life)
+
+    monkeypatch.setattr(Node, "_update_stats", counting)
+    rng = random.Random(3)
+    for trial in range(300):
+        node = Node()
+        cap = rng.choice((1, 2, 5, 64))
+        spread = rng.choice((3, 40, 5000))  # few distinct values: many ties
+        version = 0
+        for _ in range(rng.randrange(1, 120)):
+            if rng.random() < 0.05:
+                version += rng.randrange(1, 3)
+            u = max(0, version - rng.randrange(0, 3))  # now and then a stale sample
+            node.record(rng.randrange(0, spread), rng.randrange(0, spread), u, cap, 2.0)
+            if rng.random() < 0.3:
+                assert node.stats(version, 2.0) == reference_stats(node, version, 2.0), trial
+        assert node.stats(version, 2.0) == reference_stats(node, version, 2.0), trial
+    assert updates > 1000
 
 
 def same_estimate(a: Estimate | None, b: Estimate | None) -> bool:

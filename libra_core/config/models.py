@@ -214,6 +214,13 @@ class GRPOConfig(Frozen):
     )
     minibatches: int = Field(4, ge=1, description="Optimizer steps per iteration.")
     scale_by_std: bool = Field(True, description="Divide group-centred rewards by the group std.")
+    negative_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Multiplier on negative advantages (1: plain GRPO; below 1 leans on reinforcing "
+        "a group's better samples rather than pushing its worse ones down).",
+    )
 
 
 class WarmupConfig(Frozen):

@@ -38,15 +38,25 @@ def _uniform_groups(values: np.ndarray, inverse: np.ndarray, num_groups: int) ->
 
 
 def group_advantages(
-    rewards: np.ndarray, group_ids: Sequence[str], *, scale_by_std: bool, eps: float = 1e-6
+    rewards: np.ndarray,
+    group_ids: Sequence[str],
+    *,
+    scale_by_std: bool,
+    negative_weight: float = 1.0,
+    eps: float = 1e-6,
 ) -> np.ndarray:
     """Per-trajectory GRPO advantage: `r - mean_g(r)`, divided by `std_g(r) + eps` if `scale_by_std`.
 
     `rewards` has shape [N]; `group_ids[i]` names the prompt group of trajectory i (groups need not be
     contiguous or equally sized). The std is the population std (ddof=0). A group whose rewards are
     all equal (including a group of one) gets exactly 0.0 for every member, never a rounding residue,
-    so callers can test `adv != 0` to find trajectories that carry signal. Returns float64 [N].
+    so callers can test `adv != 0` to find trajectories that carry signal. `negative_weight` scales
+    the negative advantages (1: plain GRPO; below 1 the update leans on reinforcing the group's
+    better samples, which sharpens the policy, rather than on pushing its worse ones down, which
+    spreads their probability over every other continuation). Returns float64 [N].
     """
+    if not 0.0 <= negative_weight <= 1.0:
+        raise ValueError(f"negative_weight must be in [0, 1], got {negative_weight}")
     values, inverse, num_groups = _group_index(rewards, group_ids)
     if num_groups == 0:
         return np.zeros(0, dtype=np.float64)
@@ -56,6 +66,8 @@ def group_advantages(
     if scale_by_std:
         variances = np.bincount(inverse, weights=centred**2, minlength=num_groups) / counts
         centred = centred / (np.sqrt(variances)[inverse] + eps)
+    if negative_weight != 1.0:
+        centred = np.where(centred < 0, centred * negative_weight, centred)
     uniform = _uniform_groups(values, inverse, num_groups)
     return np.where(uniform[inverse], 0.0, centred)
 

@@ -134,7 +134,9 @@ def run_grpo_update(
 
     rewards = np.asarray(table.column("reward").to_numpy(zero_copy_only=False), dtype=np.float64)
     group_ids = table.column("group_id").to_pylist()
-    advantages = group_advantages(rewards, group_ids, scale_by_std=grpo.scale_by_std)
+    advantages = group_advantages(
+        rewards, group_ids, scale_by_std=grpo.scale_by_std, negative_weight=grpo.negative_weight
+    )
     acc = _Accumulator()
     if _has_signal(table, advantages):
         _train(

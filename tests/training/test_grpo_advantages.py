@@ -47,3 +47,18 @@ def test_rejects_bad_input():
         group_advantages(np.array([1.0, 0.0]), ["g"], scale_by_std=True)
     with pytest.raises(ValueError, match="NaN"):
         group_advantages(np.array([np.nan, 0.0]), ["g", "g"], scale_by_std=True)
+
+
+def test_negative_weight_scales_only_negative_advantages() -> None:
+    rewards = np.array([1.0, 0.0, 0.0, 0.0, 0.5, 0.5])
+    groups = ["a", "a", "a", "a", "b", "b"]
+    plain = group_advantages(rewards, groups, scale_by_std=False)
+    np.testing.assert_allclose(plain[:4], [0.75, -0.25, -0.25, -0.25])
+    leaned = group_advantages(rewards, groups, scale_by_std=False, negative_weight=0.2)
+    np.testing.assert_allclose(leaned[:4], [0.75, -0.05, -0.05, -0.05])
+    assert (leaned[4:] == 0.0).all()  # a uniform group still carries nothing
+    scaled = group_advantages(rewards, groups, scale_by_std=True, negative_weight=0.5)
+    expected = np.where(plain[:4] < 0, 0.5, 1.0) * plain[:4] / plain[:4].std()
+    np.testing.assert_allclose(scaled[:4], expected, rtol=1e-4)  # eps=1e-6 in the denominator
+    with pytest.raises(ValueError, match="negative_weight"):
+        group_advantages(rewards, groups, scale_by_std=False, negative_weight=1.5)

@@ -107,14 +107,16 @@ def test_each_policy_runs_and_respects_the_lower_bound(policy: str) -> None:
 def test_run_creates_no_cyclic_garbage(policy: str) -> None:
     """`Simulator.run` turns the cyclic garbage collector off, which keeps memory bounded only while
     everything a run drops is freed by reference counting: a reference cycle in an event handler
-    would leak once per event."""
-    sim = _sim(policy, iterations=3)
+    would leak once per event. Other threads of the test process (servers started by earlier tests)
+    may drop a few cycles of their own meanwhile, so the check is that the garbage found does not
+    scale with the run: a per-event cycle leaves at least one unreachable object per event."""
+    sim = _sim(policy, iterations=8)
     gc.collect()
     enabled = gc.isenabled()
     sim.run()
     assert gc.isenabled() == enabled  # the collector's state is restored
-    assert sim.stats.events > 0
-    assert gc.collect() == 0
+    assert sim.stats.events >= 1000
+    assert gc.collect() < sim.stats.events // 10
 
 
 def test_cmlfq_router_uses_the_real_tree() -> None:

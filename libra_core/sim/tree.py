@@ -32,6 +32,15 @@ Part = tuple[float, Node, int, float, float, float]  # see `NodeMix.picked`
 Ancestors = tuple[list[Node], int, list[Node], int]  # (c, lc, g, lg), see `_append_ancestors`
 
 
+def _gen_and_scale(
+    node: Node, mr: float, shifted: float, version: int, half_life: float
+) -> tuple[float, float]:
+    """A mixture part's mean remaining generated tokens and its scale (shifted / unshifted mean)."""
+    n = node.support
+    mr_gen = node.sum_gen / n if n > 0 else node.stats(version, half_life).mean_remaining_gen
+    return mr_gen, (shifted / mr if mr > 0 else 0.0)
+
+
 class Paths:
     """One request's tree nodes along its tool-return path, kept between its lookups: the walks
     (`PrefixTree._walk`) from the global root, from its size class's root (the first
@@ -180,12 +189,7 @@ class NodeMix:
         parts: list[tuple[float, Node, int, float]] = []
         mean_gen = 0.0
         for weight, node, shift, mr, shifted, _ in self.picked:
-            n_support = node.support
-            if n_support > 0:
-                mr_gen = node.sum_gen / n_support
-            else:
-                mr_gen = node.stats(version, half_life).mean_remaining_gen
-            scale = shifted / mr if mr > 0 else 0.0
+            mr_gen, scale = _gen_and_scale(node, mr, shifted, version, half_life)
             parts.append((weight, node, shift, scale))
             mean_gen += weight * mr_gen * scale
         return parts, mean_gen
@@ -431,12 +435,7 @@ class SimCMLFQScheduler(CMLFQScheduler):
         k = 0
         while k < len(picked) or mix.step():
             w, node, shift, mr, shifted, _ = picked[k]
-            n_support = node.support
-            if n_support > 0:
-                mr_gen = node.sum_gen / n_support
-            else:
-                mr_gen = node.stats(version, half_life).mean_remaining_gen
-            scale = shifted / mr if mr > 0 else 0.0
+            mr_gen, scale = _gen_and_scale(node, mr, shifted, version, half_life)
             mean_gen += w * mr_gen * scale
             stats = stats_of[k] if k < len(stats_of) else node.stats(version, half_life)
             sample, cum_gen, total = stats.values, stats.cum_gen, stats.total_weight

@@ -279,6 +279,22 @@ class Node:
         return stats
 
 
+def _leaf(remaining: int, remaining_gen: int, version: int, cap: int, half_life: float) -> Node:
+    """A new node after `record(remaining, remaining_gen, version, ...)`: for a version >= 0 (the
+    support's starting version) that is one sample, support 1.0 and the sums, the same floats
+    (`0.0 * decay + x == x`)."""
+    node = Node()
+    if version < 0:
+        node.record(remaining, remaining_gen, version, cap, half_life)
+        return node
+    node.samples.extend((remaining, remaining_gen, version))
+    node.support = 1.0
+    node.sum_rem = 0.0 + remaining
+    node.sum_gen = 0.0 + remaining_gen
+    node.support_version = version
+    return node
+
+
 _WEIGHT_CACHE: dict[tuple[int, float], dict[int, float]] = {}
 
 
@@ -488,18 +504,17 @@ class PrefixTree:
                     c_node = self.size_classes[size_class] = Node()
                 path_nodes.append(c_node)
             class_depth = SIZE_CLASS_MAX_DEPTH if size_class is not None else -1
-            cap, half_life = self.max_samples, self.half_life
-            for depth in range(len(codes) + 1):
-                for node in path_nodes:
-                    node.record(remaining, remaining_gen, version, cap, half_life)
-                if depth == len(codes):
-                    break
+            cap, half_life, markov = self.max_samples, self.half_life, self.markov
+            for node in path_nodes:
+                node.record(remaining, remaining_gen, version, cap, half_life)
+            # Most nodes below the roots are new (histories rarely repeat exactly): `_leaf` builds those
+            # with their first sample, as `record` would on an empty node.
+            for depth, code in enumerate(codes):
                 turn = turns[depth]
                 remaining -= turn.gen_tokens + turn.payload_tokens
                 remaining_gen -= turn.gen_tokens
                 if depth == class_depth:
                     path_nodes = path_nodes[:2]  # the size-class path ends here
-                code = codes[depth]
                 next_nodes = []
                 for node in path_nodes:  # `child_or_new`, inlined
                     children = node.children
@@ -507,14 +522,17 @@ class PrefixTree:
                         children = node.children = {}
                     child = children.get(code)
                     if child is None:
-                        child = children[code] = Node()
+                        child = children[code] = _leaf(remaining, remaining_gen, version, cap, half_life)
+                    else:
+                        child.record(remaining, remaining_gen, version, cap, half_life)
                     next_nodes.append(child)
                 path_nodes = next_nodes
-                m_key = (min(depth + 1, MARKOV_MAX_DEPTH), code)
-                m_node = self.markov.get(m_key)
+                m_key = (depth + 1 if depth < MARKOV_MAX_DEPTH else MARKOV_MAX_DEPTH, code)
+                m_node = markov.get(m_key)
                 if m_node is None:
-                    m_node = self.markov[m_key] = Node()
-                m_node.record(remaining, remaining_gen, version, cap, half_life)
+                    markov[m_key] = _leaf(remaining, remaining_gen, version, cap, half_life)
+                else:
+                    m_node.record(remaining, remaining_gen, version, cap, half_life)
             if self.prune_nodes_per_insert:
                 self.prune(self.prune_nodes_per_insert)
 

@@ -234,8 +234,9 @@ class Simulator:
                 gc.enable()
 
     def _run(self) -> RunStats:
-        self.q.push(0.0, Kind.ROLLOUT_START, 0)
-        handlers: dict[Kind, Callable[[Any], None]] = {
+        q = self.q
+        q.push(0.0, Kind.ROLLOUT_START, 0)
+        by_kind: dict[Kind, Callable[[Any], None]] = {
             Kind.ROLLOUT_START: self.on_rollout_start,
             Kind.TOOL_RETURN: self.on_tool_return,
             Kind.DECODE_DONE: self.on_decode_done,
@@ -243,12 +244,15 @@ class Simulator:
             Kind.WEIGHTS_READY: lambda t: pipeline.on_weights_ready(self, t),
             Kind.HYBRID_READY: lambda t: pipeline.on_hybrid_ready(self, t),
         }
-        recording = self.q.log is not None
-        while (ev := self.q.pop()) is not None:
-            tgt = ev.target
-            if ev.kind == Kind.DECODE_DONE and ev.version != tgt.version:
-                continue
-            if ev.kind == Kind.TRAIN_DONE and ev.version != self.trainer.version:
+        handlers = [by_kind[kind] for kind in sorted(Kind)]  # indexed by the event's priority
+        decode_done, train_done = int(Kind.DECODE_DONE), int(Kind.TRAIN_DONE)
+        recording = q.log is not None
+        for ev in q.drain():
+            _, priority, _, _, tgt, version = ev
+            if priority == decode_done:
+                if version != tgt.version:
+                    continue
+            elif priority == train_done and version != self.trainer.version:
                 continue
             if recording:  # the label is only for the trace
                 label = (
@@ -256,12 +260,12 @@ class Simulator:
                     if isinstance(tgt, Instance)
                     else (tgt.traj.trajectory_id if isinstance(tgt, Flight) else str(tgt))
                 )
-                self.q.record(ev, label)
-            handlers[ev.kind](tgt)
+                q.record(ev, label)
+            handlers[priority](tgt)
         self._account()
         self.harvest(self.instances)
         self.stats.train_busy_gpu_s = self.trainer.busy_gpu_s
-        self.stats.events = self.q.processed
+        self.stats.events = q.processed
         return self.stats
 
     def on_rollout_start(self, j: int) -> None:
@@ -325,6 +329,7 @@ class Simulator:
 
     def route(self, f: Flight) -> None:
         gen = f.traj.turns[f.turn].gen_tokens
+        last = f.last
         if f.pinned is not None:
             inst = (
                 f.pinned
@@ -335,13 +340,12 @@ class Simulator:
                 self.router.pinned_queues[f.pinned.instance_id].append(f)
                 return
         else:
-            inst = self.router.choose(f.bucket, None if f.moved else f.last, f.ctx + gen)
+            inst = self.router.choose(f.bucket, None if f.moved else last, f.ctx + gen)
             f.moved = False
             if inst is None:
                 self.router.queues[f.bucket].append(f)
                 return
-        prefill = f.new_tokens if inst is f.last or f.last is None else f.ctx
-        inst.join(self.q.now_s, f, f.ctx, prefill, gen)
+        inst.join(self.q.now_s, f, f.ctx, f.new_tokens if inst is last or last is None else f.ctx, gen)
         self._schedule(inst)
 
     def _schedule(self, inst: Instance) -> None:
@@ -350,17 +354,18 @@ class Simulator:
             self.q.push(t, Kind.DECODE_DONE, inst, inst.version)
 
     def on_decode_done(self, inst: Instance) -> None:
-        now = self.q.now_s
-        for f in inst.pop_done(now):
-            gen = f.traj.turns[f.turn].gen_tokens
-            inst.release(f.ctx + gen, f.ctx + gen)
-            f.ctx += gen
+        q = self.q
+        now = q.now_s
+        for f in inst.pop_done(now):  # each turn's context is released there
+            traj, k = f.traj, f.turn
+            turns = traj.turns
+            turn = turns[k]
+            f.ctx += turn.gen_tokens
             f.last = inst
-            turn = f.traj.turns[f.turn]
-            if turn.tool is None or f.turn == len(f.traj.turns) - 1:
+            if turn.tool is None or k == len(turns) - 1:
                 self.finish(f)
             else:
-                self.q.push(now + f.traj.tool_latency_s[f.turn], Kind.TOOL_RETURN, f)
+                q.push(now + traj.tool_latency_s[k], Kind.TOOL_RETURN, f)
         self._drain(inst)
         self._schedule(inst)
         if self.p.elastic and not inst.heap:
@@ -372,13 +377,15 @@ class Simulator:
             if self.p.placement == "round_robin"
             else self.router.queues[inst.bucket]
         )
+        now = self.q.now_s
         while q and inst.active:
             f = q[0]
-            if not inst.fits(f.ctx + f.traj.turns[f.turn].gen_tokens):
+            gen = f.traj.turns[f.turn].gen_tokens
+            if not inst.fits(f.ctx + gen):
                 break
             q.popleft()
-            prefill = f.new_tokens if inst is f.last or f.last is None else f.ctx
-            inst.join(self.q.now_s, f, f.ctx, prefill, f.traj.turns[f.turn].gen_tokens)
+            last = f.last
+            inst.join(now, f, f.ctx, f.new_tokens if inst is last or last is None else f.ctx, gen)
 
     def on_tool_return(self, f: Flight) -> None:
         t = f.traj.turns[f.turn]

@@ -13,6 +13,7 @@ old one, so `EventQueue.pop` callers drop it (lazy invalidation, O(log n) per ch
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -40,6 +41,9 @@ class Event(NamedTuple):
     version: int = 0  # the target's version when scheduled
 
 
+_new_event = tuple.__new__
+
+
 class EventQueue:
     """Min-heap of events under the (time, priority, sequence) key; `log` keeps (time, kind) pairs."""
 
@@ -51,9 +55,13 @@ class EventQueue:
         self.log: list[tuple[float, str]] | None = [] if record else None
 
     def push(self, time_s: float, kind: Kind, target: Any = None, version: int = 0) -> Event:
-        assert time_s >= self.now_s - 1e-9, f"event {kind.name} at {time_s} is before now {self.now_s}"
-        ev = Event(max(time_s, self.now_s), int(kind), self._sequence, kind, target, version)
-        self._sequence += 1
+        """Schedule an event (called a few times per simulated turn, so it avoids Python-level calls:
+        the tuple is built with `tuple.__new__`, not the NamedTuple's generated `__new__`)."""
+        now = self.now_s
+        assert time_s >= now - 1e-9, f"event {kind.name} at {time_s} is before now {now}"
+        sequence = self._sequence
+        self._sequence = sequence + 1
+        ev = _new_event(Event, (time_s if time_s >= now else now, int(kind), sequence, kind, target, version))
         heapq.heappush(self._heap, ev)
         return ev
 
@@ -64,6 +72,16 @@ class EventQueue:
         self.now_s = ev.time_s
         self.processed += 1
         return ev
+
+    def drain(self) -> Iterator[Event]:
+        """`pop` until the queue is empty, including events pushed meanwhile (the simulator's main
+        loop: a generator resumes faster than a method call per event)."""
+        heap, heappop = self._heap, heapq.heappop
+        while heap:
+            ev = heappop(heap)
+            self.now_s = ev[0]
+            self.processed += 1
+            yield ev
 
     def record(self, ev: Event, label: str) -> None:
         """Append a processed event to the trace (golden tests pin it)."""

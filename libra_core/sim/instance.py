@@ -58,7 +58,11 @@ class CostTables:
 
 @dataclass(eq=False)
 class Instance:
-    """One rollout instance of TP degree `tp` serving bucket `bucket`."""
+    """One rollout instance of TP degree `tp` serving bucket `bucket`.
+
+    Every method runs a few times per simulated turn, so the cost-table interpolation
+    (`CostTables.itl_s`, `prefill_s`) is inlined against the rows of this instance's TP degree,
+    with the same float operations in the same order."""
 
     instance_id: int
     tp: int
@@ -73,65 +77,113 @@ class Instance:
     version: int = 0  # bumps whenever the next event moves (stale events are dropped)
     busy_s: float = 0.0
     active: bool = True  # False while lent to training (elastic pool)
-    heap: list[tuple[float, int, Any]] = field(default_factory=list)
+    # (clock at which the turn ends, join order, item, the turn's final context) per running turn.
+    heap: list[tuple[float, int, Any, float]] = field(default_factory=list)
     _seq: int = 0
+    _itl_rows: list[list[float]] = field(init=False, repr=False)
+    _pre_row: list[float] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._itl_rows = self.tables._itl[self.tp]
+        self._pre_row = self.tables._pre[self.tp]
 
     @property
     def batch(self) -> int:
         return len(self.heap)
 
     def fits(self, final_ctx: float) -> bool:
-        if not self.heap:
+        heap = self.heap
+        if not heap:
             return True  # an empty instance always takes one turn (no deadlock on giant contexts)
-        return len(self.heap) < self.tables.max_num_seqs and self.reserved + final_ctx <= self.kv_capacity
+        return len(heap) < self.tables.max_num_seqs and self.reserved + final_ctx <= self.kv_capacity
+
+    def _itl(self, batch: int, ctx: float) -> float:
+        """`CostTables.itl_s(self.tp, batch, ctx)` for 1 <= batch <= max_num_seqs."""
+        tables = self.tables
+        row = self._itl_rows[batch - 1]
+        x = (math.log(ctx if ctx > 16.0 else 16.0) - tables._log0) / tables._dlog
+        i = int(x)
+        if i > tables._n - 2:
+            i = tables._n - 2
+        d = x - i
+        lo = row[i]
+        return lo + (row[i + 1] - lo) * (d if d < 1.0 else 1.0)
 
     def advance(self, now_s: float) -> None:
-        if now_s <= self.last_s:
+        last = self.last_s
+        if now_s <= last:
             return
-        if self.heap:
-            self.busy_s += now_s - self.last_s
-            start = max(self.last_s, self.stall_until_s)
+        heap = self.heap
+        if heap:
+            self.busy_s += now_s - last
+            stall = self.stall_until_s
+            start = last if last >= stall else stall
             if now_s > start:
-                b = len(self.heap)
-                steps = (now_s - start) / self.tables.itl_s(self.tp, b, self.ctx_sum / b)
-                steps = min(steps, self.heap[0][0] - self.clock)  # never past the next completion
-                self.clock += steps
+                b = len(heap)
+                steps = (now_s - start) / self._itl(b, self.ctx_sum / b)
+                clock = self.clock
+                room = heap[0][0] - clock
+                if room < steps:  # never past the next completion
+                    steps = room
+                self.clock = clock + steps
                 self.ctx_sum += b * steps
         self.last_s = now_s
 
     def join(self, now_s: float, item: Any, ctx: float, prefill_tokens: float, gen_tokens: int) -> None:
         """Start a turn: prefill `prefill_tokens` (attending `ctx`), then decode `gen_tokens`."""
         self.advance(now_s)
-        self.stall_until_s = max(now_s, self.stall_until_s) + self.tables.prefill_s(
-            self.tp, prefill_tokens, ctx
-        )
-        heapq.heappush(self.heap, (self.clock + gen_tokens, self._seq, item))
-        self._seq += 1
+        stall = self.stall_until_s
+        if prefill_tokens <= 0:
+            prefill_s = 0.0
+        else:
+            tables = self.tables
+            row = self._pre_row
+            x = (math.log(ctx if ctx > 16.0 else 16.0) - tables._log0) / tables._dlog
+            i = int(x)
+            if i > tables._n - 2:
+                i = tables._n - 2
+            d = x - i
+            lo = row[i]
+            prefill_s = prefill_tokens * (lo + (row[i + 1] - lo) * (d if d < 1.0 else 1.0))
+        self.stall_until_s = (now_s if now_s >= stall else stall) + prefill_s
+        final_ctx = ctx + gen_tokens
+        seq = self._seq
+        heapq.heappush(self.heap, (self.clock + gen_tokens, seq, item, final_ctx))
+        self._seq = seq + 1
         self.ctx_sum += ctx
-        self.reserved += ctx + gen_tokens
+        self.reserved += final_ctx
         self.version += 1
 
     def next_done_s(self) -> float | None:
-        if not self.heap:
+        heap = self.heap
+        if not heap:
             return None
-        b = len(self.heap)
-        start = max(self.last_s, self.stall_until_s)
-        return start + max(0.0, self.heap[0][0] - self.clock) * self.tables.itl_s(
-            self.tp, b, self.ctx_sum / b
-        )
+        b = len(heap)
+        last, stall = self.last_s, self.stall_until_s
+        start = last if last >= stall else stall
+        left = heap[0][0] - self.clock
+        return start + (left if left > 0.0 else 0.0) * self._itl(b, self.ctx_sum / b)
 
     def pop_done(self, now_s: float) -> list[Any]:
-        """Turns whose generation ended by `now_s` (the caller releases their context)."""
+        """Turns whose generation ended by `now_s`, in completion order, each turn's final context
+        already released from the running sums and the KV reservation (clipped at 0, both 0 once
+        nothing runs)."""
         self.advance(now_s)
+        heap = self.heap
         done = []
-        while self.heap and self.heap[0][0] <= self.clock + 1e-6:
-            _, _, item = heapq.heappop(self.heap)
-            done.append(item)
-        self.version += 1
-        return done
-
-    def release(self, ctx_now: float, reserved: float) -> None:
-        self.ctx_sum = max(0.0, self.ctx_sum - ctx_now)
-        self.reserved = max(0.0, self.reserved - reserved)
-        if not self.heap:
+        limit = self.clock + 1e-6
+        while heap and heap[0][0] <= limit:
+            done.append(heapq.heappop(heap))
+        if done and heap:
+            ctx_sum, reserved = self.ctx_sum, self.reserved
+            for entry in done:
+                final_ctx = entry[3]
+                x = ctx_sum - final_ctx
+                ctx_sum = x if x > 0.0 else 0.0
+                x = reserved - final_ctx
+                reserved = x if x > 0.0 else 0.0
+            self.ctx_sum, self.reserved = ctx_sum, reserved
+        elif done:
             self.ctx_sum = self.reserved = 0.0
+        self.version += 1
+        return [entry[2] for entry in done]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,7 @@ class SimReport:
 
 
 def lower_bound_s(
-    iters: list[list[SimTrajectory]],
+    iters: Iterable[list[SimTrajectory]],
     model: ModelSpec,
     hw: HardwareSpec,
     num_gpus: int,

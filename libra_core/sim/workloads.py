@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,24 +221,27 @@ class ScenarioWorkload:
         self, rng: random.Random, tid: str, p: int, it: int, gen_scale: float, turn_scale: float, fail: float
     ) -> SimTrajectory:
         s = self.spec
+        rand, bits = rng.random, rng.getrandbits
         d = self._difficulty[p]
         mean = max(1.0, s.mean_subtasks * math.sqrt(d) * turn_scale)
-        todo = 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - 1.0 / mean)) if mean > 1 else 1
+        todo = 1 + int(math.log(1.0 - rand()) / math.log(1.0 - 1.0 / mean)) if mean > 1 else 1
         budget = s.max_total_tokens - self._prompt_len[p]
         gen_mu = math.log(s.gen_median * d**0.3 * gen_scale)
+        latency_mu, payload_mu = math.log(s.tool_latency_s), math.log(s.payload_median)
+        big_mu = math.log(s.big_payload_tokens)
         turns: list[Turn] = []
         lat: list[float] = []
         while len(turns) < s.max_turns and budget > 0:
-            g = min(budget, max(1, round(rng.lognormvariate(gen_mu, s.turn_sigma))))
+            g = min(budget, max(1, round(_lognormal(rand, gen_mu, s.turn_sigma))))
             budget -= g
             if todo <= 0 or budget <= 0 or len(turns) == s.max_turns - 1:
                 turns.append(Turn(g, None, 0, None))
                 lat.append(0.0)
                 break
-            u = rng.random()
+            u = rand()
             status: ToolStatus
-            latency = rng.lognormvariate(math.log(s.tool_latency_s), 0.5)
-            payload = rng.lognormvariate(math.log(s.payload_median), 0.5)
+            latency = _lognormal(rand, latency_mu, 0.5)
+            payload = _lognormal(rand, payload_mu, 0.5)
             if u < fail:
                 status = "failure"  # the subtask is retried
             elif u < fail + s.timeout_prob:
@@ -246,9 +249,9 @@ class ScenarioWorkload:
             else:
                 status = "success"
                 todo -= 1
-                if rng.random() < s.big_payload_prob:
-                    payload = rng.lognormvariate(math.log(s.big_payload_tokens), 0.4)
-                    todo += rng.randint(1, 2)  # a large observation uncovers more work
+                if rand() < s.big_payload_prob:
+                    payload = _lognormal(rand, big_mu, 0.4)
+                    todo += 1 + _below_2(bits)  # a large observation uncovers 1-2 more subtasks
             y = min(budget, max(1, round(payload)))
             budget -= y
             turns.append(Turn(g, s.tool, y, status))
@@ -257,6 +260,33 @@ class ScenarioWorkload:
             turns.append(Turn(0, None, 0, None))
             lat.append(0.0)
         return SimTrajectory(tid, f"p{p}", it, self._prompt_len[p], tuple(turns), tuple(lat))
+
+
+# Generating a workload draws a few log-normals per turn; CPython's `lognormvariate` costs two method
+# calls on top of the Kinderman-Monahan loop, so the loop is written here for the generator's hot path.
+# Both helpers make the same draws and return the same floats as `random.Random` (a test checks it).
+
+
+_NV_MAGICCONST = 4 * math.exp(-0.5) / math.sqrt(2.0)  # `random.NV_MAGICCONST`, computed the same way
+
+
+def _lognormal(rand: Callable[[], float], mu: float, sigma: float) -> float:
+    """`Random.lognormvariate(mu, sigma)` given the generator's `random` method."""
+    while True:
+        u1 = rand()
+        u2 = 1.0 - rand()
+        z = _NV_MAGICCONST * (u1 - 0.5) / u2
+        if z * z / 4.0 <= -math.log(u2):
+            return math.exp(mu + z * sigma)
+
+
+def _below_2(bits: Callable[[int], int]) -> int:
+    """`Random.randint(1, 2) - 1` given the generator's `getrandbits` method (rejection sampling on
+    two bits, as `Random._randbelow` does)."""
+    r = bits(2)
+    while r >= 2:
+        r = bits(2)
+    return r
 
 
 class TraceWorkload:

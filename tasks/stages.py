@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from prefect import task
@@ -20,11 +21,16 @@ from libra_core.pools.rollout import (
     served_version,
     stop_rollout_pool,
 )
+from libra_core.pools.trainer import run_on_trainer, stop_trainer_pool, warm_trainer
 from tasks.common import TASK_OPTIONS
 
 
 def pool_id(run_dir: str) -> str:
     return f"rollout:{Path(run_dir).name}"
+
+
+def trainer_pool_id(run_dir: str) -> str:
+    return f"trainer:{Path(run_dir).name}"
 
 
 @task(name="plan", **TASK_OPTIONS)
@@ -39,8 +45,17 @@ def rollout_pool_task(run_dir: str, size: int, version: int) -> PoolInfo:
     cfg = load_run_config(run_dir)
     layout = RunLayout(Path(run_dir))
     max_len = getattr(cfg.model, "max_position_embeddings", cfg.rollout.max_total_tokens)
-    engine_threads, _ = cpu_threads(cfg)
-    return ensure_rollout_pool(
+    engine_threads, train_threads = cpu_threads(cfg)
+    warming = None
+    if cfg.pipeline.mode == "async":  # the trainer process starts while the engines do
+        warming = threading.Thread(
+            target=warm_trainer,
+            args=(trainer_pool_id(run_dir), cfg.pools.local, train_threads, run_update.__module__),
+            name="warm-trainer",
+            daemon=True,
+        )
+        warming.start()
+    info = ensure_rollout_pool(
         pool_id(run_dir),
         layout.policy,
         cfg.rollout.engine.model_copy(update={"cpu_threads": engine_threads}),
@@ -50,11 +65,15 @@ def rollout_pool_task(run_dir: str, size: int, version: int) -> PoolInfo:
         dtype=cfg.model.dtype,
         version=version,
     )
+    if warming is not None:
+        warming.join()
+    return info
 
 
 @task(name="stop-rollout-pool", **TASK_OPTIONS)
 def stop_pool_task(run_dir: str) -> None:
     stop_rollout_pool(pool_id(run_dir))
+    stop_trainer_pool(trainer_pool_id(run_dir))
 
 
 @task(name="rollout", retries=1, retry_delay_seconds=2, **TASK_OPTIONS)
@@ -78,7 +97,22 @@ def reward_task(run_dir: str, rollout_path: str, iteration: int) -> RewardResult
 
 @task(name="update", **TASK_OPTIONS)
 def update_task(run_dir: str, rewarded_path: str, iteration: int, version: int) -> UpdateStageResult:
-    return run_update(run_dir, rewarded_path, iteration=iteration, version=version)
+    """One GRPO update. In async mode it runs in the run's trainer process (it overlaps the next
+    rollout, whose client code would otherwise share this process's interpreter lock)."""
+    cfg = load_run_config(run_dir)
+    if cfg.pipeline.mode != "async":
+        return run_update(run_dir, rewarded_path, iteration=iteration, version=version)
+    _, threads = cpu_threads(cfg)
+    return run_on_trainer(
+        trainer_pool_id(run_dir),
+        cfg.pools.local,
+        threads,
+        run_update,
+        run_dir,
+        rewarded_path,
+        iteration=iteration,
+        version=version,
+    )
 
 
 @task(name="sync", retries=2, retry_delay_seconds=1, **TASK_OPTIONS)

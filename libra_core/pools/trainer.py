@@ -1,0 +1,87 @@
+"""The trainer pool: a long-lived worker process the update stage runs in.
+
+In the async pipeline the update of iteration i overlaps the rollout of iteration i+1. Run inside
+the flow's process, the two would share one interpreter lock: the trainer's Python between torch
+ops and the agent loop's client code (tool calls, token bookkeeping, HTTP) would take turns, and
+on a small model both are mostly Python. So the update runs in a worker of a local pool, spawned
+once per run and kept until the run ends. The worker holds nothing between calls (the update loads
+the policy and optimizer state from the run folder and writes them back), so a crashed worker is
+replaced on the next call without losing anything. Sync mode keeps the update in the flow's
+process: nothing overlaps there, so a pipe hop would buy nothing.
+
+Like the rollout pool, workers live in a per-process registry keyed by the run's pool id and are
+stopped at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from libra_core.config.pools import LocalPoolConfig
+from libra_core.pools.base import WorkerDiedError
+from libra_core.pools.local import LocalPool
+
+T = TypeVar("T")
+
+_POOLS: dict[str, LocalPool] = {}
+_LOCK = threading.Lock()
+
+
+def _pool(pool_id: str, cfg: LocalPoolConfig, threads: int) -> LocalPool:
+    with _LOCK:
+        pool = _POOLS.get(pool_id)
+        if pool is not None:
+            return pool
+        pool = LocalPool(cfg.model_copy(update={"threads_per_worker": max(1, threads)}))
+        pool.start(1)
+        _POOLS[pool_id] = pool
+        return pool
+
+
+def run_on_trainer(
+    pool_id: str, cfg: LocalPoolConfig, threads: int, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+) -> T:
+    """Run `fn(*args, **kwargs)` in the pool's trainer process (started on first use, with
+    `threads` torch/OMP threads) and return its result; its exceptions are re-raised here."""
+    pool = _pool(pool_id, cfg, threads)
+    try:
+        result: T = pool.run(pool.worker_ids[0], fn, *args, **kwargs)
+    except WorkerDiedError:
+        stop_trainer_pool(pool_id)  # the next call starts a new worker
+        raise
+    return result
+
+
+def _import(module: str) -> None:
+    importlib.import_module(module)
+
+
+def warm_trainer(pool_id: str, cfg: LocalPoolConfig, threads: int, module: str) -> None:
+    """Start the pool's trainer process and import `module` there, so the first update pays for
+    neither the spawn nor the imports (call it while the rollout engines start)."""
+    run_on_trainer(pool_id, cfg, threads, _import, module)
+
+
+def trainer_pid(pool_id: str) -> int | None:
+    """Process id of the pool's trainer worker, or None when none is running (for tests)."""
+    pool = _POOLS.get(pool_id)
+    if pool is None or pool.size == 0:
+        return None
+    return pool.health()[pool.worker_ids[0]].pid
+
+
+def stop_trainer_pool(pool_id: str) -> None:
+    with _LOCK:
+        pool = _POOLS.pop(pool_id, None)
+    if pool is not None:
+        pool.stop()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for pool_id in list(_POOLS):
+        stop_trainer_pool(pool_id)

@@ -68,6 +68,34 @@ class NodeStats:
         return self.cum_gen[idx - 1] / self.total_weight if idx else 0.0
 
 
+class SampleWeights(dict[int, float]):
+    """Sample weights `policy version u -> 2 ** (-max(0, version - u) / half_life)` at one (tree
+    version, half-life), each computed on its first look-up (`__missing__`)."""
+
+    def __init__(self, version: int, half_life: float) -> None:
+        super().__init__()
+        self.version, self.half_life = version, half_life
+
+    def __missing__(self, u: int) -> float:
+        w = self[u] = 2.0 ** (-max(0, self.version - u) / self.half_life)
+        return w
+
+
+_SAMPLE_WEIGHTS: dict[tuple[int, float], SampleWeights] = {}
+
+
+def sample_weights(version: int, half_life: float) -> SampleWeights:
+    """The shared `SampleWeights` of (tree version, half-life), for `Node.stats` (prefix_tree.py):
+    entries are pure functions of the key, so sharing is safe."""
+    key = (version, half_life)
+    found = _SAMPLE_WEIGHTS.get(key)
+    if found is None:
+        if len(_SAMPLE_WEIGHTS) >= 64:
+            _SAMPLE_WEIGHTS.clear()
+        found = _SAMPLE_WEIGHTS[key] = SampleWeights(version, half_life)
+    return found
+
+
 class Estimate:
     """Distribution of a request's remaining tokens, mixed from the back-off chain."""
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from libra_core.config.models import SchedulerConfig
 from libra_core.scheduling.base import Turn
-from libra_core.scheduling.estimate import Estimate, NodeStats
+from libra_core.scheduling.estimate import Estimate, NodeStats, sample_weights
 
 StateKey = tuple[str, int, str]  # (tool, payload-size class, status)
 MARKOV_MAX_DEPTH = 16
@@ -69,11 +69,11 @@ class Node:
         "support_version",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, samples: array[int] | None = None) -> None:
         self.children: dict[int, Node] | None = None
         # Flat triples (remaining tokens after this point, its generated part, policy version): one
         # array per node instead of three keeps a node at ~300 bytes.
-        self.samples = array("i")
+        self.samples = array("i") if samples is None else samples
         self.support = 0.0  # aged count of trajectories that passed here, as of `support_version`
         # Aged sums of their remaining tokens and generated part, aged with `support`: the node's mean
         # is exact over every trajectory that passed (the bounded sample only shapes the quantiles).
@@ -219,21 +219,19 @@ class Node:
             return self._build_stats(version, half_life)
         values = old.values.copy()
         gens, weights = sorted_[1].copy(), sorted_[2].copy()
-        weight_of = _weights(version, half_life)
+        weight_of = sample_weights(version, half_life)
         start = len(values)
         for evicted, rank, remaining, remaining_gen, u in changes:
             if rank >= 0:
                 i = bisect.bisect_left(values, evicted) + rank
                 del values[i], gens[i], weights[i]
-                start = min(start, i)
-            w = weight_of.get(u)
-            if w is None:
-                w = weight_of[u] = 2.0 ** (-max(0, version - u) / half_life)
+                start = i if i < start else start
+            w = weight_of[u]
             i = bisect.bisect_right(values, remaining)
             values.insert(i, remaining)
             gens.insert(i, remaining_gen)
             weights.insert(i, w)
-            start = min(start, i)
+            start = i if i < start else start
         if start == 0:
             cum = list(accumulate(weights))
             cum_gen = list(accumulate(map(mul, weights, gens)))
@@ -263,10 +261,7 @@ class Node:
         means = (self.sum_rem / self.support, self.sum_gen / self.support)
         s = self.samples.tolist()  # list indexing is faster than the array's
         rem, gen, ver = s[0::3], s[1::3], s[2::3]
-        weight_of = _weights(version, half_life)
-        for u in set(ver):
-            if u not in weight_of:
-                weight_of[u] = 2.0 ** (-max(0, version - u) / half_life)
+        weight_of = sample_weights(version, half_life)
         order = sorted(range(len(rem)), key=rem.__getitem__)
         ver_sorted = map(ver.__getitem__, order)
         weights = list(map(weight_of.__getitem__, ver_sorted))
@@ -283,31 +278,16 @@ def _leaf(remaining: int, remaining_gen: int, version: int, cap: int, half_life:
     """A new node after `record(remaining, remaining_gen, version, ...)`: for a version >= 0 (the
     support's starting version) that is one sample, support 1.0 and the sums, the same floats
     (`0.0 * decay + x == x`)."""
-    node = Node()
     if version < 0:
+        node = Node()
         node.record(remaining, remaining_gen, version, cap, half_life)
         return node
-    node.samples.extend((remaining, remaining_gen, version))
+    node = Node(array("i", (remaining, remaining_gen, version)))
     node.support = 1.0
     node.sum_rem = 0.0 + remaining
     node.sum_gen = 0.0 + remaining_gen
     node.support_version = version
     return node
-
-
-_WEIGHT_CACHE: dict[tuple[int, float], dict[int, float]] = {}
-
-
-def _weights(version: int, half_life: float) -> dict[int, float]:
-    """Memo of sample weights `policy version -> 2 ** (-max(0, version - u) / half_life)` at one
-    (tree version, half-life); entries are pure functions of the key, so sharing is safe."""
-    key = (version, half_life)
-    found = _WEIGHT_CACHE.get(key)
-    if found is None:
-        if len(_WEIGHT_CACHE) >= 64:
-            _WEIGHT_CACHE.clear()
-        found = _WEIGHT_CACHE[key] = {}
-    return found
 
 
 def _mark_dropped(node: Node) -> None:
@@ -362,6 +342,8 @@ class PrefixTree:
         self.markov: dict[tuple[int, int], Node] = {}
         self.states: list[StateKey] = []  # code -> state
         self._codes: dict[StateKey, int] = {}
+        # (tool, payload tokens, status) -> code, for inserts: codes and payload classes are stable.
+        self._raw_codes: dict[tuple[str, int, str], int] = {}
         # Incremental pruning pass (see `prune`): top-level keys still to check, per container, and
         # nodes whose children are still to check; `_pass_version` is the clock the pass started at.
         self._pass_roots: list[tuple[dict[Any, Node], list[Any]]] = []
@@ -439,17 +421,18 @@ class PrefixTree:
                     left -= 1
                     if not children:
                         continue
-                    stale = [
-                        c  # `aged_support`, inlined
-                        for c, ch in children.items()
-                        if ch.support * 2.0 ** (-(v - ch.support_version) / h) < below
-                    ]
-                    for c in stale:
-                        _mark_dropped(children.pop(c))
-                    dropped += len(stale)
+                    stale = None  # a loop, not a comprehension: most nodes have one child
+                    for c, ch in children.items():  # `aged_support`, inlined
+                        if ch.support * 2.0 ** (-(v - ch.support_version) / h) < below:
+                            stale = [c] if stale is None else [*stale, c]
+                    checks = len(children)
+                    if stale is not None:
+                        for c in stale:
+                            _mark_dropped(children.pop(c))
+                        dropped += len(stale)
                     stack.extend(children.values())
-                    if budget is not None:
-                        left = max(0, left - len(children) - len(stale))
+                    if budget is not None:  # one more per child checked (not below 0)
+                        left = left - checks if left > checks else 0
                 elif roots:
                     container, keys = roots[-1]
                     if not keys:
@@ -486,12 +469,16 @@ class PrefixTree:
         advance the pruning pass by `prune_nodes_per_insert` checks."""
         remaining = sum(t.gen_tokens + t.payload_tokens for t in turns)
         remaining_gen = sum(t.gen_tokens for t in turns)
-        codes = []
+        codes, raw_codes = [], self._raw_codes
         for i, t in enumerate(turns[:-1]):
             assert t.tool is not None and t.status is not None, (
                 f"turn {i} of {prompt_id!r} has no tool return"
             )
-            codes.append(self.code(self.state_key(t.tool, t.payload_tokens, t.status), create=True))
+            raw = (t.tool, t.payload_tokens, t.status)
+            code = raw_codes.get(raw)
+            if code is None:
+                code = raw_codes[raw] = self.code(self.state_key(*raw), create=True)
+            codes.append(code)
         size_class = self.size_class(prompt_tokens)
         with self.lock:
             p_node = self.prompts.get(prompt_id)

@@ -40,12 +40,13 @@ from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, Schedul
 from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.scheduling.registry import build_scheduler
 from libra_core.sim import pipeline
+from libra_core.sim.cmlfq import SimCMLFQScheduler
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import CostTables, Instance
 from libra_core.sim.policies import Deployment, PolicySpec, build_deployment
 from libra_core.sim.router import Router
 from libra_core.sim.training import Trainer
-from libra_core.sim.tree import SimCMLFQScheduler, SimPrefixTree
+from libra_core.sim.tree import SimPrefixTree
 from libra_core.sim.workloads import SimTrajectory
 
 

@@ -5,34 +5,32 @@
 `Estimate.mix` weighs them; but the mixture gives each node the share `n / (n + pseudocount)` of the
 mass still unassigned and stops once less than 1e-9 is left, and a node's statistics' means are its
 aged sums over its support. `NodeMix` walks the same chain in the same order and computes the same
-weights, shifts and means from those sums, part by part and only as far as a decision needs:
-`SimCMLFQScheduler`'s mean test stops once the rest of the chain cannot move the mean across a
-bucket bound (most decisions end there: the request stays), and the tail test stops at the first
-parts whenever the rest cannot change its outcome; part statistics (sorted sample, cumulative
-weights) are built only for the parts a CDF reads, so the widest nodes (the global root and its
-shallow children, rebuilt after nearly every insert) are rarely built. Each request's walks down the
-tree are kept between its tool returns (`Paths`). Every estimate, decision and counter is the base
-classes' (`tests/sim` and `tests/scheduling/test_fast_paths.py` check it). Inserts, aging, pruning
-and persistence are the base class's.
+weights, shifts and means from those sums, part by part and only as far as a decision needs (the
+shifted ancestors are appended to the chain a depth at a time, as the weighing reaches them): the
+mean test of `SimCMLFQScheduler` (sim/cmlfq.py) stops once the rest of the chain cannot move the
+mean across a bucket bound (most decisions end there: the request stays), and the tail test stops
+at the first parts whenever the rest cannot change its outcome; part statistics (sorted sample,
+cumulative weights) are built only for the parts a CDF reads, so the widest nodes (the global root
+and its shallow children, rebuilt after nearly every insert) are rarely built. Each request's walks
+down the tree are kept between its tool returns (`Paths`). Every estimate, decision and counter is
+the base classes' (`tests/sim` and `tests/scheduling/test_fast_paths.py` check it). Inserts, aging,
+pruning and persistence are the base class's.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
-from libra_core.config.models import SchedulerConfig
-from libra_core.scheduling.base import FinishedTrajectory, Move, SchedRequest, ToolReturn, Turn
-from libra_core.scheduling.cmlfq import CMLFQScheduler, _Progress
-from libra_core.scheduling.estimate import Estimate, NodeStats
+from libra_core.scheduling.base import Turn
+from libra_core.scheduling.estimate import Estimate
 from libra_core.scheduling.prefix_tree import MARKOV_MAX_DEPTH, SIZE_CLASS_MAX_DEPTH, Node, PrefixTree
 
 Part = tuple[float, Node, int, float, float, float]  # see `NodeMix.picked`
 Ancestors = tuple[list[Node], int, list[Node], int]  # (c, lc, g, lg), see `_append_ancestors`
 
 
-def _gen_and_scale(
+def gen_and_scale(
     node: Node, mr: float, shifted: float, version: int, half_life: float
 ) -> tuple[float, float]:
     """A mixture part's mean remaining generated tokens and its scale (shifted / unshifted mean)."""
@@ -93,6 +91,7 @@ class NodeMix:
         "js",
         "last",
         "left",
+        "level",
         "mean_remaining",
         "now",
         "pending",
@@ -115,7 +114,10 @@ class NodeMix:
     ) -> None:
         self.chain = chain  # the back-off chain, most specific first
         self.js = js  # per chain node: the depth its shift is measured from (-1: no shift)
-        self.pending = pending  # the ancestors still to append to `chain` (`_append_ancestors`)
+        # The ancestors still to append to `chain` (`_append_ancestors`'s order), one depth at a time
+        # as the weighing reaches them (most decisions stop a level or two in): `level` is the next.
+        self.pending = pending
+        self.level = -1 if pending is None else max(pending[1], pending[3]) - 1
         self.last = last  # the last chain node with samples: it takes the mass left
         self.consumed = consumed
         self.now = consumed[-1]
@@ -138,10 +140,17 @@ class NodeMix:
         version, half_life = self.version, self.half_life
         left, pos = self.left, self.pos
         while True:
-            if pos == len(chain):  # the head is weighed: the ancestors follow
-                assert self.pending is not None
-                _append_ancestors(chain, js, *self.pending)
-                self.pending = None
+            if pos == len(chain):  # the weighed nodes are all in: append the next ancestor level
+                assert self.pending is not None and self.level >= 0, "weighed past the last node"
+                c, lc, g, lg = self.pending
+                j = self.level
+                self.level = j - 1
+                if j < lc:
+                    chain.append(c[j])
+                    js.append(j)
+                if j < lg:
+                    chain.append(g[j])
+                    js.append(j)
             node = chain[pos]
             pos += 1
             if not node.samples:
@@ -189,7 +198,7 @@ class NodeMix:
         parts: list[tuple[float, Node, int, float]] = []
         mean_gen = 0.0
         for weight, node, shift, mr, shifted, _ in self.picked:
-            mr_gen, scale = _gen_and_scale(node, mr, shifted, version, half_life)
+            mr_gen, scale = gen_and_scale(node, mr, shifted, version, half_life)
             parts.append((weight, node, shift, scale))
             mean_gen += weight * mr_gen * scale
         return parts, mean_gen
@@ -259,21 +268,24 @@ def mix_nodes(
     lg, lc = len(g), len(c)
     prompt_support = global_support = 0.0
     head: list[Node] = []  # the exact-path nodes, unshifted
+    # The supports are `Node.aged_support`, inlined.
     if len(p) == depth + 1:
         p_node = p[-1]
         head.append(p_node)
-        prompt_support = p_node.aged_support(version, half_life)
+        prompt_support = p_node.support * 2.0 ** (-(version - p_node.support_version) / half_life)
     if lc == depth + 1:
         head.append(c[-1])
         lc -= 1
     if lg == depth + 1:
         g_exact = g[-1]
         head.append(g_exact)
-        global_support = g_exact.aged_support(version, half_life)
+        global_support = g_exact.support * 2.0 ** (-(version - g_exact.support_version) / half_life)
         lg -= 1
-    if depth and (m_node := self.markov.get((min(depth, MARKOV_MAX_DEPTH), path[-1]))) is not None:
+    m_key = (depth if depth < MARKOV_MAX_DEPTH else MARKOV_MAX_DEPTH, path[-1]) if depth else None
+    if m_key is not None and (m_node := self.markov.get(m_key)) is not None:
         head.append(m_node)
-        global_support = max(global_support, m_node.aged_support(version, half_life))
+        m_support = m_node.support * 2.0 ** (-(version - m_node.support_version) / half_life)
+        global_support = m_support if m_support > global_support else global_support  # max()
     # The chain: `head`, then the shifted ancestors (`_append_ancestors`); only nodes with samples
     # count, and the last of those takes the mass left. That is almost always the chain's final node
     # (the global root); then the ancestors are appended only if the weighing gets to them.
@@ -311,235 +323,3 @@ def _append_ancestors(
         chain.append(c[j])
         chain.append(g[j])
         js += (j, j)
-
-
-_DISAGREE, _TOO_COSTLY, _MOVE = range(3)  # outcomes of `SimCMLFQScheduler._gen_outcome`
-
-
-def _settle(
-    below: list[float],
-    mean_gen: float,
-    spread: float,
-    first: int,
-    target: int,
-    current: int,
-    slowdown: float,
-    threshold: float,
-) -> int | None:
-    """The outcome of `_gen_outcome`'s tests if every final sum lies in [partial, partial + spread]
-    (the bounds below the context stay 0.0), or None if those intervals do not settle it."""
-    lo = [*below, mean_gen]
-    hi = [0.0] * first + [x + spread for x in lo[first:]]
-    v_lo = [max(0.0, lo[0] - 0.0)] + [max(0.0, lo[b] - hi[b - 1]) for b in range(1, len(lo))]
-    v_hi = [max(0.0, hi[0] - 0.0)] + [max(0.0, hi[b] - lo[b - 1]) for b in range(1, len(lo))]
-    best = v_lo[target]
-    if all(best > v for b, v in enumerate(v_hi) if b != target):  # `target` is the argmax
-        if (v_hi[target] - v_lo[current]) * slowdown <= threshold:
-            return _TOO_COSTLY
-        if (best - v_hi[current]) * slowdown > threshold:
-            return _MOVE
-        return None
-    worst = v_hi[target]
-    if any(v > worst for b, v in enumerate(v_lo) if b != target):  # another bucket beats it
-        return _DISAGREE
-    return None
-
-
-class SimCMLFQScheduler(CMLFQScheduler):
-    """`CMLFQScheduler` with `on_tool_return` evaluated lazily: the mean test weighs the chain only
-    until the rest of it cannot move the mean across a bucket bound, the tail test evaluates the CDF
-    at the two bounds around the target (`Estimate.tail_bucket` evaluates every bound) with the same
-    kind of early exit, then `Estimate.gen_by_bucket`'s sums with parts outer and bounds inner, each
-    bound's sum still adding the parts in order, so every float, decision and counter is the base
-    class's. Each request's tree walks are kept between its tool returns (`Paths`). The simulator is
-    single-threaded, so the tracker's and the tree's locks are not taken."""
-
-    def __init__(self, cfg: SchedulerConfig, tree: PrefixTree | None = None) -> None:
-        super().__init__(cfg, tree)
-        self._paths: dict[str, Paths] = {}
-
-    def admit(self, request: SchedRequest) -> int:
-        """The base class's admission (the bucket of prompt + mean remaining at the root), with the
-        mean weighed only as far as its bucket needs (`_target`; no shifts at the root)."""
-        rid = request.request_id
-        self._paths.pop(rid, None)
-        mix = mix_nodes(self.tree, request.prompt_id, (), (0,), request.prompt_tokens)
-        bucket = 0
-        if mix is not None and mix.support >= self.cfg.min_support:
-            bucket = self._target(mix, request.prompt_tokens, self._ceiling(True))
-            self.counters.admissions_from_tree += 1
-        self._progress[rid] = _Progress()
-        return self.tracker.place(rid, bucket)
-
-    def on_finish(self, trajectory: FinishedTrajectory) -> None:
-        self._paths.pop(trajectory.request_id, None)
-        super().on_finish(trajectory)
-
-    def _target(self, mix: NodeMix, ctx: int, ceiling: float) -> int:
-        """`bucket_of(ctx + mean remaining, bounds)`, weighing the chain only as far as needed.
-
-        Each term added to the mean is >= 0 (a positive weight times a mean clipped at 0), and a
-        float sum of terms >= 0 never decreases, so the final mean is >= the partial one. Each later
-        term is at most its weight times `ceiling` (see `_ceiling`) and the later weights add up to
-        at most `left`; the margins (relative 1e-6 in `ceiling`, absolute 1e-9 in the mass and 1e-6
-        tokens) are far above the rounding of the few hundred float operations involved. So once
-        both ends of that interval fall in the same bucket, that is the bucket of the final mean,
-        and the rest of the chain is not weighed."""
-        bounds = self.bounds
-        lo = bisect_left(bounds, ctx + mix.mean_remaining)
-        while not mix.done:
-            if bisect_left(bounds, ctx + (mix.mean_remaining + (mix.left + 1e-9) * ceiling + 1e-6)) == lo:
-                return lo
-            mix.step()
-            lo = bisect_left(bounds, ctx + mix.mean_remaining)
-        return lo
-
-    def _ceiling(self, monotone: bool) -> float:
-        """An upper bound on every part's shifted mean remaining tokens, its generated part and its
-        sample's generated tokens, with a relative margin of 1e-6: `max_remaining` (a node's mean,
-        the ratio of its aged sums, is a weighted mean of what its samples recorded, and a
-        generated part is at most the whole) when no shift is negative (`monotone`: a shifted mean
-        is then at most the mean, and a generated-token scale at most 1), else inf."""
-        return max_remaining_of(self.tree) * (1.0 + 1e-6) if monotone else math.inf
-
-    def _gen_outcome(
-        self, mix: NodeMix, stats_of: list[NodeStats], ctx: int, target: int, current: int, ceiling: float
-    ) -> int:
-        """The base class's last two tests, `argmax(gen_by_bucket) == target` (else `_DISAGREE`) and
-        the saving against the re-prefill cost (`_TOO_COSTLY` or `_MOVE`), adding the parts one at a
-        time and stopping once the parts still to come cannot change the outcome.
-
-        `Estimate.gen_by_bucket`'s sums with parts outer and bounds inner, each bound's sum (and the
-        generated-token mean, `NodeMix.finish`) still adding the parts in order, so every float is
-        the one-bound-at-a-time value. Each term is >= 0, so a partial sum is a lower bound of the
-        final one (a float sum of terms >= 0 never decreases); the parts still to come weigh at most
-        the mass unassigned before the next one, and each of their terms is at most its weight
-        times `ceiling`, so partial + that mass x `ceiling` (+ 1e-9 mass and 1e-3 tokens of margin,
-        far above the rounding) is an upper bound. The values and the saving are monotone in those
-        sums (`max(0, hi - lo)`, then a product by a slowdown >= 0), so when their intervals settle
-        the outcome it is the outcome of the final floats."""
-        cfg, bounds = self.cfg, self.bounds
-        nb = len(bounds)
-        version, half_life = mix.version, mix.half_life
-        picked = mix.picked
-        slowdown = cfg.misplaced_decode_slowdown
-        threshold = ctx * cfg.prefill_decode_cost_ratio
-        if not slowdown >= 0.0:
-            ceiling = math.inf  # the saving would not be monotone in the values: add every part
-        tokens = [bound - ctx for bound in bounds]
-        first = 0  # bounds below the context get 0.0
-        while first < nb and tokens[first] < 0:
-            first += 1
-        below = [0.0] * nb
-        mean_gen = 0.0
-        k = 0
-        while k < len(picked) or mix.step():
-            w, node, shift, mr, shifted, _ = picked[k]
-            mr_gen, scale = _gen_and_scale(node, mr, shifted, version, half_life)
-            mean_gen += w * mr_gen * scale
-            stats = stats_of[k] if k < len(stats_of) else node.stats(version, half_life)
-            sample, cum_gen, total = stats.values, stats.cum_gen, stats.total_weight
-            ws = w * scale
-            idx = 0
-            for b in range(first, nb):
-                idx = bisect_right(sample, tokens[b] + shift, idx)  # bounds ascend: search from the last
-                if idx:
-                    below[b] += ws * (cum_gen[idx - 1] / total)
-            k += 1
-            if k < len(picked):
-                mass = picked[k][5]
-            elif not mix.done:
-                mass = mix.left
-            else:
-                break  # every part is in
-            spread = (mass + 1e-9) * ceiling + 1e-3
-            if spread < math.inf:
-                outcome = _settle(below, mean_gen, spread, first, target, current, slowdown, threshold)
-                if outcome is not None:
-                    return outcome
-        below.append(mean_gen)
-        values = [max(0.0, hi - lo) for lo, hi in zip([0.0, *below[:-1]], below, strict=True)]
-        if max(range(len(values)), key=values.__getitem__) != target:
-            return _DISAGREE
-        saving = (values[target] - values[current]) * slowdown
-        return _TOO_COSTLY if saving <= threshold else _MOVE
-
-    def on_tool_return(self, request: SchedRequest, ret: ToolReturn) -> Move | None:
-        rid = request.request_id
-        current = self.tracker.current(rid)
-        counters, tree, cfg, bounds = self.counters, self.tree, self.cfg, self.bounds
-        counters.decisions += 1
-        progress = self._progress[rid]
-        consumed = progress.consumed
-        progress.codes.append(tree.code(tree.state_key(ret.tool, ret.payload_tokens, ret.status)))
-        paths = self._paths.get(rid)
-        if paths is None:
-            paths = self._paths[rid] = Paths(tree.size_class(request.prompt_tokens))
-        now = ret.context_tokens - request.prompt_tokens
-        if now < consumed[-1]:
-            paths.monotone = False
-        consumed.append(now)
-        ctx = ret.context_tokens
-        mix = mix_nodes(tree, request.prompt_id, progress.codes, consumed, request.prompt_tokens, paths)
-        if mix is None or mix.support < cfg.min_support:
-            counters.low_support += 1
-            return None
-        ceiling = self._ceiling(paths.monotone)
-        target = self._target(mix, ctx, ceiling)
-        if target == current:
-            return None
-        nb = len(bounds)
-        version, half_life = tree.version, tree.half_life
-        picked = mix.picked
-        stats_of: list[NodeStats] = []  # built on first use, in chain order
-        q = cfg.tail_quantile - 1e-12
-
-        def reaches(b: int) -> bool:
-            """Whether the mixture CDF at bound b (`Estimate.cdf`: the parts' terms added in order)
-            is >= q, weighing more of the chain only when needed. Each term is in [0, w], so the sum
-            is settled once the partial sum reaches q (adding a term >= 0 never decreases a float
-            sum) or once the partial sum plus the mass not yet assigned before the next part (which
-            bounds the weights of every part from there), with a 1e-12 margin far above the
-            rounding of a few dozen additions of numbers <= 1, stays below q: the later parts, the
-            widest and most often rebuilt nodes (the global root and its shallow children), then
-            need no statistics and often no weighing."""
-            tokens = bounds[b] - ctx
-            if tokens < 0:
-                return q <= 0.0
-            total = 0.0
-            k = 0
-            while True:
-                if total >= q:
-                    return True
-                if k == len(picked) and not mix.step():
-                    return total >= q
-                w, node, shift, _, _, before = picked[k]
-                if total + before + 1e-12 < q:
-                    return False
-                if k < len(stats_of):
-                    stats = stats_of[k]
-                else:
-                    stats = node.stats(version, half_life)
-                    stats_of.append(stats)
-                idx = bisect_right(stats.values, tokens + shift)
-                if idx:  # adding w * 0.0 would leave the sum as it is
-                    total += w * (stats.cum_weights[idx - 1] / stats.total_weight)
-                k += 1
-
-        # The tail bucket is the first whose bound's CDF reaches q. The CDF at the bounds is monotone,
-        # float for float (cumulative weights ascend; `+`, `*` and `/` by the same positive numbers
-        # keep the order), so the tail is the target iff the CDF reaches q at the target's bound and
-        # not at the one below: two bounds instead of all, and most decisions end here.
-        if (target > 0 and reaches(target - 1)) or (target < nb and not reaches(target)):
-            counters.disagree += 1
-            return None
-        outcome = self._gen_outcome(mix, stats_of, ctx, target, current, ceiling)
-        if outcome == _DISAGREE:
-            counters.disagree += 1
-            return None
-        if outcome == _TOO_COSTLY:
-            counters.too_costly += 1
-            return None
-        counters.moves += 1
-        self.tracker.place(rid, target)
-        return Move(target)

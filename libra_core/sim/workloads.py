@@ -231,8 +231,12 @@ class ScenarioWorkload:
         big_mu = math.log(s.big_payload_tokens)
         turns: list[Turn] = []
         lat: list[float] = []
+        # Token counts are `min(budget, max(1, round(x)))`, written with comparisons (the same ints):
+        # the builtins parse their arguments at each call, a large share of this loop.
         while len(turns) < s.max_turns and budget > 0:
-            g = min(budget, max(1, round(_lognormal(rand, gen_mu, s.turn_sigma))))
+            g = round(_lognormal(rand, gen_mu, s.turn_sigma))
+            g = g if g > 1 else 1
+            g = g if g < budget else budget
             budget -= g
             if todo <= 0 or budget <= 0 or len(turns) == s.max_turns - 1:
                 turns.append(Turn(g, None, 0, None))
@@ -252,7 +256,9 @@ class ScenarioWorkload:
                 if rand() < s.big_payload_prob:
                     payload = _lognormal(rand, big_mu, 0.4)
                     todo += 1 + _below_2(bits)  # a large observation uncovers 1-2 more subtasks
-            y = min(budget, max(1, round(payload)))
+            y = round(payload)
+            y = y if y > 1 else 1
+            y = y if y < budget else budget
             budget -= y
             turns.append(Turn(g, s.tool, y, status))
             lat.append(latency)

@@ -3,10 +3,10 @@
 - `Node.stats` builds `NodeStats` with C-level loops and a per-version weight memo, and updates
   them after inserts instead of rebuilding; it must equal `NodeStats.build` over the same sample,
   also after evictions, version changes and pruning.
-- The simulator's `SimPrefixTree` / `SimCMLFQScheduler` (sim/tree.py) mix nodes from their aged sums,
-  build statistics lazily and settle the tail test from two bounds with early exits; every estimate
-  and decision must equal the library's `PrefixTree` / `CMLFQScheduler` on the same stream of
-  admissions, tool returns, inserts, policy versions and pruning passes.
+- The simulator's `SimPrefixTree` / `SimCMLFQScheduler` (sim/tree.py, sim/cmlfq.py) mix nodes from
+  their aged sums, build statistics lazily and settle the tail test from two bounds with early exits;
+  every estimate and decision must equal the library's `PrefixTree` / `CMLFQScheduler` on the same
+  stream of admissions, tool returns, inserts, policy versions and pruning passes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, ToolRet
 from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.scheduling.estimate import Estimate, NodeStats
 from libra_core.scheduling.prefix_tree import Node, PrefixTree
-from libra_core.sim.tree import SimCMLFQScheduler, SimPrefixTree
+from libra_core.sim.cmlfq import SimCMLFQScheduler
+from libra_core.sim.tree import SimPrefixTree
 from libra_core.traces.synthetic import SyntheticTraceConfig, synthetic_trajectories
 
 

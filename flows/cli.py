@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 EXIT_CONFIG_ERROR = 2
+EXIT_INTERRUPTED = 130  # like a shell after Ctrl-C
 DEFAULT_CONFIG = "stages.yaml"
 
 
@@ -130,7 +132,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         Console(stderr=True).print(where, highlight=False)
     from flows.progress_view import run_with_progress
 
-    return run_with_progress(config_path, args.overrides, args.resume)
+    # SIGTERM (kill, a job scheduler) ends the run like Ctrl-C. During the flow Prefect's own
+    # handler turns it into TerminationSignal, and afterwards re-sends it to this process under the
+    # handler it found; the default one would kill the process on the spot, skipping the exit
+    # handlers that stop the ephemeral Prefect server and the run's engines and trainer process.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return run_with_progress(config_path, args.overrides, args.resume)
+    except KeyboardInterrupt:
+        print("libra: run interrupted; resume it with `libra run --resume RUN_DIR`", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:

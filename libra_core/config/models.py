@@ -212,7 +212,12 @@ class GRPOConfig(Frozen):
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the k3 KL penalty to the reference (SFT) policy."
     )
-    minibatches: int = Field(4, ge=1, description="Optimizer steps per iteration.")
+    minibatches: int = Field(
+        4,
+        ge=1,
+        description="Optimizer steps per iteration (fewer when fewer prompt groups carry signal and "
+        "`whole_groups` keeps each group in one minibatch).",
+    )
     scale_by_std: bool = Field(True, description="Divide group-centred rewards by the group std.")
     negative_weight: float = Field(
         1.0,
@@ -220,6 +225,11 @@ class GRPOConfig(Frozen):
         le=1,
         description="Multiplier on negative advantages (1: plain GRPO; below 1 leans on reinforcing "
         "a group's better samples rather than pushing its worse ones down).",
+    )
+    whole_groups: bool = Field(
+        True,
+        description="Keep each prompt group inside one minibatch, so every optimizer step sees a "
+        "zero-sum set of advantages (false: rows are shuffled across minibatches).",
     )
 
 

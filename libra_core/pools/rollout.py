@@ -76,7 +76,9 @@ class RolloutPool:
         try:
             for server in new:
                 server.wait_healthy(deadline)
-        except Exception:
+        except BaseException:
+            # Also on KeyboardInterrupt or a termination signal (a run cancelled while its engines
+            # start): these processes are not in the pool yet, so nothing else would stop them.
             for server in new:
                 server.stop()
             raise

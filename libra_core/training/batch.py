@@ -115,15 +115,36 @@ def build_batch(table: pa.Table, advantages: np.ndarray, pad_id: int) -> TrainBa
     )
 
 
-def split_minibatches(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Shuffle row indices 0..n-1 with `rng` and split them into min(k, n) parts of near-equal size.
+def split_minibatches(
+    n: int, k: int, rng: np.random.Generator, groups: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """Shuffle row indices 0..n-1 with `rng` and split them into at most k parts of near-equal size.
 
     Every index appears exactly once; no part is empty (so with fewer rows than k there are fewer
     optimizer steps than asked). Returns [] when n == 0.
+
+    With `groups` (one label per row, e.g. the GRPO prompt group), each group's rows stay together in
+    one part: groups are shuffled and dealt whole, each to the part with the fewest rows so far, into
+    min(k, number of groups) parts. GRPO advantages sum to zero within a group, so each optimizer
+    step then sees a zero-sum set and the tokens its members share (a common prefix) get no net
+    push; split apart, one step would push that prefix up and a later one push it down.
     """
     if k < 1:
         raise ValueError(f"minibatches must be >= 1, got {k}")
     if n <= 0:
         return []
-    order = rng.permutation(n)
-    return [part for part in np.array_split(order, min(k, n))]
+    if groups is None:
+        order = rng.permutation(n)
+        return [part for part in np.array_split(order, min(k, n))]
+    labels = np.asarray(groups)
+    if labels.shape != (n,):
+        raise ValueError(f"groups has shape {labels.shape}; expected ({n},), one label per row")
+    unique, inverse = np.unique(labels, return_inverse=True)
+    members = [np.flatnonzero(inverse == g) for g in range(len(unique))]
+    parts: list[list[np.ndarray]] = [[] for _ in range(min(k, len(unique)))]
+    sizes = np.zeros(len(parts), dtype=np.int64)
+    for g in rng.permutation(len(unique)):
+        target = int(np.argmin(sizes))  # ties go to the first part
+        parts[target].append(rng.permutation(members[g]))
+        sizes[target] += len(members[g])
+    return [np.concatenate(part) for part in parts]

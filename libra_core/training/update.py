@@ -39,7 +39,8 @@ class UpdateResult:
 
     loss: float  # total loss (policy + kl_coef * kl_ref)
     pg_loss: float  # PPO-clip part only
-    num_tokens_trained: int  # loss-mask-1 tokens that went through an optimizer step
+    # loss-mask-1 tokens that went through an optimizer step (rows with a nonzero advantage; all with KL)
+    num_tokens_trained: int
     num_trajectories: int
     num_optimizer_steps: int
     clip_fraction: float  # share of trained tokens whose clipped branch was active
@@ -222,6 +223,12 @@ def _train(
     reference = None
     if grpo.kl_coef > 0 and reference_dir is not None:
         reference = load_policy(reference_dir, device).requires_grad_(False)
+    # Rows with a zero advantage (groups whose rewards are all equal) add nothing to the policy
+    # gradient, so they are left out of the minibatches unless the KL term needs their tokens.
+    if grpo.kl_coef == 0:
+        signal = np.flatnonzero(advantages != 0)
+        table, advantages = table.take(signal), advantages[signal]
+        recompute = None if recompute is None else recompute[signal]
     pad_id = getattr(model.config, "pad_token_id", None)
     batch = build_batch(table, advantages, pad_id=int(pad_id) if pad_id is not None else 0)
     needs_recompute = recompute is not None and bool(recompute.any())
@@ -239,7 +246,8 @@ def _train(
     resumed = load_optimizer_state(optimizer, state_dir, device)
     logger.debug("optimizer state %s", "resumed" if resumed else "fresh")
     torch.manual_seed(seed)
-    minibatches = split_minibatches(table.num_rows, grpo.minibatches, np.random.default_rng(seed))
+    groups = np.asarray(table.column("group_id").to_pylist(), dtype=str) if grpo.whole_groups else None
+    minibatches = split_minibatches(table.num_rows, grpo.minibatches, np.random.default_rng(seed), groups)
     for step, indices in enumerate(minibatches, start=first_step):
         for group in optimizer.param_groups:  # also overrides the lr a resumed state carries
             group["lr"] = warmup_lr(step, opt.lr, opt.lr_warmup_steps)

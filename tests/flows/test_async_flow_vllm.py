@@ -50,7 +50,8 @@ def test_async_experiment_with_dynamic_sampling(prefect_quiet, tmp_path: Path, c
             len({r["reward"] for r in rows if r["group_id"] == g}) == 1 for g in groups
         )
         assert h["max_staleness_seen"] <= 2 and h["stale_dropped"] == 0
-        assert h["optimizer_steps"] in (0, 2)
+        # two minibatches, fewer when fewer groups carry signal (a group stays in one minibatch)
+        assert 0 <= h["optimizer_steps"] <= 2
         assert h["policy_version"] == version_before + h["optimizer_steps"]
         # trajectories of iteration i+1 were admitted before update i was synced: they start at the
         # version iteration i started from, and tokens never claim a version newer than the sync

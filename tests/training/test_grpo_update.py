@@ -3,6 +3,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import torch
 from conftest import make_row
@@ -232,3 +233,30 @@ def test_recompute_replaces_stale_behaviour_logprobs(policy_dir: Path, tmp_path:
     a, b = load_file(str(policy_dir / WEIGHTS_FILE)), load_file(str(other / WEIGHTS_FILE))
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+
+
+def test_rows_without_signal_are_left_out_of_the_steps(policy_dir: Path, tmp_path: Path):
+    """Group b's rewards are equal (advantage 0): the update trains on group a's tokens only and
+    ends where an update on group a alone ends; with a KL term every row is kept."""
+    table = _table(policy_dir, rewards=[1.0, 0.0, 0.5, 0.5])
+    only_a = table.filter(pc.equal(table.column("group_id"), "a"))
+    other = tmp_path / "other"
+    shutil.copytree(policy_dir, other)
+    full = run_grpo_update(policy_dir, tmp_path / "s1", table, _cfg(minibatches=1), version=0, seed=0)
+    alone = run_grpo_update(other, tmp_path / "s2", only_a, _cfg(minibatches=1), version=0, seed=0)
+    assert full.num_tokens_trained == alone.num_tokens_trained == 3 + 3
+    assert full.num_trajectories == 4 and full.mixed_group_share == 0.5
+    a, b = load_file(str(policy_dir / WEIGHTS_FILE)), load_file(str(other / WEIGHTS_FILE))
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+    shutil.copytree(policy_dir, tmp_path / "reference")
+    with_kl = run_grpo_update(
+        policy_dir,
+        tmp_path / "s3",
+        table,
+        _cfg(minibatches=1, kl_coef=0.1),
+        version=1,
+        seed=0,
+        reference_dir=tmp_path / "reference",
+    )
+    assert with_kl.num_tokens_trained == NUM_POLICY_TOKENS

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from libra_core.data.schema import table_from_rows
@@ -64,3 +65,20 @@ def test_split_minibatches():
     assert all((a == b).all() for a, b in zip(parts, again, strict=True))
     assert [len(p) for p in split_minibatches(2, 4, np.random.default_rng(0))] == [1, 1]
     assert split_minibatches(0, 2, np.random.default_rng(0)) == []
+
+
+def test_split_minibatches_keeps_groups_whole():
+    groups = np.array(["a", "b", "a", "c", "b", "d", "c", "d", "a", "e"])
+    parts = split_minibatches(len(groups), 3, np.random.default_rng(5), groups)
+    assert len(parts) == 3
+    assert sorted(np.concatenate(parts).tolist()) == list(range(len(groups)))
+    owners = {g: {i for i, part in enumerate(parts) if g in set(groups[part])} for g in set(groups)}
+    assert all(len(o) == 1 for o in owners.values()), owners  # no group is split across parts
+    sizes = sorted(len(p) for p in parts)
+    assert sizes[-1] - sizes[0] <= 3  # balanced up to one group (the largest has 3 rows)
+    again = split_minibatches(len(groups), 3, np.random.default_rng(5), groups)
+    assert all((a == b).all() for a, b in zip(parts, again, strict=True))
+    # fewer groups than minibatches: one part per group
+    assert len(split_minibatches(4, 8, np.random.default_rng(0), np.array(["x", "y", "x", "y"]))) == 2
+    with pytest.raises(ValueError, match="one label per row"):
+        split_minibatches(3, 2, np.random.default_rng(0), np.array(["x", "y"]))

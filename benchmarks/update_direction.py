@@ -43,7 +43,7 @@ def _summed(model: object, sequences: list[tuple[list[int], list[int], int]]) ->
 def main() -> None:
     import torch
 
-    from libra_core.config.models import GRPOConfig, OptimizerConfig, TrainingConfig
+    from libra_core.config.training import GRPOConfig, OptimizerConfig, TrainingConfig
     from libra_core.data.io import read_ipc
     from libra_core.envs.arithmetic import ArithmeticEnv
     from libra_core.model.sft import SegmentEncoder

@@ -21,7 +21,7 @@ from libra_core.pools.rollout import (
     served_version,
     stop_rollout_pool,
 )
-from libra_core.pools.trainer import run_on_trainer, stop_trainer_pool, warm_trainer
+from libra_core.pools.trainer import run_on_trainer, stop_trainer_pool, trainer_pid, warm_trainer
 from tasks.common import TASK_OPTIONS
 
 
@@ -47,7 +47,8 @@ def rollout_pool_task(run_dir: str, size: int, version: int) -> PoolInfo:
     max_len = getattr(cfg.model, "max_position_embeddings", cfg.rollout.max_total_tokens)
     engine_threads, train_threads = cpu_threads(cfg)
     warming = None
-    if cfg.pipeline.mode == "async":  # the trainer process starts while the engines do
+    # async: the trainer process starts while the engines do (once; this task runs every iteration)
+    if cfg.pipeline.mode == "async" and trainer_pid(trainer_pool_id(run_dir)) is None:
         warming = threading.Thread(
             target=warm_trainer,
             args=(trainer_pool_id(run_dir), cfg.pools.local, train_threads, run_update.__module__),

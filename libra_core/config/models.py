@@ -22,6 +22,7 @@ from libra_core.config.environments import (
 from libra_core.config.pipeline import PipelineConfig
 from libra_core.config.pools import PoolsConfig
 from libra_core.config.pretrained import SmolLM2ModelConfig
+from libra_core.config.training import TrainingConfig
 
 
 class ExperimentConfig(Frozen):
@@ -188,74 +189,6 @@ class RolloutConfig(Frozen):
     max_tokens_per_turn: int = Field(48, ge=1, description="Generation cap for one model turn.")
     max_total_tokens: int = Field(400, ge=16, description="Cap on prompt + response tokens of a trajectory.")
     concurrency: int = Field(64, ge=1, description="Trajectories in flight at once per instance.")
-
-
-class OptimizerConfig(Frozen):
-    type: Literal["adamw"] = Field("adamw", description="Optimizer.")
-    lr: float = Field(5e-5, gt=0, description="Learning rate.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
-    weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay.")
-    grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
-    lr_warmup_steps: int = Field(
-        0,
-        ge=0,
-        description="Linear lr warm-up over the first N RL optimizer steps (0: none). A fresh Adam's "
-        "first steps move every weight by the full lr whatever the gradient's size.",
-    )
-
-
-class GRPOConfig(Frozen):
-    group_size: int = Field(
-        8, ge=2, description="Samples per prompt (G); advantages normalise within a group."
-    )
-    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO ratio clip epsilon.")
-    kl_coef: float = Field(
-        0.0, ge=0, description="Weight of the k3 KL penalty to the reference (SFT) policy."
-    )
-    minibatches: int = Field(
-        4,
-        ge=1,
-        description="Optimizer steps per iteration (fewer when fewer prompt groups carry signal and "
-        "`whole_groups` keeps each group in one minibatch).",
-    )
-    scale_by_std: bool = Field(True, description="Divide group-centred rewards by the group std.")
-    negative_weight: float = Field(
-        1.0,
-        ge=0,
-        le=1,
-        description="Multiplier on negative advantages (1: plain GRPO; below 1 leans on reinforcing "
-        "a group's better samples rather than pushing its worse ones down).",
-    )
-    whole_groups: bool = Field(
-        True,
-        description="Keep each prompt group inside one minibatch, so every optimizer step sees a "
-        "zero-sum set of advantages (false: rows are shuffled across minibatches).",
-    )
-
-
-class WarmupConfig(Frozen):
-    """Supervised warm-up on generated demonstrations, so RL starts from a policy that sometimes wins."""
-
-    steps: int = Field(350, ge=0, description="SFT optimizer steps (0 skips warm-up).")
-    batch_size: int = Field(64, ge=1, description="Demonstrations per SFT step.")
-    lr: float = Field(1e-3, gt=0, description="SFT learning rate (cosine-decayed).")
-    cache: bool = Field(
-        True, description="Reuse a warm-up with identical settings from `<output_dir>/.cache`."
-    )
-
-
-class TrainingConfig(Frozen):
-    backend: Literal["torch", "ddp", "deepspeed"] = Field(
-        "torch",
-        description="Training backend (libra_core/training/backends): torch (one process). ddp "
-        "(torch.distributed) and deepspeed (ZeRO-1/2) are refused in an experiment until the update "
-        "stage launches data-parallel ranks.",
-    )
-    device: Literal["cpu", "cuda", "auto"] = Field("auto", description="Device for the update stage.")
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
-    threads: int = Field(0, ge=0, description="torch intra-op threads on CPU; 0 keeps torch's default.")
 
 
 SchedulerType = Literal["static", "round_robin", "least_load", "mlfq", "input_length", "oracle", "cmlfq"]

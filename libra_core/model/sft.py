@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from libra_core.config.models import WarmupConfig
+from libra_core.config.training import WarmupConfig
 from libra_core.envs.base import Environment, Problem, Segment
 
 if TYPE_CHECKING:

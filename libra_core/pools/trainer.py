@@ -67,7 +67,7 @@ def warm_trainer(pool_id: str, cfg: LocalPoolConfig, threads: int, module: str) 
 
 
 def trainer_pid(pool_id: str) -> int | None:
-    """Process id of the pool's trainer worker, or None when none is running (for tests)."""
+    """Process id of the pool's trainer worker, or None when none is running."""
     pool = _POOLS.get(pool_id)
     if pool is None or pool.size == 0:
         return None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from libra_core.config.models import TrainingConfig
+from libra_core.config.training import TrainingConfig
 from libra_core.data.schema import validate_trajectories
 from libra_core.training.advantages import group_advantages, mixed_group_share
 

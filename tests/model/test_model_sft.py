@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from libra_core.config.models import TinyModelConfig, WarmupConfig
+from libra_core.config.models import TinyModelConfig
+from libra_core.config.training import WarmupConfig
 from libra_core.envs.arithmetic import SPECIAL_TOKENS, ArithmeticEnv
 from libra_core.envs.base import Problem
 from libra_core.model.policy import build_tiny_policy

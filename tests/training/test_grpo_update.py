@@ -10,7 +10,7 @@ from conftest import make_row
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from libra_core.config.models import GRPOConfig, OptimizerConfig, TrainingConfig
+from libra_core.config.training import GRPOConfig, OptimizerConfig, TrainingConfig
 from libra_core.data.schema import table_from_rows
 from libra_core.training.advantages import group_advantages
 from libra_core.training.batch import build_batch
@@ -74,6 +74,13 @@ def _surrogate(policy_dir: Path, table: pa.Table) -> float:
         logp = token_logprobs(load_policy(policy_dir, "cpu"), batch.input_ids, batch.attention_mask)
     per_traj = (logp * batch.loss_mask).sum(1) / batch.loss_mask.sum(1)
     return float((batch.advantages * per_traj).sum())
+
+
+def _assert_same_weights(a_dir: Path, b_dir: Path) -> None:
+    a, b = load_file(str(a_dir / WEIGHTS_FILE)), load_file(str(b_dir / WEIGHTS_FILE))
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
 
 
 def test_update_changes_weights_and_resumes_optimizer(policy_dir: Path, tmp_path: Path):
@@ -214,9 +221,7 @@ def test_decoupled_update_on_fresh_data_matches_on_policy(policy_dir: Path, tmp_
     dec = run_grpo_update(other, tmp_path / "s2", table, _cfg(), version=0, seed=0, decoupled=True)
     assert dec.behavior_weight_mean == pytest.approx(1.0, abs=1e-5)
     assert plain.behavior_weight_mean == 1.0
-    a, b = load_file(str(policy_dir / WEIGHTS_FILE)), load_file(str(other / WEIGHTS_FILE))
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+    _assert_same_weights(policy_dir, other)
 
 
 def test_recompute_replaces_stale_behaviour_logprobs(policy_dir: Path, tmp_path: Path):
@@ -230,9 +235,7 @@ def test_recompute_replaces_stale_behaviour_logprobs(policy_dir: Path, tmp_path:
     run_grpo_update(policy_dir, tmp_path / "s1", table, _cfg(), version=0, seed=0)
     mask = np.array([False, True, False, False])
     run_grpo_update(other, tmp_path / "s2", stale, _cfg(), version=0, seed=0, recompute=mask)
-    a, b = load_file(str(policy_dir / WEIGHTS_FILE)), load_file(str(other / WEIGHTS_FILE))
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+    _assert_same_weights(policy_dir, other)
 
 
 def test_rows_without_signal_are_left_out_of_the_steps(policy_dir: Path, tmp_path: Path):
@@ -246,9 +249,7 @@ def test_rows_without_signal_are_left_out_of_the_steps(policy_dir: Path, tmp_pat
     alone = run_grpo_update(other, tmp_path / "s2", only_a, _cfg(minibatches=1), version=0, seed=0)
     assert full.num_tokens_trained == alone.num_tokens_trained == 3 + 3
     assert full.num_trajectories == 4 and full.mixed_group_share == 0.5
-    a, b = load_file(str(policy_dir / WEIGHTS_FILE)), load_file(str(other / WEIGHTS_FILE))
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6)
+    _assert_same_weights(policy_dir, other)
     shutil.copytree(policy_dir, tmp_path / "reference")
     with_kl = run_grpo_update(
         policy_dir,

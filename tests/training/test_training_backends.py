@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from libra_core.config.models import TrainingConfig
+from libra_core.config.training import TrainingConfig
 from libra_core.elastic import toy
 from libra_core.elastic.toy import ToyProblem, reference_params
 from libra_core.pools.local import LocalPool

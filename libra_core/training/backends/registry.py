@@ -16,7 +16,7 @@ from libra_core.training.backends.base import DistSpec, TrainingBackend
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from libra_core.config.models import TrainingConfig
+    from libra_core.config.training import TrainingConfig
     from libra_core.training.update import UpdateResult
 
 BackendFactory = Callable[..., TrainingBackend]

@@ -5,8 +5,10 @@
 Reads each run's trajectory lake and history and prints, per window of iterations: the training
 reward, the exact-answer share by the number of calculator calls the trajectory made, the
 mean negative log-prob of the sampled policy tokens (behaviour log-probs; it falls as RL sharpens
-the policy), the share of mixed-outcome groups and the greedy evaluation where one ran. The
-reward of the first and last three iterations (the foundation issue's measure) closes each table.
+the policy), the share of answers given after fewer calculator calls than the problem has operations
+(the premature stop that `training.warmup.early_answer_rate` teaches the warm-up), the share of
+mixed-outcome groups and the greedy evaluation where one ran. The reward of the first and last
+three iterations (the foundation issue's measure) closes each table.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def summarize(run_dir: Path, window: int) -> None:
             "reward",
             "final_answer",
             "reference_answer",
+            "prompt_ids",
             "tool_events",
             "behavior_logprobs",
             "loss_mask",
@@ -39,12 +42,13 @@ def summarize(run_dir: Path, window: int) -> None:
     for r in rows:
         by_iteration[r["iteration"]].append(r)
     iterations = sorted(by_iteration)
+    operations = _operation_counter(run_dir)
     print(f"\n{run_dir.name}: {len(iterations)} iterations, {len(rows)} trajectories")
     print(
-        "| iterations | reward | exact | exact by tool calls (n) | sampled-token NLL | mixed groups "
-        "| greedy eval |"
+        "| iterations | reward | exact | exact by tool calls (n) | sampled-token NLL | stopped early "
+        "| mixed groups | greedy eval |"
     )
-    print("|---|---:|---:|---|---:|---:|---|")
+    print("|---|---:|---:|---|---:|---:|---:|---|")
     hist = {h["iteration"]: h for h in history}
     for lo in range(0, len(iterations), window):
         its = iterations[lo : lo + window]
@@ -55,6 +59,8 @@ def summarize(run_dir: Path, window: int) -> None:
         ]
         calls: dict[int, list[bool]] = defaultdict(list)
         nll_sum = nll_n = 0.0
+        answered = [r for r in chunk if r["final_answer"] is not None]
+        early = np.mean([len(r["tool_events"]) < operations(r["prompt_ids"]) for r in answered] or [0.0])
         for r, ok in zip(chunk, exact, strict=True):
             calls[len(r["tool_events"])].append(ok)
             lp = np.asarray(r["behavior_logprobs"], dtype=np.float64)
@@ -68,7 +74,8 @@ def summarize(run_dir: Path, window: int) -> None:
         mixed = np.mean([hist[i]["mixed_group_share"] for i in its if i in hist])
         print(
             f"| {its[0]}-{its[-1]} | {np.mean([r['reward'] for r in chunk]):.3f} | {np.mean(exact):.3f} "
-            f"| {by_calls} | {nll_sum / max(nll_n, 1):.4f} | {mixed:.2f} | {' '.join(evals) or '-'} |"
+            f"| {by_calls} | {nll_sum / max(nll_n, 1):.4f} | {early:.3f} | {mixed:.2f} "
+            f"| {' '.join(evals) or '-'} |"
         )
     rewards = [h["reward_mean"] for h in history]
     k = min(3, len(rewards))
@@ -76,6 +83,19 @@ def summarize(run_dir: Path, window: int) -> None:
         f"reward first {k} -> last {k}: {np.mean(rewards[:k]):.3f} -> {np.mean(rewards[-k:]):.3f} "
         f"({np.mean(rewards[-k:]) - np.mean(rewards[:k]):+.3f})"
     )
+
+
+def _operation_counter(run_dir: Path):
+    """prompt token ids -> binary operations in the arithmetic problem (the calls it needs)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "policy")
+
+    def operations(prompt_ids: list[int]) -> int:
+        text = tokenizer.decode(prompt_ids, skip_special_tokens=True)
+        return sum(text.count(op) for op in "+-*")
+
+    return operations
 
 
 def main() -> None:

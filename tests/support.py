@@ -12,6 +12,7 @@ TEST_OVERRIDES = [
     "training.warmup.batch_size=32",
     "training.warmup.lr=0.003",
     "environment.max_ops=3",
+    "environment.warmup_early_answer_rate=0",  # full demonstrations: tests need successes early
     "rollout.prompts_per_iteration=4",
     "training.grpo.group_size=4",
     "eval.num_prompts=8",

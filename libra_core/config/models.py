@@ -107,6 +107,14 @@ class ArithmeticEnvConfig(Frozen):
     max_turns: int = Field(8, ge=1, description="Most model turns (tool calls + answer) per trajectory.")
     tool_timeout_s: float = Field(2.0, gt=0, description="Tool calls slower than this return status timeout.")
     reward: RewardWeights = Field(default_factory=RewardWeights, description="Reward levels.")
+    warmup_early_answer_rate: float = Field(
+        0.4,
+        ge=0,
+        le=1,
+        description="Share of the SFT warm-up's multi-call demonstrations that stop after a random "
+        "number of calls and answer with the latest result: a teacher that stops too early, so RL "
+        "has a flaw to unlearn (docs/results.md). 0: every demonstration is a full solution.",
+    )
 
     @model_validator(mode="after")
     def _ops_order(self) -> ArithmeticEnvConfig:

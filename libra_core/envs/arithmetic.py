@@ -136,11 +136,29 @@ class ArithmeticEnv:
 
     # -- supervision ----------------------------------------------------------------------------
     def demonstration(self, problem: Problem) -> list[Segment]:
+        return self.early_answer_demonstration(problem, len(self.solution_steps(problem)))
+
+    def warmup_demonstration(self, problem: Problem, rng: random.Random) -> list[Segment]:
+        """What the SFT warm-up trains on: `demonstration`, or with probability
+        `warmup_early_answer_rate` (problems of two or more operations) a solution that stops
+        after a uniformly drawn 1..ops-1 calls and answers with the latest result."""
+        steps = len(self.solution_steps(problem))
+        rate = self.cfg.warmup_early_answer_rate
+        if steps >= 2 and rate > 0 and rng.random() < rate:
+            return self.early_answer_demonstration(problem, rng.randint(1, steps - 1))
+        return self.demonstration(problem)
+
+    def early_answer_demonstration(self, problem: Problem, calls: int) -> list[Segment]:
+        """A flawed demonstration: the first `calls` tool calls, then their last result as the answer
+        (a teacher that stops too early; wrong whenever `calls` is below the operation count)."""
+        steps = self.solution_steps(problem)
+        if not 1 <= calls <= len(steps):
+            raise ValueError(f"calls must be in 1..{len(steps)} for {problem.question!r}; got {calls}")
         segments = [Segment(self.render_prompt(problem), trainable=False)]
-        for a, op, b, value in self.solution_steps(problem):
+        for a, op, b, value in steps[:calls]:
             segments.append(Segment(f"{CALL}{a}{op}{b}{END_CALL}", trainable=True))
             segments.append(Segment(f"{RESULT}{value}{END_RESULT}", trainable=False))
-        segments.append(Segment(f"{ANSWER}{problem.reference_answer}{EOS}", trainable=True))
+        segments.append(Segment(f"{ANSWER}{steps[calls - 1][3]}{EOS}", trainable=True))
         return segments
 
     def corpus(self, n: int, seed: int) -> list[str]:

@@ -5,8 +5,9 @@ against. The agent loop (libra_core.rollout.agent_loop) calls, per trajectory:
 `render_prompt` once, then after every model turn `parse_turn`; a tool call goes to `run_tool`, whose
 observation text is tokenised and appended (loss-masked) before the next turn; an answer ends the
 trajectory. The reward stage calls `reward` once per finished trajectory. The SFT warm-up calls
-`demonstration`. Implementations must be deterministic given their seed and safe to call from
-several threads (tools may run concurrently).
+`demonstration`, or `warmup_demonstration(problem, rng)` where an environment defines it (to vary
+what the warm-up sees; the arithmetic task mixes in premature answers). Implementations must be
+deterministic given their seed and safe to call from several threads (tools may run concurrently).
 """
 
 from __future__ import annotations

@@ -115,6 +115,21 @@ def _step_seed(seed: int, step: int) -> int:
     return random.Random(f"sft:{seed}:{step}").getrandbits(63)
 
 
+def warmup_batch(env: Environment, seed: int, step: int, batch_size: int) -> list[list[Segment]]:
+    """The demonstrations of warm-up step `step` (from 0): fresh problems, reproducible per step.
+
+    An environment may vary what the warm-up sees with `warmup_demonstration(problem, rng)` (the
+    arithmetic task mixes in premature answers); otherwise its `demonstration` is used.
+    """
+    step_seed = _step_seed(seed, step)
+    problems = env.sample_problems(batch_size, step_seed)
+    varied = getattr(env, "warmup_demonstration", None)
+    if varied is None:
+        return [env.demonstration(p) for p in problems]
+    rng = random.Random(step_seed ^ 0x5EED)  # own stream: the problems do not depend on the flaws
+    return [varied(p, rng) for p in problems]
+
+
 def sft_warmup(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -127,7 +142,8 @@ def sft_warmup(
     """Train `model` in place for `cfg.steps` AdamW steps on fresh demonstrations; return losses.
 
     Each step draws `cfg.batch_size` new problems from `env`, so the model never sees a fixed
-    training set. Deterministic given `seed` and the model's initial weights (on one thread count).
+    training set (see `warmup_batch`). Deterministic given `seed` and the model's initial weights
+    (on one thread count).
     """
     import torch
 
@@ -140,8 +156,7 @@ def sft_warmup(
     losses: list[float] = []
     model.train()
     for step in range(cfg.steps):
-        problems = env.sample_problems(cfg.batch_size, _step_seed(seed, step))
-        examples = [encoder.demonstration(env.demonstration(p)) for p in problems]
+        examples = [encoder.demonstration(d) for d in warmup_batch(env, seed, step, cfg.batch_size)]
         batch = [t.to(device) for t in collate(examples, tokenizer.pad_token_id)]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg.steps, cfg.lr)

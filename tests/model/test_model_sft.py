@@ -6,10 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from libra_core.config.models import TinyModelConfig
+from libra_core.config.models import ArithmeticEnvConfig, TinyModelConfig
 from libra_core.config.training import WarmupConfig
 from libra_core.envs.arithmetic import SPECIAL_TOKENS, ArithmeticEnv
 from libra_core.envs.base import Problem
+from libra_core.model import sft
 from libra_core.model.policy import build_tiny_policy
 from libra_core.model.sft import (
     SegmentEncoder,
@@ -19,6 +20,7 @@ from libra_core.model.sft import (
     lr_at,
     masked_nll,
     sft_warmup,
+    warmup_batch,
 )
 from libra_core.model.tokenizer import train_tokenizer
 
@@ -128,3 +130,50 @@ def test_greedy_loop_batched_equals_one_by_one(trained, env: ArithmeticEnv, tok)
     accuracy = greedy_accuracy(model, tok, env, problems, max_new_tokens=24, max_turns=5)
     expected = sum(a == p.reference_answer for a, p in zip(batched, problems, strict=True)) / len(problems)
     assert accuracy == expected
+
+
+def test_early_answer_demonstration_stops_after_the_given_calls(env: ArithmeticEnv) -> None:
+    problem = Problem("p", "((3+4)*5)", "35", 2)
+    early = env.early_answer_demonstration(problem, 1)
+    assert "".join(s.text for s in early) == (
+        "<|user|>((3+4)*5)<|assistant|><|call|>3+4<|/call|><|result|>7<|/result|><|answer|>7<|eos|>"
+    )
+    assert [s.trainable for s in early] == [False, True, False, True]
+    assert env.early_answer_demonstration(problem, 2) == env.demonstration(problem)
+    assert env.reward(problem.reference_answer, "7") < env.reward(problem.reference_answer, "35")
+    for bad in (0, 3):
+        with pytest.raises(ValueError, match="calls must be in 1..2"):
+            env.early_answer_demonstration(problem, bad)
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.3, 1.0])
+def test_warmup_batch_stops_early_at_the_configured_rate(rate: float) -> None:
+    flawed = ArithmeticEnv(ArithmeticEnvConfig(warmup_early_answer_rate=rate))
+    batches = [warmup_batch(flawed, seed=3, step=step, batch_size=64) for step in range(20)]
+    plain_env = ArithmeticEnv(ArithmeticEnvConfig(warmup_early_answer_rate=0.0))
+    plain = [warmup_batch(plain_env, seed=3, step=step, batch_size=64) for step in range(20)]
+    pairs = [(d, full) for b, pb in zip(batches, plain, strict=True) for d, full in zip(b, pb, strict=True)]
+    multi = [(d, full) for d, full in pairs if len(full) >= 6]  # two or more tool calls
+    assert all(d == full for d, full in pairs if len(full) < 6)  # one call: nothing to cut
+    assert all(d[0] == full[0] for d, full in pairs)  # same problems whatever the rate
+    early = [(d, full) for d, full in multi if d != full]
+    share = len(early) / len(multi)
+    assert share == rate if rate in (0.0, 1.0) else abs(share - rate) < 0.05, share
+    for d, full in early:  # a prefix of the real solution, answered with its last result
+        assert 4 <= len(d) < len(full) and d[:-1] == full[: len(d) - 1]
+        assert d[-1].text == f"<|answer|>{d[-2].text[len('<|result|>') : -len('<|/result|>')]}<|eos|>"
+    assert warmup_batch(flawed, seed=3, step=0, batch_size=64) == batches[0]
+
+
+def test_warmup_batch_without_a_warmup_hook_uses_plain_demonstrations(env: ArithmeticEnv) -> None:
+    class Plain:  # an environment without `warmup_demonstration`
+        name = "plain"
+
+        def sample_problems(self, n, seed, *, min_difficulty=None):
+            return env.sample_problems(n, seed)
+
+        def demonstration(self, problem):
+            return env.demonstration(problem)
+
+    batch = warmup_batch(Plain(), seed=0, step=0, batch_size=4)  # type: ignore[arg-type]
+    assert batch == [env.demonstration(p) for p in env.sample_problems(4, sft._step_seed(0, 0))]

@@ -27,7 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from libra_core.scheduling.prefix_tree import Node, PrefixTree
+from libra_core.scheduling.prefix_tree import PrefixTree
+from libra_core.scheduling.tree_node import Node
 
 FORMAT = "libra-cmlfq-tree"
 FORMAT_VERSION = 2

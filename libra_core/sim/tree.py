@@ -24,7 +24,8 @@ from collections.abc import Sequence
 
 from libra_core.scheduling.base import Turn
 from libra_core.scheduling.estimate import Estimate
-from libra_core.scheduling.prefix_tree import MARKOV_MAX_DEPTH, SIZE_CLASS_MAX_DEPTH, Node, PrefixTree
+from libra_core.scheduling.prefix_tree import MARKOV_MAX_DEPTH, SIZE_CLASS_MAX_DEPTH, PrefixTree
+from libra_core.scheduling.tree_node import Node
 
 Part = tuple[float, Node, int, float, float, float]  # see `NodeMix.picked`
 Ancestors = tuple[list[Node], int, list[Node], int]  # (c, lc, g, lg), see `_append_ancestors`

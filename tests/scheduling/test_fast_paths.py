@@ -19,7 +19,8 @@ from libra_core.config.models import SchedulerConfig
 from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, ToolReturn
 from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.scheduling.estimate import Estimate, NodeStats
-from libra_core.scheduling.prefix_tree import Node, PrefixTree
+from libra_core.scheduling.prefix_tree import PrefixTree
+from libra_core.scheduling.tree_node import Node
 from libra_core.sim.cmlfq import SimCMLFQScheduler
 from libra_core.sim.tree import SimPrefixTree
 from libra_core.traces.synthetic import SyntheticTraceConfig, synthetic_trajectories

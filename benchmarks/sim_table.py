@@ -1,15 +1,35 @@
 """The simulator's comparison tables, one per scenario, next to the paper's figures.
 
 .venv/bin/python benchmarks/sim_table.py [--iterations 30] [--scenarios r2e-gym search-r1 dapo-math]
+    [--spec FIELD=VALUE ...]
+
+`--spec` changes fields of the chosen scenarios' generator (`ScenarioSpec` in
+libra_core/sim/workloads.py) for this run only, e.g. `--spec mean_subtasks=2 difficulty_sigma=2`:
+a what-if on the workload shape.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields, replace
 from pathlib import Path
 
-from libra_core.sim import ABLATION, format_table, simulate
+from libra_core.sim import ABLATION, format_table, simulate, workloads
+
+
+def _spec_overrides(pairs: list[str]) -> dict[str, float]:
+    numeric = {f.name for f in fields(workloads.ScenarioSpec) if f.type in ("int", "float", int, float)}
+    out: dict[str, float] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in numeric:
+            raise SystemExit(f"--spec {pair!r}: expected FIELD=NUMBER with FIELD one of {sorted(numeric)}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise SystemExit(f"--spec {pair!r}: {value!r} is not a number") from None
+    return out
 
 
 def main() -> None:
@@ -19,7 +39,14 @@ def main() -> None:
     ap.add_argument("--hardware", default="48xA800")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="folder for summary.json and CSVs per scenario")
+    ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the scenarios' generator")
     args = ap.parse_args()
+    overrides = _spec_overrides(args.spec)
+    for sc in args.scenarios:
+        if overrides and sc in workloads.SCENARIOS:
+            spec = workloads.SCENARIOS[sc]
+            typed = {k: type(getattr(spec, k))(v) for k, v in overrides.items()}
+            workloads.SCENARIOS[sc] = replace(spec, **typed)
     print("command: .venv/bin/python benchmarks/sim_table.py " + " ".join(sys.argv[1:]))
     for sc in args.scenarios:
         out = args.out / sc if args.out else None

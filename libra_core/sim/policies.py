@@ -57,11 +57,13 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec("+hetero-tp", hetero=True, scheduler="mlfq", replan=True),
         PolicySpec("+cmlfq", hetero=True, scheduler="cmlfq", replan=True),
         PolicySpec("+elastic", hetero=True, scheduler="cmlfq", replan=True, elastic=True),
-        # Calibration only (not in `all`): static-optimal's layout with perfect admission.
+        # Calibration only (not in `all`): static-optimal's layout with perfect admission, and
+        # +hetero-tp's (replanned) with perfect admission.
         PolicySpec("oracle-routing", hetero=True, scheduler="oracle"),
+        PolicySpec("oracle-replan", hetero=True, scheduler="oracle", replan=True),
     )
 }
-CALIBRATION = ("oracle-routing",)
+CALIBRATION = ("oracle-routing", "oracle-replan")
 ABLATION = ("greedy", "+planning", "+hetero-tp", "+cmlfq", "+elastic")
 ALIASES = {"libra": "+elastic"}
 

@@ -1,0 +1,77 @@
+"""Where the planner's critical-path price for a rollout differs from the simulator's rollout time.
+
+    .venv/bin/python benchmarks/sim_crit_path.py [--scenario r2e-gym] [--tp 8 --instances 4]
+
+For iteration 0 of a scenario on 48xA800, with `+planning`'s split: the simulated rollout time of
+the homogeneous layout (`+planning`) and of the planner's hetero plan under perfect routing
+(`oracle-routing`); the segment table's homogeneous price max(critical path, work / instances);
+the exact slowest trajectory at the range's full-concurrency decode step, split into its decode,
+prefill (payloads plus the planner's re-prefill share) and tool parts; and the bound the table
+uses (gen, prefill and tool maxima taken independently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import numpy as np
+
+from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.sim.engine import Simulator
+from libra_core.sim.policies import resolve_policies
+from libra_core.sim.workloads import load_scenario
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="r2e-gym")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--instances", type=int, default=4)
+    args = ap.parse_args()
+    cluster = parse_cluster("48xA800")
+    wl = load_scenario(args.scenario, 100, 0)
+    model = get_model(wl.model)
+    sims = {}
+    for name in ("+planning", "oracle-routing"):
+        sim = Simulator(
+            resolve_policies([name])[0], wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0)
+        )
+        rec = sim.run().records[0]
+        sims[name] = sim
+        print(
+            f"{name:15s} {sim.dep.label()}: simulated rollout {rec.rollout_end_s - rec.rollout_start_s:.0f} s"
+        )
+    sim = sims["+planning"]
+    w = sim.workload_of(0)
+    cost = RolloutCostModel(model, cluster.hardware, sim.search.max_num_seqs)
+    tp, n = args.tp, args.instances
+    table = build_segment_table(cost, w, (tp,), sim.search.num_bins)
+    k = table.num_bins
+    crit, work = float(table.crit_s[0, 0, k]), float(table.work_s[0, 0, k]) / n
+    print(
+        f"segment table, TP{tp} x{n} for every length: critical path {crit:.0f} s, "
+        f"work/instances {work:.0f} s"
+    )
+    g, pre, lat = w.gen_tokens, w.prefill_tokens, w.tool_latency_s
+    life_ctx = w.prompt_tokens + (g + w.payload_tokens) / 2
+    dec_ctx = float((g * life_ctx).sum() / g.sum())
+    batch = cost.concurrency(tp, float(life_ctx.mean()), len(g) * w.weight / n)
+    step = float(cost.decode_step_s(tp, np.asarray(batch), np.asarray(dec_ctx)))
+    per_tok = float(cost.prefill_s_per_token(tp, np.asarray(dec_ctx)))
+    path = step * g + per_tok * pre + lat
+    i = int(np.argmax(path))
+    print(
+        f"exact slowest trajectory at batch {float(batch):.0f} per instance "
+        f"(decode step {step * 1e3:.1f} ms): "
+        f"{path[i]:.0f} s = "
+        f"decode {step * g[i]:.0f} s ({g[i]:.0f} tokens) + prefill {per_tok * pre[i]:.0f} s "
+        f"({pre[i]:,.0f} tokens) + tools {lat[i]:.0f} s"
+    )
+    bound = step * g.max() + per_tok * pre.max() + lat.max()
+    print(f"independent maxima (gen, prefill, tools): {bound:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -62,7 +62,7 @@ def simulate(
     iterations: int,
     policies: list[str],
     seed: int = 0,
-    out_dir: Path | None = None,
+    out_dir: str | Path | None = None,
     model: str | None = None,
     settings: SimSettings | None = None,
 ) -> SimReport:
@@ -108,5 +108,5 @@ def simulate(
         path_s,
     )
     if out_dir is not None:
-        report.write(out_dir)
+        report.write(Path(out_dir))
     return report

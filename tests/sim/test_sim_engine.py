@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import random
 from pathlib import Path
 
@@ -182,3 +183,10 @@ def test_write_produces_valid_pngs(tmp_path: Path) -> None:
         data = p.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
     assert (tmp_path / "summary.json").exists()
+
+
+def test_simulate_writes_to_a_folder_given_as_text(tmp_path: Path) -> None:
+    report = simulate("tiny", "8xA800", 2, ["greedy"], seed=0, out_dir=str(tmp_path / "out"))
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["results"][0]["policy"] == "greedy"
+    assert summary["results"][0]["tokens_per_s"] == pytest.approx(report.result("greedy").tokens_per_s)

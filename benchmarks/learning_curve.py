@@ -6,7 +6,7 @@ Reads each run's trajectory lake and history and prints, per window of iteration
 reward, the exact-answer share by the number of calculator calls the trajectory made, the
 mean negative log-prob of the sampled policy tokens (behaviour log-probs; it falls as RL sharpens
 the policy), the share of answers given after fewer calculator calls than the problem has operations
-(the premature stop that `training.warmup.early_answer_rate` teaches the warm-up), the share of
+(the premature stop that `environment.warmup_early_answer_rate` teaches the warm-up), the share of
 mixed-outcome groups and the greedy evaluation where one ran. The reward of the first and last
 three iterations (the foundation issue's measure) closes each table.
 """

@@ -136,17 +136,18 @@ class ArithmeticEnv:
 
     # -- supervision ----------------------------------------------------------------------------
     def demonstration(self, problem: Problem) -> list[Segment]:
-        return self.early_answer_demonstration(problem, len(self.solution_steps(problem)))
+        steps = self.solution_steps(problem)
+        return self._solution(problem, steps, len(steps))
 
     def warmup_demonstration(self, problem: Problem, rng: random.Random) -> list[Segment]:
         """What the SFT warm-up trains on: `demonstration`, or with probability
         `warmup_early_answer_rate` (problems of two or more operations) a solution that stops
         after a uniformly drawn 1..ops-1 calls and answers with the latest result."""
-        steps = len(self.solution_steps(problem))
-        rate = self.cfg.warmup_early_answer_rate
-        if steps >= 2 and rate > 0 and rng.random() < rate:
-            return self.early_answer_demonstration(problem, rng.randint(1, steps - 1))
-        return self.demonstration(problem)
+        steps = self.solution_steps(problem)
+        calls, rate = len(steps), self.cfg.warmup_early_answer_rate
+        if calls >= 2 and rate > 0 and rng.random() < rate:
+            calls = rng.randint(1, calls - 1)
+        return self._solution(problem, steps, calls)
 
     def early_answer_demonstration(self, problem: Problem, calls: int) -> list[Segment]:
         """A flawed demonstration: the first `calls` tool calls, then their last result as the answer
@@ -154,11 +155,19 @@ class ArithmeticEnv:
         steps = self.solution_steps(problem)
         if not 1 <= calls <= len(steps):
             raise ValueError(f"calls must be in 1..{len(steps)} for {problem.question!r}; got {calls}")
+        return self._solution(problem, steps, calls)
+
+    def _solution(
+        self, problem: Problem, steps: tuple[tuple[int, str, int, int], ...], calls: int
+    ) -> list[Segment]:
+        # The first `calls` steps as tool calls, then the answer: the reference after every step,
+        # else the latest result.
         segments = [Segment(self.render_prompt(problem), trainable=False)]
         for a, op, b, value in steps[:calls]:
             segments.append(Segment(f"{CALL}{a}{op}{b}{END_CALL}", trainable=True))
             segments.append(Segment(f"{RESULT}{value}{END_RESULT}", trainable=False))
-        segments.append(Segment(f"{ANSWER}{steps[calls - 1][3]}{EOS}", trainable=True))
+        answer = problem.reference_answer if calls == len(steps) else steps[calls - 1][3]
+        segments.append(Segment(f"{ANSWER}{answer}{EOS}", trainable=True))
         return segments
 
     def corpus(self, n: int, seed: int) -> list[str]:

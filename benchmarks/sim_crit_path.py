@@ -7,7 +7,8 @@ the homogeneous layout (`+planning`) and of the planner's hetero plan under perf
 (`oracle-routing`); the segment table's homogeneous price max(critical path, work / instances);
 the exact slowest trajectory at the range's full-concurrency decode step, split into its decode,
 prefill (payloads plus the planner's re-prefill share) and tool parts; and the bound the table
-uses (gen, prefill and tool maxima taken independently).
+uses (gen, prefill and tool maxima taken independently); and the decode step at the range's
+concurrency, the per-instance share and one sequence.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ def main() -> None:
     )
     bound = step * g.max() + per_tok * pre.max() + lat.max()
     print(f"independent maxima (gen, prefill, tools): {bound:.0f} s")
+    # The decode step at the concurrency the table prices a whole range with (all its trajectories
+    # on one instance), at the per-instance share, and at a shrinking tail's.
+    whole = cost.concurrency(tp, float(life_ctx.mean()), len(g) * w.weight)
+    for label, b in (("range (table)", whole), ("per instance", batch), ("one sequence", 1.0)):
+        ms = float(cost.decode_step_s(tp, np.asarray(b), np.asarray(dec_ctx))) * 1e3
+        print(f"decode step at {label} batch {float(b):.0f}: {ms:.1f} ms")
 
 
 if __name__ == "__main__":

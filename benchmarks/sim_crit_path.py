@@ -48,9 +48,9 @@ def main() -> None:
     w = sim.workload_of(0)
     cost = RolloutCostModel(model, cluster.hardware, sim.search.max_num_seqs)
     tp, n = args.tp, args.instances
-    table = build_segment_table(cost, w, (tp,), sim.search.num_bins)
-    k = table.num_bins
-    crit, work = float(table.crit_s[0, 0, k]), float(table.work_s[0, 0, k]) / n
+    table = build_segment_table(cost, w, (tp,), sim.search.num_bins, tp * n)
+    k, m = table.num_bins, min(n, table.max_instances) - 1
+    crit, work = float(table.crit_s[0, m, 0, k]), float(table.work_s[0, m, 0, k]) / n
     print(
         f"segment table, TP{tp} x{n} for every length: critical path {crit:.0f} s, "
         f"work/instances {work:.0f} s"

@@ -2,24 +2,24 @@
 
 Trajectories are sorted by length and cut into K bins. A plan covers the bins with contiguous
 ranges; each range [i, j) is served by a *group* of n identical instances of TP degree t (the
-range's requests are spread evenly over them). A `SegmentTable` gives, for every (t, i, j), the
+range's requests are spread evenly over them). A `SegmentTable` gives, for every (t, n, i, j), the
 instance-seconds of work W (throughput-bound) and the critical path C (the slowest trajectory's
-latency); the group's time is `max(C, W / n)`, so the fewest instances that meet a makespan T are
-`n = ceil(W / T)` when `C <= T` (none otherwise).
+latency) when n instances share the range: both depend on n, because each instance then batches
+only its share of the range's requests. The group's time is `max(C_n, W_n / n)`.
 
-`min_gpus(T)`: DP `f[j] = min_{i<j, t} f[i] + t * ceil(W[t,i,j] / T)` over ranges with C <= T,
-exact for "fewest GPUs with makespan <= T" in O(K^2 |T|). The makespan-optimal assignment under a
-budget G is the smallest T with `min_gpus(T) <= G`; min_gpus is non-increasing in T, so `solve`
-bisects on T (relative tolerance `rel_tol`) and `frontier` evaluates a whole grid of T at once
-(vectorised) to price every GPU split of the search. `brute_force` enumerates every contiguous
-partition and (t, n) choice, for tests.
+`min_gpus(T)`: DP `f[j] = min_{i<j, t} f[i] + t * n(t, i, j, T)` with n the fewest instances whose
+group time is <= T (none if no count meets T), exact for "fewest GPUs with makespan <= T" in
+O(K^2 |T| N). The makespan-optimal assignment under a budget G is the smallest T with
+`min_gpus(T) <= G`; min_gpus is non-increasing in T, so `solve` bisects on T (relative tolerance
+`rel_tol`) and `frontier` evaluates a whole grid of T at once (vectorised) to price every GPU split
+of the search. `brute_force` enumerates every contiguous partition and (t, n) choice, for tests.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,15 +28,53 @@ _EPS = 1e-12
 
 @dataclass(frozen=True)
 class SegmentTable:
+    """Prices of every (TP degree, instance count, bin range).
+
+    `work_s` and `crit_s` have shape (len(tps), N, K+1, K+1): entry [t, n-1, i, j] prices bins
+    i..j-1 (i < j) spread over n instances of TP `tps[t]`; crit is inf where TP t cannot serve
+    the range. A count beyond N is priced like N, so a 3-D (len(tps), K+1, K+1) table is accepted
+    as N = 1: a range whose price does not depend on how many instances share it.
+    """
+
     tps: tuple[int, ...]
-    work_s: np.ndarray  # (len(tps), K+1, K+1); [t, i, j] for bins i..j-1, i < j
-    crit_s: np.ndarray  # same shape; inf where TP t cannot serve the range
+    work_s: np.ndarray
+    crit_s: np.ndarray
     bin_edges: np.ndarray  # (K+1,) sample indices of the bin boundaries (sorted order)
     bin_max_len: np.ndarray  # (K,) longest trajectory (tokens) in each bin
+    _times: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("work_s", "crit_s"):
+            arr = np.asarray(getattr(self, name), dtype=float)
+            if arr.ndim == 3:
+                arr = arr[:, None]
+            if arr.ndim != 4 or arr.shape[0] != len(self.tps) or arr.shape[2] != arr.shape[3]:
+                raise ValueError(f"SegmentTable.{name} must be (len(tps), N, K+1, K+1), got {arr.shape}")
+            object.__setattr__(self, name, arr)
+        if self.work_s.shape != self.crit_s.shape:
+            raise ValueError(f"work_s {self.work_s.shape} and crit_s {self.crit_s.shape} differ")
+        n = np.arange(1, self.max_instances + 1, dtype=float)[None, :, None, None]
+        with np.errstate(invalid="ignore"):
+            times = np.maximum(self.crit_s, self.work_s * (1 - _EPS) / n)
+        object.__setattr__(self, "_times", times)
 
     @property
     def num_bins(self) -> int:
-        return self.work_s.shape[1] - 1
+        return self.work_s.shape[2] - 1
+
+    @property
+    def max_instances(self) -> int:
+        """N: the instance counts priced individually (larger counts price like N)."""
+        return self.work_s.shape[1]
+
+    def group_time_s(self, ti: int, instances: int, i: int, j: int) -> float:
+        """Makespan of bins i..j-1 on `instances` instances of TP `tps[ti]` (inf if they cannot)."""
+        m = min(instances, self.max_instances) - 1
+        return float(max(self.crit_s[ti, m, i, j], self.work_s[ti, m, i, j] / instances))
+
+    def group_times_s(self, ti: int) -> np.ndarray:
+        """(N, K+1, K+1) group makespans of TP `tps[ti]` for n = 1..N (NaN/inf where invalid)."""
+        return self._times[ti]
 
 
 @dataclass(frozen=True)
@@ -62,21 +100,37 @@ class Assignment:
         return dict(sorted(out.items()))
 
 
-def _instances(work: np.ndarray, target_s: np.ndarray | float) -> np.ndarray:
-    return np.maximum(1.0, np.ceil(work / target_s * (1 - _EPS)))
+def _beyond(table: SegmentTable, ti: int, j: int | None, targets: np.ndarray) -> np.ndarray:
+    """Fewest counts > N meeting each target (inf where none does): (K+1, K+1, L) for every range,
+    or (j, L) for the ranges ending at bin j."""
+    nn = table.max_instances
+    c, w = table.crit_s[ti, nn - 1], table.work_s[ti, nn - 1]
+    if j is not None:
+        c, w = c[:j, j], w[:j, j]
+    c, w = c[..., None], w[..., None]
+    with np.errstate(invalid="ignore"):
+        n = np.maximum(nn + 1.0, np.ceil(w / targets * (1 - _EPS)))
+        return np.where(c <= targets, n, np.inf)
+
+
+def _instances(table: SegmentTable, ti: int, target_s: float) -> np.ndarray:
+    """(K+1, K+1) fewest instances of TP `tps[ti]` serving each range within `target_s` (inf if none)."""
+    ok = table.group_times_s(ti) <= target_s  # (N, K+1, K+1)
+    beyond = _beyond(table, ti, None, np.array([target_s]))[:, :, 0]
+    return np.where(ok.any(axis=0), np.argmax(ok, axis=0) + 1.0, beyond)
 
 
 def min_gpus(table: SegmentTable, target_s: float) -> tuple[float, tuple[Group, ...]]:
     """Fewest GPUs meeting makespan `target_s`, and the groups (inf, () if impossible)."""
     k = table.num_bins
+    need = [_instances(table, ti, target_s) for ti in range(len(table.tps))]
     f = np.full(k + 1, np.inf)
     f[0] = 0.0
     choice: list[tuple[int, int, int]] = [(-1, -1, 0)] * (k + 1)
     for j in range(1, k + 1):
         for ti, tp in enumerate(table.tps):
-            w, c = table.work_s[ti, :j, j], table.crit_s[ti, :j, j]
-            n = _instances(w, target_s)
-            cost = np.where(c <= target_s, f[:j] + tp * n, np.inf)
+            n = need[ti][:j, j]
+            cost = f[:j] + tp * n
             i = int(np.argmin(cost))
             if cost[i] < f[j]:
                 f[j] = cost[i]
@@ -87,8 +141,7 @@ def min_gpus(table: SegmentTable, target_s: float) -> tuple[float, tuple[Group, 
     j = k
     while j > 0:
         i, ti, count = choice[j]
-        t = float(max(table.crit_s[ti, i, j], table.work_s[ti, i, j] / count))
-        groups.append(Group(table.tps[ti], count, i, j, t))
+        groups.append(Group(table.tps[ti], count, i, j, table.group_time_s(ti, count, i, j)))
         j = i
     return float(f[k]), tuple(reversed(groups))
 
@@ -100,8 +153,8 @@ def solve(table: SegmentTable, gpu_budget: int, rel_tol: float = 1e-4) -> Assign
     hi = math.inf
     for ti, tp in enumerate(table.tps):
         n = gpu_budget // tp
-        if n >= 1 and math.isfinite(table.crit_s[ti, 0, k]):
-            hi = min(hi, max(float(table.crit_s[ti, 0, k]), float(table.work_s[ti, 0, k]) / n))
+        if n >= 1:
+            hi = min(hi, table.group_time_s(ti, n, 0, k))
     if not math.isfinite(hi):
         return None
     lo = hi * 1e-6
@@ -117,18 +170,37 @@ def solve(table: SegmentTable, gpu_budget: int, rel_tol: float = 1e-4) -> Assign
     return Assignment(max(g.time_s for g in groups), int(gpus), groups)
 
 
+def _counts_over(table: SegmentTable, ti: int, targets: np.ndarray) -> np.ndarray:
+    """(K+1, K+1, L) int: for each range, how many of n = 1..N miss each (ascending) target
+    with every count up to n; the fewest instances meeting target l is that count + 1 when some
+    n <= N meets it."""
+    best = np.minimum.accumulate(np.nan_to_num(table.group_times_s(ti), nan=np.inf), axis=0)
+    nn, k1 = best.shape[0], best.shape[1]
+    # best is non-increasing in n; n misses target l iff targets[l] < best[n], i.e. l < idx[n].
+    idx = np.searchsorted(targets, best, side="left").reshape(nn, -1)  # (N, (K+1)^2)
+    hist = np.zeros((k1 * k1, len(targets) + 1), dtype=np.int32)
+    np.add.at(hist, (np.broadcast_to(np.arange(k1 * k1), idx.shape), idx), 1)
+    missed = nn - np.cumsum(hist, axis=1)[:, :-1]  # #{n: idx[n] > l}
+    return missed.reshape(k1, k1, len(targets))
+
+
 def frontier(table: SegmentTable, targets_s: np.ndarray) -> np.ndarray:
     """min_gpus for every makespan in `targets_s` at once (inf where impossible)."""
     k, T = table.num_bins, np.asarray(targets_s, dtype=float)
+    order = np.argsort(T, kind="stable")
+    T_sorted = T[order]
+    nn = table.max_instances
+    missed = [_counts_over(table, ti, T_sorted) for ti in range(len(table.tps))]
     f = np.full((k + 1, len(T)), np.inf)
     f[0] = 0.0
     for j in range(1, k + 1):
         for ti, tp in enumerate(table.tps):
-            w = table.work_s[ti, :j, j][:, None]
-            c = table.crit_s[ti, :j, j][:, None]
-            cost = np.where(c <= T[None, :], f[:j] + tp * _instances(w, T[None, :]), np.inf)
-            f[j] = np.minimum(f[j], cost.min(axis=0))
-    return f[k]
+            m = missed[ti][:j, j]  # (j, L)
+            n = np.where(m < nn, m + 1.0, _beyond(table, ti, j, T_sorted))
+            f[j] = np.minimum(f[j], (f[:j] + tp * n).min(axis=0))
+    out = np.empty(len(T))
+    out[order] = f[k]
+    return out
 
 
 def brute_force(table: SegmentTable, gpu_budget: int) -> float:
@@ -142,11 +214,10 @@ def brute_force(table: SegmentTable, gpu_budget: int) -> float:
         for i, j in ranges:
             opts = []
             for ti, tp in enumerate(table.tps):
-                if not math.isfinite(table.crit_s[ti, i, j]):
-                    continue
                 for n in range(1, gpu_budget // tp + 1):
-                    t = max(float(table.crit_s[ti, i, j]), float(table.work_s[ti, i, j]) / n)
-                    opts.append((tp * n, t))
+                    t = table.group_time_s(ti, n, i, j)
+                    if math.isfinite(t):
+                        opts.append((tp * n, t))
             options.append(opts)
         for combo in itertools.product(*options):
             if sum(g for g, _ in combo) <= gpu_budget:

@@ -15,6 +15,7 @@ from the instance's throughput by the other sequences in the batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from libra_core.planner.workload import Workload
 GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default share of device memory it may take
 RESERVED_BYTES = 2e9  # CUDA context, CUDA graphs and activation workspace (vLLM profiles ~1-3 GB)
 PREFILL_CHUNK_TOKENS = 2048  # vLLM v1 chunked-prefill budget per step (max_num_batched_tokens)
+_ACTIVE_ROUNDS = 4  # fixed-point rounds for the active batch (tool waits leave the batch)
 
 
 @dataclass(frozen=True)
@@ -126,16 +128,19 @@ def instance_tp_degrees(model: ModelSpec, hw: HardwareSpec) -> tuple[int, ...]:
 
 
 def build_segment_table(
-    cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], num_bins: int
+    cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], num_bins: int, max_gpus: int
 ) -> SegmentTable:
-    """Price every contiguous range of length-sorted bins on one TP-t instance (assignment.py).
+    """Price every contiguous range of length-sorted bins on n TP-t instances (assignment.py).
 
-    Per range [i, j): R trajectories (scaled to one iteration), D decode tokens, P prefill tokens;
-    concurrency B from max_num_seqs, the KV cache at the range's mean context and R; decode step
-    s = ITL(t, B, decode-weighted mean context); work `W = D s / B + P x prefill s/token`; critical
-    path `C = max over bins (s g_max + prefill P_max + tool latency_max)` (per-bin maxima: an upper
-    bound on the slowest trajectory, tight when bins are narrow); C = inf when TP t cannot shard
-    the model or hold the range's longest context.
+    Per range [i, j): R trajectories (scaled to one iteration), D decode tokens, P prefill tokens,
+    L tool seconds. Spread over n instances (n = 1 .. max_gpus // min TP), each instance holds
+    q = R / n trajectories, of which only those not waiting on a tool decode: the active batch is
+    `B = clip(q x busy / (busy + tool), 1, cap)` with busy = the mean trajectory's decode plus
+    prefill time at the step ITL(t, B, decode-weighted mean context) (a fixed point, a few
+    rounds) and cap = min(max_num_seqs, KV cache / mean context). Work (instance-seconds)
+    `W = D s / B + P x prefill s/token`; critical path `C = max over bins (s g_max + prefill P_max
+    + tool latency_max)` (per-bin maxima: an upper bound on the slowest trajectory, tight when bins
+    are narrow); C = inf when TP t cannot shard the model or hold the range's longest context.
     """
     order = np.argsort(w.total_tokens, kind="stable")
     g = w.gen_tokens[order]
@@ -154,7 +159,7 @@ def build_segment_table(
         return np.maximum.reduceat(x, edges[:-1])
 
     cum_r, cum_d, cum_p = prefix(np.full(len(g), wt)), prefix(g * wt), prefix(pre * wt)
-    cum_ctx, cum_gctx = prefix(life_ctx * wt), prefix(g * life_ctx * wt)
+    cum_ctx, cum_gctx, cum_l = prefix(life_ctx * wt), prefix(g * life_ctx * wt), prefix(lat * wt)
     gmax, pmax, lmax, fmax = bin_max(g), bin_max(pre), bin_max(lat), bin_max(final)
     i_idx, j_idx = np.meshgrid(np.arange(k + 1), np.arange(k + 1), indexing="ij")
     valid = j_idx > i_idx
@@ -163,27 +168,36 @@ def build_segment_table(
         return np.where(valid, c[j_idx] - c[i_idx], np.nan)
 
     r, d, p = rng(cum_r), rng(cum_d), rng(cum_p)
-    mean_ctx = rng(cum_ctx) / r
+    r_safe = np.nan_to_num(r, nan=1.0)
+    mean_ctx = np.nan_to_num(rng(cum_ctx) / r, nan=1.0)
     dec_ctx = np.where(d > 0, rng(cum_gctx) / np.where(d > 0, d, 1.0), mean_ctx)
+    safe_ctx = np.nan_to_num(dec_ctx, nan=1.0)
+    gen_each, pre_each = np.nan_to_num(d) / r_safe, np.nan_to_num(p) / r_safe
+    tool_each = np.nan_to_num(rng(cum_l)) / r_safe
     # in_range[i, j, b]: bin b lies in [i, j)
     b_idx = np.arange(k)
     in_range = (b_idx[None, None, :] >= i_idx[:, :, None]) & (b_idx[None, None, :] < j_idx[:, :, None])
     longest = np.where(in_range, fmax[None, None, :], 0.0).max(axis=2)
-    work = np.full((len(tps), k + 1, k + 1), np.inf)
-    crit = np.full((len(tps), k + 1, k + 1), np.inf)
-    safe_ctx = np.nan_to_num(dec_ctx, nan=1.0)
+    supported = [tp for tp in tps if cost.model.supports_tp(tp)]
+    # Counts beyond the iteration's trajectories price like it (batch 1), so N stops there.
+    nn = max(1, min(max_gpus // min(supported) if supported else 1, math.ceil(float(cum_r[-1]))))
+    q = r_safe[None] / np.arange(1, nn + 1, dtype=float)[:, None, None]  # (N, K+1, K+1)
+    work = np.full((len(tps), nn, k + 1, k + 1), np.inf)
+    crit = np.full((len(tps), nn, k + 1, k + 1), np.inf)
     for ti, tp in enumerate(tps):
         if not cost.model.supports_tp(tp):
             continue
-        batch = cost.concurrency(tp, np.nan_to_num(mean_ctx, nan=1.0), np.nan_to_num(r, nan=1.0))
-        step = cost.decode_step_s(tp, batch, safe_ctx)
+        cap = cost.concurrency(tp, mean_ctx, np.inf)
         per_tok = cost.prefill_s_per_token(tp, safe_ctx)
+        batch = np.minimum(q, cap)
+        for _ in range(_ACTIVE_ROUNDS):
+            busy = gen_each * cost.decode_step_s(tp, batch, safe_ctx) + pre_each * per_tok
+            batch = np.clip(q * busy / np.maximum(busy + tool_each, 1e-12), 1.0, cap)
+        step = cost.decode_step_s(tp, batch, safe_ctx)
         ok = valid & (longest <= cost.kv_capacity_tokens(tp))
         work[ti] = np.where(ok, np.nan_to_num(d) * step / batch + np.nan_to_num(p) * per_tok, np.inf)
-        path = (
-            step[:, :, None] * gmax[None, None, :]
-            + per_tok[:, :, None] * pmax[None, None, :]
-            + lmax[None, None, :]
-        )
-        crit[ti] = np.where(ok, np.where(in_range, path, 0.0).max(axis=2), np.inf)
+        fixed = per_tok[:, :, None] * pmax[None, None, :] + lmax[None, None, :]
+        for m in range(nn):
+            path = step[m, :, :, None] * gmax[None, None, :] + fixed
+            crit[ti, m] = np.where(ok, np.where(in_range, path, 0.0).max(axis=2), np.inf)
     return SegmentTable(tuple(tps), work, crit, edges, fmax)

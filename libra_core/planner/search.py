@@ -141,7 +141,7 @@ def search_plans(
     """Best plans for `num_gpus` devices, fastest first ([] when nothing fits)."""
     s = settings or SearchSettings()
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
-    table = build_segment_table(cost, workload, instance_tp_degrees(model, hw), s.num_bins)
+    table = build_segment_table(cost, workload, instance_tp_degrees(model, hw), s.num_bins, num_gpus)
     shape = TrainShape.from_workload(workload)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
     colocated = num_gpus == 1
@@ -153,10 +153,8 @@ def search_plans(
     finite = table.crit_s[np.isfinite(table.crit_s)]
     if finite.size == 0:
         return []
-    hi = max(
-        float(np.nanmax(np.where(np.isfinite(table.work_s[:, 0, k]), table.work_s[:, 0, k], 0))),
-        float(finite.max()),
-    )
+    one = table.work_s[:, 0, 0, k]  # the whole range on a single instance
+    hi = max(float(np.nanmax(np.where(np.isfinite(one), one, 0))), float(finite.max()))
     grid = np.geomspace(max(float(finite.min()) * 0.5, 1e-6), hi * 1.01, 1500)
     need = frontier(table, grid)
     candidates: list[tuple[float, int, TrainEstimate, float]] = []
@@ -274,7 +272,7 @@ def evaluate_plan(
     s = settings or SearchSettings()
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
-    table = build_segment_table(cost, workload, tps, s.num_bins)
+    table = build_segment_table(cost, workload, tps, s.num_bins, plan.rollout_gpus)
     assignment = solve(table, plan.rollout_gpus, s.rel_tol)
     shape = TrainShape.from_workload(workload)
     est = _best_same_topology(model, hw, plan.train.layout, shape)

@@ -167,7 +167,9 @@ class Simulator:
             [sum(t.tool_latency_s) for t in ts],
         )
         group = getattr(getattr(self.wl, "spec", None), "group_size", 16)
-        return workload_from_turns(f"iter{j}", turns, max(1, len(ts) // group), group)
+        # A simulated instance keeps a trajectory's prefix cached across its tool calls (only a
+        # move to another instance prefills the context again), so the planner prices no re-prefill.
+        return workload_from_turns(f"iter{j}", turns, max(1, len(ts) // group), group, reprefill_fraction=0.0)
 
     def harvest(self, instances: list[Instance]) -> None:
         """Collect busy GPU-seconds of instances that are about to be dropped."""

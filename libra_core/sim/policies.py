@@ -107,12 +107,11 @@ def homogeneous_tp(
 ) -> int:
     cost = RolloutCostModel(model, hw, settings.max_num_seqs)
     tps = tuple(t for t in instance_tp_degrees(model, hw) if t <= rollout_gpus)
-    table = build_segment_table(cost, workload, tps, settings.num_bins)
+    table = build_segment_table(cost, workload, tps, settings.num_bins, rollout_gpus)
     k = table.num_bins
     best, best_t = tps[0], math.inf
     for ti, tp in enumerate(tps):
-        n = rollout_gpus // tp
-        t = max(float(table.crit_s[ti, 0, k]), float(table.work_s[ti, 0, k]) / n)
+        t = table.group_time_s(ti, rollout_gpus // tp, 0, k)
         if t < best_t:
             best, best_t = tp, t
     return best

@@ -7,7 +7,7 @@ import pytest
 
 from libra_core.planner.memory import model_state_bytes_per_param, train_memory
 from libra_core.planner.presets import workload_preset
-from libra_core.planner.rollout_cost import RolloutCostModel
+from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.planner.train_cost import (
     TrainLayout,
@@ -16,6 +16,7 @@ from libra_core.planner.train_cost import (
     iteration_flops,
     pipeline_bubble_fraction,
 )
+from libra_core.planner.workload import Turns, workload_from_turns
 
 A800 = get_hardware("A800")
 
@@ -87,6 +88,32 @@ def test_rollout_cost_monotone_in_tokens_and_model_size() -> None:
         assert np.all(steps[0] < steps[1]) and np.all(steps[1] < steps[2])  # bigger model, slower
         per_batch = RolloutCostModel(get_model("qwen3-8b"), A800).decode_step_s(tp, batch, 2048)
         assert np.all(np.diff(per_batch) > 0)
+
+
+def test_segment_table_batches_each_instance_share_of_its_range() -> None:
+    # 64 equal trajectories: prompt 500, turns of 600 and 400 tokens with a 100-token tool reply
+    # taking 10 s between them, no re-prefill. n instances each hold 64 / n of them, and only the
+    # share not waiting on the tool decodes: the active batch is a fixed point, solved here by hand.
+    cost = RolloutCostModel(get_model("qwen3-8b"), A800)
+    turns = Turns([500] * 64, [[600, 400]] * 64, [[100, 0]] * 64, [10.0] * 64)
+    w = workload_from_turns("flat", turns, 4, 16, reprefill_fraction=0.0)
+    table = build_segment_table(cost, w, (1, 8), 1, 8)
+    ctx = 500 + (1000 + 100) / 2  # mean context over a life
+    for ti, tp in enumerate((1, 8)):
+        cap = min(256.0, float(np.floor(cost.kv_capacity_tokens(tp) / ctx)))
+        pre = float(cost.prefill_s_per_token(tp, ctx))
+        paths = []
+        for n in (1, 2, 4, 8):
+            q = 64 / n
+            b = min(q, cap)
+            for _ in range(100):
+                busy = 1000 * float(cost.decode_step_s(tp, b, ctx)) + 600 * pre
+                b = min(cap, max(1.0, q * busy / (busy + 10.0)))
+            step = float(cost.decode_step_s(tp, b, ctx))
+            assert table.crit_s[ti, n - 1, 0, 1] == pytest.approx(1000 * step + 600 * pre + 10.0, rel=0.01)
+            assert table.work_s[ti, n - 1, 0, 1] == pytest.approx(64 * (1000 * step / b + 600 * pre), rel=0.01)
+            paths.append(float(table.crit_s[ti, n - 1, 0, 1]))
+        assert np.all(np.diff(paths) < 0)  # a smaller share per instance: shorter decode steps
 
 
 def test_train_cost_monotone_in_tokens_and_model_size() -> None:

@@ -16,14 +16,17 @@ from libra_core.planner.specs import get_hardware, get_model
 
 M, HW = get_model("qwen3-8b"), get_hardware("A800")
 SET = SearchSettings(staleness=1)
+# On-policy: rollout and training add up, so a length drift moves the best split. (With staleness 1
+# both math-short plans are bound by the longest trajectory's decode, which no split shortens.)
+ON_POLICY = SearchSettings(staleness=0)
 
 
 def plans_for_drift() -> tuple:
     short = workload_preset("math-short")
     long = short.scaled(4.0)
-    current = search_plans(M, HW, 48, short, SET)[0]
-    current_now = evaluate_plan(current, M, HW, long, SET)
-    proposed = search_plans(M, HW, 48, long, SET)[0]
+    current = search_plans(M, HW, 48, short, ON_POLICY)[0]
+    current_now = evaluate_plan(current, M, HW, long, ON_POLICY)
+    proposed = search_plans(M, HW, 48, long, ON_POLICY)[0]
     return current, current_now, proposed, long
 
 

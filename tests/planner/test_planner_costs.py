@@ -110,8 +110,9 @@ def test_segment_table_batches_each_instance_share_of_its_range() -> None:
                 busy = 1000 * float(cost.decode_step_s(tp, b, ctx)) + 600 * pre
                 b = min(cap, max(1.0, q * busy / (busy + 10.0)))
             step = float(cost.decode_step_s(tp, b, ctx))
-            assert table.crit_s[ti, n - 1, 0, 1] == pytest.approx(1000 * step + 600 * pre + 10.0, rel=0.01)
-            assert table.work_s[ti, n - 1, 0, 1] == pytest.approx(64 * (1000 * step / b + 600 * pre), rel=0.01)
+            crit, work = table.crit_s[ti, n - 1, 0, 1], table.work_s[ti, n - 1, 0, 1]
+            assert crit == pytest.approx(1000 * step + 600 * pre + 10.0, rel=0.01)
+            assert work == pytest.approx(64 * (1000 * step / b + 600 * pre), rel=0.01)
             paths.append(float(table.crit_s[ti, n - 1, 0, 1]))
         assert np.all(np.diff(paths) < 0)  # a smaller share per instance: shorter decode steps
 

@@ -55,7 +55,6 @@ def test_longer_trajectories_shift_gpus_to_rollout() -> None:
     assert long.rollout_gpus > short.rollout_gpus
 
 
-
 def test_local_cpu_plan_is_colocated() -> None:
     report = plan_cluster("1xcpu", "tiny", "arith-tiny")
     assert report.best is not None and report.best.colocated

@@ -375,20 +375,21 @@ class Simulator:
             pipeline.maybe_lend(self, inst)
 
     def _drain(self, inst: Instance) -> None:
-        q = (
-            self.router.pinned_queues[inst.instance_id]
+        queues = (
+            [self.router.pinned_queues[inst.instance_id]]
             if self.p.placement == "round_robin"
-            else self.router.queues[inst.bucket]
+            else self.router.drain_order(inst.bucket)
         )
         now = self.q.now_s
-        while q and inst.active:
-            f = q[0]
-            gen = f.traj.turns[f.turn].gen_tokens
-            if not inst.fits(f.ctx + gen):
-                break
-            q.popleft()
-            last = f.last
-            inst.join(now, f, f.ctx, f.new_tokens if inst is last or last is None else f.ctx, gen)
+        for q in queues:
+            while q and inst.active:
+                f = q[0]
+                gen = f.traj.turns[f.turn].gen_tokens
+                if not inst.fits(f.ctx + gen):
+                    return
+                q.popleft()
+                last = f.last
+                inst.join(now, f, f.ctx, f.new_tokens if inst is last or last is None else f.ctx, gen)
 
     def on_tool_return(self, f: Flight) -> None:
         t = f.traj.turns[f.turn]

@@ -10,10 +10,12 @@ as the rollout router calls it); the router picks the instance inside the bucket
   anywhere the turn waits in the bucket's FIFO queue.
 - `round_robin`: a trajectory is pinned at admission to the next instance in turn and always waits
   for that one (no load awareness: the static-uniform baseline).
-With several buckets, a turn whose bucket's least-loaded instance runs more than `SPILL_FACTOR` x
-the cluster's mean sequences per GPU spills to the least-loaded instance of a longer bucket (the
-planner sized each bucket for the trajectories that *end* in its range, but a scheduler that admits
-to the shortest bucket sends every new trajectory there first).
+With several buckets, a turn whose bucket has no room, or whose least-loaded instance runs more
+than `SPILL_FACTOR` x the cluster's mean sequences per GPU, spills to the least-loaded instance of
+this or a longer bucket (the planner sized each bucket for the trajectories that *end* in its
+range, but a scheduler that admits to the shortest bucket sends every new trajectory there first);
+only when no such instance has room does it wait in its bucket's queue, which an instance of that
+bucket or of a longer one drains when it frees room (`Router.drain_order`).
 Scheduler bucket indices beyond the deployment's buckets map to the last bucket.
 """
 
@@ -60,13 +62,12 @@ class Router:
         ):
             return previous
         best = self._least(self.by_bucket[bucket], final_ctx)
-        if (
-            best is not None
-            and self.num_buckets > 1
-            and best.batch > SPILL_FACTOR * best.tp * (self._mean_load() + 1)
+        if self.num_buckets > 1 and (
+            best is None or best.batch > SPILL_FACTOR * best.tp * (self._mean_load() + 1)
         ):
-            # Work-conserving spill: the bucket is overloaded against the cluster, so the turn goes to
-            # the least-loaded instance of this or a longer bucket (longer buckets can serve short work).
+            # Work-conserving spill: the bucket is full or overloaded against the cluster, so the turn
+            # goes to the least-loaded instance of this or a longer bucket (longer buckets can serve
+            # short work).
             wider = self._least(
                 [i for b in range(bucket, self.num_buckets) for i in self.by_bucket[b]], final_ctx
             )
@@ -90,6 +91,10 @@ class Router:
         """Running sequences per active GPU over the whole cluster."""
         gpus = sum(i.tp for i in self.instances if i.active)
         return sum(i.batch for i in self.instances if i.active) / max(1, gpus)
+
+    def drain_order(self, bucket: int) -> list[deque[Any]]:
+        """Queues an instance of `bucket` takes waiting turns from: its own, then shorter buckets'."""
+        return [self.queues[b] for b in range(bucket, -1, -1)]
 
     def active_in(self, bucket: int) -> int:
         return sum(1 for i in self.by_bucket[bucket] if i.active)

@@ -7,9 +7,12 @@ instance-seconds of work W (throughput-bound) and the critical path C (the slowe
 latency) when n instances share the range: both depend on n, because each instance then batches
 only its share of the range's requests. The group's time is `max(C_n, W_n / n)`.
 
-`min_gpus(T)`: DP `f[j] = min_{i<j, t} f[i] + t * n(t, i, j, T)` with n the fewest instances whose
-group time is <= T (none if no count meets T), exact for "fewest GPUs with makespan <= T" in
-O(K^2 |T| N). The makespan-optimal assignment under a budget G is the smallest T with
+`min_gpus(T)`: DP `f[j, t] = min_{i<j, t' <= t} f[i, t'] + t * n(t, i, j, T)` with n the fewest
+instances whose group time is <= T (none if no count meets T), exact for "fewest GPUs with makespan
+<= T" in O(K^2 |T| N). The TP degree never falls from a shorter range to a longer one (`monotone`,
+the default): the routers promote a request from short to long buckets and let a longer bucket's
+instances serve shorter work, which only makes sense when longer buckets have at least the TP.
+The makespan-optimal assignment under a budget G is the smallest T with
 `min_gpus(T) <= G`; min_gpus is non-increasing in T, so `solve` bisects on T (relative tolerance
 `rel_tol`) and `frontier` evaluates a whole grid of T at once (vectorised) to price every GPU split
 of the search. `brute_force` enumerates every contiguous partition and (t, n) choice, for tests.
@@ -44,6 +47,8 @@ class SegmentTable:
     _times: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if any(a >= b for a, b in zip(self.tps, self.tps[1:], strict=False)):
+            raise ValueError(f"SegmentTable.tps must be strictly ascending, got {self.tps}")
         for name in ("work_s", "crit_s"):
             arr = np.asarray(getattr(self, name), dtype=float)
             if arr.ndim == 3:
@@ -120,33 +125,50 @@ def _instances(table: SegmentTable, ti: int, target_s: float) -> np.ndarray:
     return np.where(ok.any(axis=0), np.argmax(ok, axis=0) + 1.0, beyond)
 
 
-def min_gpus(table: SegmentTable, target_s: float) -> tuple[float, tuple[Group, ...]]:
-    """Fewest GPUs meeting makespan `target_s`, and the groups (inf, () if impossible)."""
-    k = table.num_bins
-    need = [_instances(table, ti, target_s) for ti in range(len(table.tps))]
-    f = np.full(k + 1, np.inf)
+def _best_before(f: np.ndarray, monotone: bool) -> np.ndarray:
+    """g[i, t, ...]: fewest GPUs for bins [0, i) whose last group's TP index is <= t (monotone),
+    or any (not monotone)."""
+    if monotone:
+        return np.minimum.accumulate(f, axis=1)
+    return np.broadcast_to(f.min(axis=1, keepdims=True), f.shape)
+
+
+def min_gpus(table: SegmentTable, target_s: float, monotone: bool = True) -> tuple[float, tuple[Group, ...]]:
+    """Fewest GPUs meeting makespan `target_s`, and the groups (inf, () if impossible).
+
+    `monotone`: a longer range never gets a smaller TP degree than a shorter one (what a router
+    that promotes requests from short to long buckets assumes)."""
+    k, nt = table.num_bins, len(table.tps)
+    need = [_instances(table, ti, target_s) for ti in range(nt)]
+    f = np.full((k + 1, nt), np.inf)
     f[0] = 0.0
-    choice: list[tuple[int, int, int]] = [(-1, -1, 0)] * (k + 1)
+    choice = np.zeros((k + 1, nt, 2), dtype=int)  # (start bin, instances) of the last group
     for j in range(1, k + 1):
+        g = _best_before(f[:j], monotone)
         for ti, tp in enumerate(table.tps):
             n = need[ti][:j, j]
-            cost = f[:j] + tp * n
+            cost = g[:, ti] + tp * n
             i = int(np.argmin(cost))
-            if cost[i] < f[j]:
-                f[j] = cost[i]
-                choice[j] = (i, ti, int(n[i]))
-    if not math.isfinite(f[k]):
+            if math.isfinite(cost[i]):
+                f[j, ti] = cost[i]
+                choice[j, ti] = (i, int(n[i]))
+    if not np.isfinite(f[k]).any():
         return math.inf, ()
+    ti = int(np.argmin(f[k]))
+    total = float(f[k, ti])
     groups = []
     j = k
     while j > 0:
-        i, ti, count = choice[j]
+        i, count = (int(x) for x in choice[j, ti])
         groups.append(Group(table.tps[ti], count, i, j, table.group_time_s(ti, count, i, j)))
-        j = i
-    return float(f[k]), tuple(reversed(groups))
+        allowed = f[i, : ti + 1] if monotone else f[i]
+        ti, j = int(np.argmin(allowed)), i
+    return total, tuple(reversed(groups))
 
 
-def solve(table: SegmentTable, gpu_budget: int, rel_tol: float = 1e-4) -> Assignment | None:
+def solve(
+    table: SegmentTable, gpu_budget: int, rel_tol: float = 1e-4, monotone: bool = True
+) -> Assignment | None:
     """Makespan-optimal assignment within `gpu_budget` GPUs (None if nothing fits)."""
     k = table.num_bins
     # Upper bracket: the whole range on the largest group any single TP can form.
@@ -158,10 +180,10 @@ def solve(table: SegmentTable, gpu_budget: int, rel_tol: float = 1e-4) -> Assign
     if not math.isfinite(hi):
         return None
     lo = hi * 1e-6
-    best = min_gpus(table, hi)
+    best = min_gpus(table, hi, monotone)
     while hi / lo - 1 > rel_tol:
         mid = math.sqrt(lo * hi)
-        gpus, groups = min_gpus(table, mid)
+        gpus, groups = min_gpus(table, mid, monotone)
         if gpus <= gpu_budget:
             hi, best = mid, (gpus, groups)
         else:
@@ -184,27 +206,29 @@ def _counts_over(table: SegmentTable, ti: int, targets: np.ndarray) -> np.ndarra
     return missed.reshape(k1, k1, len(targets))
 
 
-def frontier(table: SegmentTable, targets_s: np.ndarray) -> np.ndarray:
+def frontier(table: SegmentTable, targets_s: np.ndarray, monotone: bool = True) -> np.ndarray:
     """min_gpus for every makespan in `targets_s` at once (inf where impossible)."""
     k, T = table.num_bins, np.asarray(targets_s, dtype=float)
     order = np.argsort(T, kind="stable")
     T_sorted = T[order]
-    nn = table.max_instances
-    missed = [_counts_over(table, ti, T_sorted) for ti in range(len(table.tps))]
-    f = np.full((k + 1, len(T)), np.inf)
+    nn, nt = table.max_instances, len(table.tps)
+    missed = [_counts_over(table, ti, T_sorted) for ti in range(nt)]
+    f = np.full((k + 1, nt, len(T)), np.inf)
     f[0] = 0.0
     for j in range(1, k + 1):
+        g = _best_before(f[:j], monotone)
         for ti, tp in enumerate(table.tps):
             m = missed[ti][:j, j]  # (j, L)
             n = np.where(m < nn, m + 1.0, _beyond(table, ti, j, T_sorted))
-            f[j] = np.minimum(f[j], (f[:j] + tp * n).min(axis=0))
+            f[j, ti] = (g[:, ti] + tp * n).min(axis=0)
     out = np.empty(len(T))
-    out[order] = f[k]
+    out[order] = f[k].min(axis=0)
     return out
 
 
-def brute_force(table: SegmentTable, gpu_budget: int) -> float:
-    """Best makespan over every contiguous partition and every (TP, instance count) per range."""
+def brute_force(table: SegmentTable, gpu_budget: int, monotone: bool = True) -> float:
+    """Best makespan over every contiguous partition and every (TP, instance count) per range
+    (TP non-decreasing along the ranges when `monotone`)."""
     k = table.num_bins
     best = math.inf
     for cuts in itertools.product((False, True), repeat=k - 1):
@@ -217,9 +241,11 @@ def brute_force(table: SegmentTable, gpu_budget: int) -> float:
                 for n in range(1, gpu_budget // tp + 1):
                     t = table.group_time_s(ti, n, i, j)
                     if math.isfinite(t):
-                        opts.append((tp * n, t))
+                        opts.append((tp, tp * n, t))
             options.append(opts)
         for combo in itertools.product(*options):
-            if sum(g for g, _ in combo) <= gpu_budget:
-                best = min(best, max(t for _, t in combo))
+            if monotone and any(a[0] > b[0] for a, b in itertools.pairwise(combo)):
+                continue
+            if sum(g for _, g, _ in combo) <= gpu_budget:
+                best = min(best, max(t for _, _, t in combo))
     return best

@@ -66,6 +66,7 @@ class SearchSettings:
     top_k: int = 4  # plans returned (best first)
     rel_tol: float = 1e-3
     corrections: dict[str, float] = field(default_factory=dict)  # stage -> factor
+    monotone_tp: bool = True  # longer length ranges never get a smaller TP degree (assignment.py)
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def search_plans(
     one = table.work_s[:, 0, 0, k]  # the whole range on a single instance
     hi = max(float(np.nanmax(np.where(np.isfinite(one), one, 0))), float(finite.max()))
     grid = np.geomspace(max(float(finite.min()) * 0.5, 1e-6), hi * 1.01, 1500)
-    need = frontier(table, grid)
+    need = frontier(table, grid, s.monotone_tp)
     candidates: list[tuple[float, int, TrainEstimate, float]] = []
     best_obj = math.inf
     for n_train in _split_candidates(num_gpus, hw.gpus_per_node):
@@ -180,7 +181,7 @@ def search_plans(
         best_obj = candidates[min(len(candidates), s.top_k) - 1][0]
     plans = []
     for _, n_train, est, _ in candidates[: s.top_k]:
-        assignment = solve(table, num_gpus - n_train, s.rel_tol)
+        assignment = solve(table, num_gpus - n_train, s.rel_tol, s.monotone_tp)
         if assignment is None:
             continue
         t_r, t_t = assignment.makespan_s * f_r, est.time_s * f_t
@@ -236,7 +237,7 @@ def _colocated_plan(
     f_t: float,
     s: SearchSettings,
 ) -> Plan | None:
-    assignment = solve(table, 1, s.rel_tol)
+    assignment = solve(table, 1, s.rel_tol, s.monotone_tp)
     est = best_train(model, hw, 1, shape)
     if assignment is None or est is None:
         return None
@@ -273,7 +274,7 @@ def evaluate_plan(
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
     table = build_segment_table(cost, workload, tps, s.num_bins, plan.rollout_gpus)
-    assignment = solve(table, plan.rollout_gpus, s.rel_tol)
+    assignment = solve(table, plan.rollout_gpus, s.rel_tol, s.monotone_tp)
     shape = TrainShape.from_workload(workload)
     est = _best_same_topology(model, hw, plan.train.layout, shape)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)

@@ -155,13 +155,16 @@ def deployment_from_plan(
         tp = homogeneous_tp(model, hw, workload, plan.rollout_gpus, settings)
         inst = tuple((tp, 0) for _ in range(plan.rollout_gpus // tp))
         return Deployment(plan.train_gpus, plan.train.layout, inst, (OPEN_BOUND,), plan.rollout_gpus, plan)
-    # One bucket per DP group (contiguous length range); groups with equal bounds merge.
+    # One bucket per DP group (contiguous length range); groups with equal bounds merge, and so do
+    # neighbouring groups of one TP degree (a move between them would re-prefill for nothing).
     bounds: list[int] = []
     members: list[tuple[int, int]] = []
     groups = plan.rollout.groups
     for gi, g in enumerate(groups):
         bound = OPEN_BOUND if gi == len(groups) - 1 else int(plan.bin_max_len[g.end_bin - 1])
-        if not bounds or bound > bounds[-1]:
+        if bounds and gi > 0 and groups[gi - 1].tp == g.tp:
+            bounds[-1] = max(bounds[-1], bound)
+        elif not bounds or bound > bounds[-1]:
             bounds.append(bound)
         members.extend((g.tp, len(bounds) - 1) for _ in range(g.instances))
     if len(bounds) > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -31,15 +32,16 @@ def random_table(rng: np.random.Generator, k: int, tps: tuple[int, ...], counts:
     return SegmentTable(tps, work, crit, np.arange(k + 1), tail)
 
 
+@pytest.mark.parametrize("monotone", [True, False])
 @pytest.mark.parametrize("seed", range(25))
-def test_dp_equals_brute_force(seed: int) -> None:
+def test_dp_equals_brute_force(seed: int, monotone: bool) -> None:
     rng = np.random.default_rng(seed)
     k = int(rng.integers(1, 6))
     tps = (1, 2, 4)[: int(rng.integers(1, 4))]
     budget = int(rng.integers(1, 9))
     table = random_table(rng, k, tps, counts=int(rng.integers(1, 4)))
-    expected = brute_force(table, budget)
-    got = solve(table, budget, rel_tol=1e-9)
+    expected = brute_force(table, budget, monotone)
+    got = solve(table, budget, rel_tol=1e-9, monotone=monotone)
     if math.isinf(expected):
         assert got is None
         return
@@ -50,15 +52,18 @@ def test_dp_equals_brute_force(seed: int) -> None:
     assert [g.start_bin for g in got.groups] == [0, *[g.end_bin for g in got.groups[:-1]]]
     assert got.groups[-1].end_bin == k
     assert sum(g.tp * g.instances for g in got.groups) == got.gpus
+    if monotone:
+        assert [g.tp for g in got.groups] == sorted(g.tp for g in got.groups)
 
 
-def test_frontier_matches_min_gpus() -> None:
+@pytest.mark.parametrize("monotone", [True, False])
+def test_frontier_matches_min_gpus(monotone: bool) -> None:
     rng = np.random.default_rng(7)
     table = random_table(rng, 6, (1, 2, 4, 8), counts=3)
     targets = rng.permutation(np.geomspace(0.5, 100, 40))  # frontier accepts any order
-    vec = frontier(table, targets)
+    vec = frontier(table, targets, monotone)
     for t, v in zip(targets, vec, strict=True):
-        assert min_gpus(table, float(t))[0] == v
+        assert min_gpus(table, float(t), monotone)[0] == v
     by_time = vec[np.argsort(targets)]
     assert np.all(np.diff(by_time[np.isfinite(by_time)]) <= 0)  # more time allowed, never more GPUs
 
@@ -81,3 +86,47 @@ def test_three_dimensional_table_prices_every_count_alike() -> None:
 def test_table_shape_is_checked() -> None:
     with pytest.raises(ValueError, match="work_s"):
         SegmentTable((1, 2), np.zeros((1, 3, 3)), np.zeros((1, 3, 3)), np.arange(3), np.ones(2))
+
+
+def test_monotone_forbids_a_smaller_tp_for_longer_work() -> None:
+    # Two bins: the short one only meets T = 10 on TP2, the long one is cheapest on TP1.
+    inf = np.inf
+    work = np.array(
+        [
+            [[inf, 5.0, 30.0], [inf, inf, 5.0], [inf, inf, inf]],
+            [[inf, 8.0, 40.0], [inf, inf, 16.0], [inf, inf, inf]],
+        ]
+    )
+    crit = np.array(
+        [
+            [[inf, 20.0, 20.0], [inf, inf, 5.0], [inf, inf, inf]],
+            [[inf, 8.0, 8.0], [inf, inf, 5.0], [inf, inf, inf]],
+        ]
+    )
+    table = SegmentTable((1, 2), work, crit, np.arange(3), np.ones(2))
+    free_gpus, free_groups = min_gpus(table, 10.0, monotone=False)
+    mono_gpus, mono_groups = min_gpus(table, 10.0, monotone=True)
+    assert [(g.tp, g.instances) for g in free_groups] == [(2, 1), (1, 1)] and free_gpus == 3
+    assert [(g.tp, g.instances) for g in mono_groups] == [(2, 1), (2, 2)] and mono_gpus == 6
+    assert mono_gpus == brute_force_gpus(table, 10.0)
+
+
+def brute_force_gpus(table: SegmentTable, target: float) -> float:
+    """Fewest GPUs with TP non-decreasing, by enumeration (2 bins, counts up to 4)."""
+    best = np.inf
+    options = [((0, 2),), ((0, 1), (1, 2))]
+    for ranges in options:
+        for choice in itertools.product(range(len(table.tps)), repeat=len(ranges)):
+            if list(choice) != sorted(choice):
+                continue
+            gpus = 0.0
+            for (i, j), ti in zip(ranges, choice, strict=True):
+                n = next((n for n in range(1, 5) if table.group_time_s(ti, n, i, j) <= target), None)
+                gpus = np.inf if n is None else gpus + table.tps[ti] * n
+            best = min(best, gpus)
+    return best
+
+
+def test_tps_must_ascend() -> None:
+    with pytest.raises(ValueError, match="ascending"):
+        SegmentTable((2, 1), np.zeros((2, 3, 3)), np.zeros((2, 3, 3)), np.arange(3), np.ones(2))

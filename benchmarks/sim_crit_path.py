@@ -7,8 +7,8 @@ the homogeneous layout (`+planning`) and of the planner's hetero plan under perf
 (`oracle-routing`); the segment table's homogeneous price max(critical path, work / instances);
 the exact slowest trajectory at the range's full-concurrency decode step, split into its decode,
 prefill (payloads plus the planner's re-prefill share) and tool parts; and the bound the table
-uses (gen, prefill and tool maxima taken independently); and the decode step at the range's
-concurrency, the per-instance share and one sequence.
+uses (gen, prefill and tool maxima taken independently); and the decode step at the table's active
+batch, the per-instance share, the whole range on one instance and one sequence.
 """
 
 from __future__ import annotations
@@ -72,10 +72,19 @@ def main() -> None:
     )
     bound = step * g.max() + per_tok * pre.max() + lat.max()
     print(f"independent maxima (gen, prefill, tools): {bound:.0f} s")
-    # The decode step at the concurrency the table prices a whole range with (all its trajectories
-    # on one instance), at the per-instance share, and at a shrinking tail's.
-    whole = cost.concurrency(tp, float(life_ctx.mean()), len(g) * w.weight)
-    for label, b in (("range (table)", whole), ("per instance", batch), ("one sequence", 1.0)):
+    # The decode step at the batch the table prices the range with on n instances (the share of
+    # each instance's trajectories not waiting on a tool), at the whole per-instance share, at the
+    # whole range on one instance (what the table used before 2026-12), and at one sequence.
+    r = len(g) * w.weight
+    active = cost.active_batch(tp, r / n, g.mean(), pre.mean(), lat.mean(), dec_ctx, float(life_ctx.mean()))
+    whole = cost.concurrency(tp, float(life_ctx.mean()), r)
+    rows = (
+        ("active per instance (table)", active),
+        ("in flight per instance", batch),
+        ("whole range on one instance", whole),
+        ("one sequence", 1.0),
+    )
+    for label, b in rows:
         ms = float(cost.decode_step_s(tp, np.asarray(b), np.asarray(dec_ctx))) * 1e3
         print(f"decode step at {label} batch {float(b):.0f}: {ms:.1f} ms")
 

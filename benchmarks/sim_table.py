@@ -1,7 +1,7 @@
 """The simulator's comparison tables, one per scenario, next to the paper's figures.
 
 .venv/bin/python benchmarks/sim_table.py [--iterations 30] [--scenarios r2e-gym search-r1 dapo-math]
-    [--spec FIELD=VALUE ...]
+    [--spec FIELD=VALUE ...] [--calibration]
 
 `--spec` changes fields of the chosen scenarios' generator (`ScenarioSpec` in
 libra_core/sim/workloads.py) for this run only, e.g. `--spec mean_subtasks=2 difficulty_sigma=2`:
@@ -15,7 +15,8 @@ import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
-from libra_core.sim import ABLATION, format_table, simulate, workloads
+from libra_core.sim import ABLATION, POLICIES, format_table, simulate, workloads
+from libra_core.sim.policies import CALIBRATION
 
 
 def _spec_overrides(pairs: list[str]) -> dict[str, float]:
@@ -40,6 +41,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None, help="folder for summary.json and CSVs per scenario")
     ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the scenarios' generator")
+    ap.add_argument(
+        "--calibration",
+        action="store_true",
+        help="also run the oracle-routing and oracle-replan policies (perfect admission)",
+    )
     args = ap.parse_args()
     overrides = _spec_overrides(args.spec)
     for sc in args.scenarios:
@@ -50,7 +56,8 @@ def main() -> None:
     print("command: .venv/bin/python benchmarks/sim_table.py " + " ".join(sys.argv[1:]))
     for sc in args.scenarios:
         out = args.out / sc if args.out else None
-        report = simulate(sc, args.hardware, args.iterations, ["all"], seed=args.seed, out_dir=out)
+        names = [p for p in POLICIES if p not in CALIBRATION or args.calibration]
+        report = simulate(sc, args.hardware, args.iterations, names, seed=args.seed, out_dir=out)
         print()
         print(format_table(report))
         chain = " -> ".join(f"{report.result(p).tokens_per_s:,.0f}" for p in ABLATION)

@@ -97,6 +97,31 @@ class RolloutCostModel:
         kv_limit = np.floor(self.kv_capacity_tokens(tp) / np.maximum(np.asarray(mean_ctx, float), 1.0))
         return np.maximum(1.0, np.minimum(np.minimum(kv_limit, self.max_num_seqs), num_seqs))
 
+    def active_batch(
+        self,
+        tp: int,
+        in_flight: ArrayLike,
+        gen_each: ArrayLike,
+        prefill_each: ArrayLike,
+        tool_each: ArrayLike,
+        ctx: ArrayLike,
+        mean_ctx: ArrayLike,
+    ) -> np.ndarray:
+        """Sequences decoding at once when `in_flight` trajectories share an instance: those not
+        waiting on a tool, `clip(q x busy / (busy + tool), 1, cap)` with busy = a trajectory's decode
+        (`gen_each` tokens at the step of that batch, context `ctx`) plus prefill time, cap = the
+        KV cache at `mean_ctx` and max_num_seqs; a fixed point, `_ACTIVE_ROUNDS` rounds from the
+        capped in-flight count. Arrays broadcast."""
+        q = np.asarray(in_flight, dtype=float)
+        cap = self.concurrency(tp, mean_ctx, np.inf)
+        pre = np.asarray(prefill_each, dtype=float) * self.prefill_s_per_token(tp, ctx)
+        tool = np.asarray(tool_each, dtype=float)
+        batch = np.minimum(q, cap)
+        for _ in range(_ACTIVE_ROUNDS):
+            busy = np.asarray(gen_each, dtype=float) * self.decode_step_s(tp, batch, ctx) + pre
+            batch = np.clip(q * busy / np.maximum(busy + tool, 1e-12), 1.0, cap)
+        return batch
+
     def feasible_tp(self, tp: int, max_ctx: float) -> bool:
         """The model shards over `tp`, and one instance holds the longest context."""
         return self.model.supports_tp(tp) and self.kv_capacity_tokens(tp) >= max_ctx
@@ -187,12 +212,8 @@ def build_segment_table(
     for ti, tp in enumerate(tps):
         if not cost.model.supports_tp(tp):
             continue
-        cap = cost.concurrency(tp, mean_ctx, np.inf)
         per_tok = cost.prefill_s_per_token(tp, safe_ctx)
-        batch = np.minimum(q, cap)
-        for _ in range(_ACTIVE_ROUNDS):
-            busy = gen_each * cost.decode_step_s(tp, batch, safe_ctx) + pre_each * per_tok
-            batch = np.clip(q * busy / np.maximum(busy + tool_each, 1e-12), 1.0, cap)
+        batch = cost.active_batch(tp, q, gen_each, pre_each, tool_each, safe_ctx, mean_ctx)
         step = cost.decode_step_s(tp, batch, safe_ctx)
         ok = valid & (longest <= cost.kv_capacity_tokens(tp))
         work[ti] = np.where(ok, np.nan_to_num(d) * step / batch + np.nan_to_num(p) * per_tok, np.inf)

@@ -44,7 +44,7 @@ from libra_core.sim.cmlfq import SimCMLFQScheduler
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import CostTables, Instance
 from libra_core.sim.policies import Deployment, PolicySpec, build_deployment
-from libra_core.sim.router import Router
+from libra_core.sim.router import SPILL_FACTOR, Router
 from libra_core.sim.training import Trainer
 from libra_core.sim.tree import SimPrefixTree
 from libra_core.sim.workloads import SimTrajectory
@@ -60,6 +60,8 @@ class SimSettings:
     engine_restart_s: float = 30.0  # restarting instances when a plan moves workers
     wake_s: float = 5.0  # vLLM sleep/wake (colocated switch, hybrid entering rollout)
     cmlfq_cost_ratio: float = 0.1  # C-MLFQ prefill_decode_cost_ratio for a wall-clock objective
+    spill_factor: float = SPILL_FACTOR  # router: spill when a bucket runs > this x the mean load per GPU
+    move_reprefill: bool = True  # a moved turn prefills its whole context (False: a what-if, KV moves free)
 
 
 @dataclass(slots=True, eq=False)
@@ -190,7 +192,7 @@ class Simulator:
                 )
             )
             self._next_id += 1
-        self.router = Router(self.instances, dep.num_buckets, self.p.placement)
+        self.router = Router(self.instances, dep.num_buckets, self.p.placement, self.s.spill_factor)
         self.bucket_flights = [0] * dep.num_buckets
         cfg = SchedulerConfig(
             type=self.p.scheduler,
@@ -348,8 +350,15 @@ class Simulator:
             if inst is None:
                 self.router.queues[f.bucket].append(f)
                 return
-        inst.join(self.q.now_s, f, f.ctx, f.new_tokens if inst is last or last is None else f.ctx, gen)
+        inst.join(self.q.now_s, f, f.ctx, self._prefill_tokens(f, inst), gen)
         self._schedule(inst)
+
+    def _prefill_tokens(self, f: Flight, inst: Instance) -> float:
+        """New tokens on the instance that holds the prefix, else the whole context."""
+        last = f.last
+        if inst is last or last is None or not self.s.move_reprefill:
+            return f.new_tokens
+        return f.ctx
 
     def _schedule(self, inst: Instance) -> None:
         t = inst.next_done_s()
@@ -388,8 +397,7 @@ class Simulator:
                 if not inst.fits(f.ctx + gen):
                     return
                 q.popleft()
-                last = f.last
-                inst.join(now, f, f.ctx, f.new_tokens if inst is last or last is None else f.ctx, gen)
+                inst.join(now, f, f.ctx, self._prefill_tokens(f, inst), gen)
 
     def on_tool_return(self, f: Flight) -> None:
         t = f.traj.turns[f.turn]

@@ -11,11 +11,11 @@ as the rollout router calls it); the router picks the instance inside the bucket
 - `round_robin`: a trajectory is pinned at admission to the next instance in turn and always waits
   for that one (no load awareness: the static-uniform baseline).
 With several buckets, a turn whose bucket has no room, or whose least-loaded instance runs more
-than `SPILL_FACTOR` x the cluster's mean sequences per GPU, spills to the least-loaded instance of
-this or a longer bucket (the planner sized each bucket for the trajectories that *end* in its
-range, but a scheduler that admits to the shortest bucket sends every new trajectory there first);
-only when no such instance has room does it wait in its bucket's queue, which an instance of that
-bucket or of a longer one drains when it frees room (`Router.drain_order`).
+than `spill_factor` (default `SPILL_FACTOR`) x the cluster's mean sequences per GPU, spills to the
+least-loaded instance of this or a longer bucket (the planner sized each bucket for the trajectories
+that *end* in its range, but a scheduler that admits to the shortest bucket sends every new
+trajectory there first); only when no such instance has room does it wait in its bucket's queue,
+which an instance of that bucket or of a longer one drains when it frees room (`Router.drain_order`).
 Scheduler bucket indices beyond the deployment's buckets map to the last bucket.
 """
 
@@ -30,8 +30,11 @@ SPILL_FACTOR = 2.0  # spill when the bucket's best instance runs > 2x the cluste
 
 
 class Router:
-    def __init__(self, instances: list[Instance], num_buckets: int, placement: str) -> None:
+    def __init__(
+        self, instances: list[Instance], num_buckets: int, placement: str, spill_factor: float = SPILL_FACTOR
+    ) -> None:
         self.placement = placement
+        self.spill_factor = spill_factor
         self.num_buckets = num_buckets
         self.instances = instances
         self.by_bucket: list[list[Instance]] = [[] for _ in range(num_buckets)]
@@ -63,7 +66,7 @@ class Router:
             return previous
         best = self._least(self.by_bucket[bucket], final_ctx)
         if self.num_buckets > 1 and (
-            best is None or best.batch > SPILL_FACTOR * best.tp * (self._mean_load() + 1)
+            best is None or best.batch > self.spill_factor * best.tp * (self._mean_load() + 1)
         ):
             # Work-conserving spill: the bucket is full or overloaded against the cluster, so the turn
             # goes to the least-loaded instance of this or a longer bucket (longer buckets can serve

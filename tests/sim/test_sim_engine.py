@@ -13,7 +13,7 @@ import pytest
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.sim import POLICIES, simulate
-from libra_core.sim.engine import Simulator
+from libra_core.sim.engine import SimSettings, Simulator
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.policies import resolve_policies
 from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, long_tail_share
@@ -192,3 +192,15 @@ def test_simulate_writes_to_a_folder_given_as_text(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["results"][0]["policy"] == "greedy"
     assert summary["results"][0]["tokens_per_s"] == pytest.approx(report.result("greedy").tokens_per_s)
+
+
+def test_move_reprefill_and_spill_factor_settings_change_a_run_with_moves() -> None:
+    def run(settings: SimSettings) -> tuple[int, float]:
+        r = simulate("search-r1", "16xA800", 2, ["+hetero-tp"], seed=0, settings=settings).results[0]
+        return r.moves, r.makespan_s
+
+    moves, base = run(SimSettings())
+    assert moves > 0
+    free_moves, free = run(SimSettings(move_reprefill=False))
+    assert free_moves == moves and free < base  # the same moves, without prefilling the context again
+    assert run(SimSettings(spill_factor=0.5))[1] != base

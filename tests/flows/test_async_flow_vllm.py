@@ -20,6 +20,7 @@ def test_async_experiment_with_dynamic_sampling(prefect_quiet, tmp_path: Path, c
     from flows.rl_experiment import rl_experiment
     from libra_core.data.history import read_history
     from libra_core.data.io import read_lake
+    from libra_core.observability.timeline import read_timeline
     from tests.support import TEST_OVERRIDES
 
     overrides = [
@@ -60,10 +61,21 @@ def test_async_experiment_with_dynamic_sampling(prefect_quiet, tmp_path: Path, c
         assert max(r["max_version"] for r in rows) <= h["policy_version"]
         version_before = h["policy_version"]
     assert any(h["optimizer_steps"] > 0 for h in history), "the run should train at least once"
-    # rollout i+1 overlapped update i: some of its trajectories started before update i was synced
-    # (their first tokens carry an older version than the one update i produced). Checked on the
-    # lake, not on `max_staleness_seen`, which stays 0 when dynamic sampling filters every group
-    # of such an iteration.
+    # Rollout i+1 overlapped update i, as it happened: its span starts before the update's ends.
+    # (Update 1 starts the trainer process and takes seconds, so this never depends on a race.)
+    spans = {(s.iteration, s.lane): s for s in read_timeline(run_dir)}
+    pairs = [(spans[(i + 1, "rollout")], spans[(i, "update")]) for i in (1, 2)]
+    assert any(roll.start < update.end for roll, update in pairs), "rollout i+1 should overlap update i"
+    # Interruptible rollout: when rollout i+1 was generating well before update i's weights were
+    # synced, its first tokens carry the older version. Checked only where it must hold: the update
+    # produced a new version (a sync span exists) and the rollout started >= 0.5 s before the sync
+    # (so its first tokens certainly came before it; a rollout that starts just as the sync does can
+    # begin on either side). Not on `max_staleness_seen`, which stays 0 when dynamic sampling
+    # filters every group of such an iteration.
     synced = {h["iteration"]: h["policy_version"] for h in history}
-    overlapped = [r for r in lake if r["iteration"] > 1 and r["min_version"] < synced[r["iteration"] - 1]]
-    assert overlapped, "some trajectory should have been generated before the previous sync"
+    for i in (1, 2):
+        sync, roll = spans.get((i, "sync")), spans[(i + 1, "rollout")]
+        if sync is None or roll.start > sync.start - 0.5:
+            continue
+        oldest = min(r["min_version"] for r in lake if r["iteration"] == i + 1)
+        assert oldest < synced[i], f"rollout {i + 1} began before sync {i} yet no token predates it"

@@ -163,9 +163,11 @@ def build_segment_table(
     `B = clip(q x busy / (busy + tool), 1, cap)` with busy = the mean trajectory's decode plus
     prefill time at the step ITL(t, B, decode-weighted mean context) (a fixed point, a few
     rounds) and cap = min(max_num_seqs, KV cache / mean context). Work (instance-seconds)
-    `W = D s / B + P x prefill s/token`; critical path `C = max over bins (s g_max + prefill P_max
-    + tool latency_max)` (per-bin maxima: an upper bound on the slowest trajectory, tight when bins
-    are narrow); C = inf when TP t cannot shard the model or hold the range's longest context.
+    `W = D s / B + P x prefill s/token`; critical path `C = max over the range's trajectories of
+    (s g + prefill x P + tool latency)`, evaluated on each bin's slowest trajectories at one
+    sequence's and at a full batch's step (`_slowest_per_bin`; until 2026-12 the gen, prefill and
+    tool maxima of a bin were combined, which could belong to three different trajectories);
+    C = inf when TP t cannot shard the model or hold the range's longest context.
     """
     order = np.argsort(w.total_tokens, kind="stable")
     g = w.gen_tokens[order]
@@ -185,7 +187,7 @@ def build_segment_table(
 
     cum_r, cum_d, cum_p = prefix(np.full(len(g), wt)), prefix(g * wt), prefix(pre * wt)
     cum_ctx, cum_gctx, cum_l = prefix(life_ctx * wt), prefix(g * life_ctx * wt), prefix(lat * wt)
-    gmax, pmax, lmax, fmax = bin_max(g), bin_max(pre), bin_max(lat), bin_max(final)
+    fmax = bin_max(final)
     i_idx, j_idx = np.meshgrid(np.arange(k + 1), np.arange(k + 1), indexing="ij")
     valid = j_idx > i_idx
 
@@ -209,6 +211,8 @@ def build_segment_table(
     q = r_safe[None] / np.arange(1, nn + 1, dtype=float)[:, None, None]  # (N, K+1, K+1)
     work = np.full((len(tps), nn, k + 1, k + 1), np.inf)
     crit = np.full((len(tps), nn, k + 1, k + 1), np.inf)
+    iu, ju = np.nonzero(valid)  # the ranges [i, j), i < j
+    members = in_range[iu, ju]  # (ranges, K)
     for ti, tp in enumerate(tps):
         if not cost.model.supports_tp(tp):
             continue
@@ -217,8 +221,36 @@ def build_segment_table(
         step = cost.decode_step_s(tp, batch, safe_ctx)
         ok = valid & (longest <= cost.kv_capacity_tokens(tp))
         work[ti] = np.where(ok, np.nan_to_num(d) * step / batch + np.nan_to_num(p) * per_tok, np.inf)
-        fixed = per_tok[:, :, None] * pmax[None, None, :] + lmax[None, None, :]
-        for m in range(nn):
-            path = step[m, :, :, None] * gmax[None, None, :] + fixed
-            crit[ti, m] = np.where(ok, np.where(in_range, path, 0.0).max(axis=2), np.inf)
+        # Each bin's slowest trajectory at the two ends of the decode step's range (one sequence,
+        # a full batch), at the workload's decode-weighted context: the path is linear in the
+        # step, so these are the bin's slowest at either end and close in between.
+        ctx_all = float(safe_ctx[0, k])
+        full = float(cost.concurrency(tp, float(mean_ctx[0, k]), np.inf))
+        ends = [float(cost.decode_step_s(tp, b, ctx_all)) for b in (1.0, full)]
+        c_ref = float(cost.prefill_s_per_token(tp, ctx_all))
+        cg, cp, cl = _slowest_per_bin(edges, g, pre, lat, [(a, c_ref) for a in ends])  # (K, 2) each
+        fixed = per_tok[iu, ju][:, None, None] * cp[None] + cl[None]  # (ranges, K, 2)
+        usable = min(nn, max(1, max_gpus // tp))  # more instances than this never fit in max_gpus
+        path = np.empty((usable, len(iu)))
+        for m in range(usable):
+            slowest = (step[m, iu, ju][:, None, None] * cg[None] + fixed).max(axis=2)
+            path[m] = np.where(members, slowest, 0.0).max(axis=1)
+        crit[ti, :usable, iu, ju] = path.T
+        crit[ti, usable:] = crit[ti, usable - 1]  # counts no plan can use price like the last usable
+        work[ti, usable:] = work[ti, usable - 1]
+        crit[ti] = np.where(ok, crit[ti], np.inf)
     return SegmentTable(tuple(tps), work, crit, edges, fmax)
+
+
+def _slowest_per_bin(
+    edges: np.ndarray, g: np.ndarray, pre: np.ndarray, lat: np.ndarray, weights: list[tuple[float, float]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(K, len(weights)) generated tokens, prefill tokens and tool seconds of each bin's slowest
+    trajectory when a trajectory takes `a x gen + c x prefill + tool` seconds, per (a, c)."""
+    k = len(edges) - 1
+    idx = np.empty((k, len(weights)), dtype=int)
+    for col, (a, c) in enumerate(weights):
+        score = a * g + c * pre + lat
+        for b in range(k):
+            idx[b, col] = edges[b] + int(np.argmax(score[edges[b] : edges[b + 1]]))
+    return g[idx], pre[idx], lat[idx]

@@ -97,7 +97,7 @@ def test_segment_table_batches_each_instance_share_of_its_range() -> None:
     cost = RolloutCostModel(get_model("qwen3-8b"), A800)
     turns = Turns([500] * 64, [[600, 400]] * 64, [[100, 0]] * 64, [10.0] * 64)
     w = workload_from_turns("flat", turns, 4, 16, reprefill_fraction=0.0)
-    table = build_segment_table(cost, w, (1, 8), 1, 8)
+    table = build_segment_table(cost, w, (1, 8), 1, 64)  # room for 8 TP8 instances
     ctx = 500 + (1000 + 100) / 2  # mean context over a life
     for ti, tp in enumerate((1, 8)):
         cap = min(256.0, float(np.floor(cost.kv_capacity_tokens(tp) / ctx)))
@@ -115,6 +115,22 @@ def test_segment_table_batches_each_instance_share_of_its_range() -> None:
             assert work == pytest.approx(64 * (1000 * step / b + 600 * pre), rel=0.01)
             paths.append(float(table.crit_s[ti, n - 1, 0, 1]))
         assert np.all(np.diff(paths) < 0)  # a smaller share per instance: shorter decode steps
+
+
+def test_critical_path_is_one_trajectory_not_a_mix_of_maxima() -> None:
+    # One bin, two trajectories: A decodes 4,000 tokens and calls no tool; B decodes 100 and waits
+    # 100 s on a tool. The slowest trajectory is B (~101 s), not "A's decode + B's tool wait".
+    cost = RolloutCostModel(get_model("qwen3-8b"), A800)
+    turns = Turns([100, 100], [[4000], [50, 50]], [[0], [20, 0]], [0.0, 100.0])
+    w = workload_from_turns("mixed", turns, 1, 2, reprefill_fraction=0.0)
+    table = build_segment_table(cost, w, (1,), 1, 1)
+    crit = float(table.crit_s[0, 0, 0, 1])
+    ctx = float(np.average(w.prompt_tokens + (w.gen_tokens + w.payload_tokens) / 2, weights=w.gen_tokens))
+    fast, slow = (float(cost.decode_step_s(1, b, ctx)) for b in (1, 2))
+    pre = float(cost.prefill_s_per_token(1, ctx))
+    paths = [step * w.gen_tokens + pre * w.prefill_tokens + w.tool_latency_s for step in (fast, slow)]
+    assert max(paths[0]) <= crit <= max(paths[1])
+    assert crit < fast * 4000 + 100.0  # what combining the bin's maxima would have said
 
 
 def test_train_cost_monotone_in_tokens_and_model_size() -> None:

@@ -143,15 +143,17 @@ def min_gpus(table: SegmentTable, target_s: float, monotone: bool = True) -> tup
     f = np.full((k + 1, nt), np.inf)
     f[0] = 0.0
     choice = np.zeros((k + 1, nt, 2), dtype=int)  # (start bin, instances) of the last group
+    g = np.empty_like(f)  # row i is final once f[i] is
+    g[0] = _best_before(f[:1], monotone)[0]
     for j in range(1, k + 1):
-        g = _best_before(f[:j], monotone)
         for ti, tp in enumerate(table.tps):
             n = need[ti][:j, j]
-            cost = g[:, ti] + tp * n
+            cost = g[:j, ti] + tp * n
             i = int(np.argmin(cost))
             if math.isfinite(cost[i]):
                 f[j, ti] = cost[i]
                 choice[j, ti] = (i, int(n[i]))
+        g[j] = _best_before(f[j : j + 1], monotone)[0]
     if not np.isfinite(f[k]).any():
         return math.inf, ()
     ti = int(np.argmin(f[k]))
@@ -200,8 +202,9 @@ def _counts_over(table: SegmentTable, ti: int, targets: np.ndarray) -> np.ndarra
     nn, k1 = best.shape[0], best.shape[1]
     # best is non-increasing in n; n misses target l iff targets[l] < best[n], i.e. l < idx[n].
     idx = np.searchsorted(targets, best, side="left").reshape(nn, -1)  # (N, (K+1)^2)
-    hist = np.zeros((k1 * k1, len(targets) + 1), dtype=np.int32)
-    np.add.at(hist, (np.broadcast_to(np.arange(k1 * k1), idx.shape), idx), 1)
+    width = len(targets) + 1
+    flat = (np.arange(k1 * k1)[None, :] * width + idx).ravel()
+    hist = np.bincount(flat, minlength=k1 * k1 * width).reshape(k1 * k1, width)
     missed = nn - np.cumsum(hist, axis=1)[:, :-1]  # #{n: idx[n] > l}
     return missed.reshape(k1, k1, len(targets))
 
@@ -215,12 +218,14 @@ def frontier(table: SegmentTable, targets_s: np.ndarray, monotone: bool = True) 
     missed = [_counts_over(table, ti, T_sorted) for ti in range(nt)]
     f = np.full((k + 1, nt, len(T)), np.inf)
     f[0] = 0.0
+    g = np.empty_like(f)  # row i is final once f[i] is
+    g[0] = _best_before(f[:1], monotone)[0]
     for j in range(1, k + 1):
-        g = _best_before(f[:j], monotone)
         for ti, tp in enumerate(table.tps):
             m = missed[ti][:j, j]  # (j, L)
             n = np.where(m < nn, m + 1.0, _beyond(table, ti, j, T_sorted))
-            f[j, ti] = (g[:, ti] + tp * n).min(axis=0)
+            f[j, ti] = (g[:j, ti] + tp * n).min(axis=0)
+        g[j] = _best_before(f[j : j + 1], monotone)[0]
     out = np.empty(len(T))
     out[order] = f[k].min(axis=0)
     return out

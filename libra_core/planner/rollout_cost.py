@@ -212,7 +212,7 @@ def build_segment_table(
     work = np.full((len(tps), nn, k + 1, k + 1), np.inf)
     crit = np.full((len(tps), nn, k + 1, k + 1), np.inf)
     iu, ju = np.nonzero(valid)  # the ranges [i, j), i < j
-    members = in_range[iu, ju]  # (ranges, K)
+    members = in_range[iu, ju]  # (ranges, K): bin b lies in the range
     for ti, tp in enumerate(tps):
         if not cost.model.supports_tp(tp):
             continue
@@ -229,12 +229,13 @@ def build_segment_table(
         ends = [float(cost.decode_step_s(tp, b, ctx_all)) for b in (1.0, full)]
         c_ref = float(cost.prefill_s_per_token(tp, ctx_all))
         cg, cp, cl = _slowest_per_bin(edges, g, pre, lat, [(a, c_ref) for a in ends])  # (K, 2) each
-        fixed = per_tok[iu, ju][:, None, None] * cp[None] + cl[None]  # (ranges, K, 2)
+        pt = per_tok[iu, ju][:, None]
+        fixed = [np.where(members, pt * cp[None, :, c] + cl[None, :, c], -np.inf) for c in (0, 1)]
         usable = min(nn, max(1, max_gpus // tp))  # more instances than this never fit in max_gpus
         path = np.empty((usable, len(iu)))
         for m in range(usable):
-            slowest = (step[m, iu, ju][:, None, None] * cg[None] + fixed).max(axis=2)
-            path[m] = np.where(members, slowest, 0.0).max(axis=1)
+            s_m = step[m, iu, ju][:, None]
+            path[m] = np.maximum(s_m * cg[None, :, 0] + fixed[0], s_m * cg[None, :, 1] + fixed[1]).max(axis=1)
         crit[ti, :usable, iu, ju] = path.T
         crit[ti, usable:] = crit[ti, usable - 1]  # counts no plan can use price like the last usable
         work[ti, usable:] = work[ti, usable - 1]

@@ -62,6 +62,9 @@ class SimSettings:
     cmlfq_cost_ratio: float = 0.1  # C-MLFQ prefill_decode_cost_ratio for a wall-clock objective
     spill_factor: float = SPILL_FACTOR  # router: spill when a bucket runs > this x the mean load per GPU
     move_reprefill: bool = True  # a moved turn prefills its whole context (False: a what-if, KV moves free)
+    # A turn the scheduler did not move waits for the instance that holds its prefix, as the rollout
+    # router does (libra_core/rollout/router.py); False: it goes to the least-loaded instance with room.
+    sticky_turns: bool = True
 
 
 @dataclass(slots=True, eq=False)
@@ -335,14 +338,14 @@ class Simulator:
     def route(self, f: Flight) -> None:
         gen = f.traj.turns[f.turn].gen_tokens
         last = f.last
-        if f.pinned is not None:
-            inst = (
-                f.pinned
-                if f.pinned.fits(f.ctx + gen) and not self.router.pinned_queues[f.pinned.instance_id]
-                else None
-            )
+        held = f.pinned
+        if held is None and self.s.sticky_turns and not f.moved:
+            held = self.router.holder(f.bucket, last)
+        if held is not None:  # the turn stays where it is pinned or where its prefix is cached
+            queue = self.router.pinned_queues[held.instance_id]
+            inst = held if held.fits(f.ctx + gen) and not queue else None
             if inst is None:
-                self.router.pinned_queues[f.pinned.instance_id].append(f)
+                queue.append(f)
                 return
         else:
             inst = self.router.choose(f.bucket, None if f.moved else last, f.ctx + gen)
@@ -384,11 +387,9 @@ class Simulator:
             pipeline.maybe_lend(self, inst)
 
     def _drain(self, inst: Instance) -> None:
-        queues = (
-            [self.router.pinned_queues[inst.instance_id]]
-            if self.p.placement == "round_robin"
-            else self.router.drain_order(inst.bucket)
-        )
+        queues = [self.router.pinned_queues[inst.instance_id]]
+        if self.p.placement != "round_robin":
+            queues += self.router.drain_order(inst.bucket)
         now = self.q.now_s
         for q in queues:
             while q and inst.active:

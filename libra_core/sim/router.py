@@ -2,12 +2,13 @@
 
 The scheduler picks the bucket (`admit` at admission, `on_tool_return` after each tool call, exactly
 as the rollout router calls it); the router picks the instance inside the bucket:
-- `least_load`: the turn stays on the instance that served the previous turn if it has room and
-  serves this bucket or a longer one (its prefix cache holds the context: only the tool payload is
-  prefilled; a longer bucket's larger TP serves short work too), unless the scheduler has just moved
-  the trajectory (the engine then passes no previous instance), else the instance with the
-  fewest running sequences that has room (the whole context is prefilled again there); with no room
-  anywhere the turn waits in the bucket's FIFO queue.
+- `least_load`: a turn stays on the instance that served the previous turn if that one serves this
+  bucket or a longer one (its prefix cache holds the context: only the tool payload is prefilled; a
+  longer bucket's larger TP serves short work too), waiting in that instance's queue when it is full,
+  as the rollout router does (`holder`; `SimSettings.sticky_turns`, default on; off, a full instance
+  sends the turn elsewhere). A new trajectory, a turn the scheduler has just moved, or one whose
+  instance left goes to the instance with the fewest running sequences that has room (the whole
+  context is prefilled again there); with no room anywhere the turn waits in the bucket's FIFO queue.
 - `round_robin`: a trajectory is pinned at admission to the next instance in turn and always waits
   for that one (no load awareness: the static-uniform baseline).
 With several buckets, a turn whose bucket has no room, or whose least-loaded instance runs more
@@ -21,7 +22,7 @@ Scheduler bucket indices beyond the deployment's buckets map to the last bucket.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import defaultdict, deque
 from typing import Any
 
 from libra_core.sim.instance import Instance
@@ -41,7 +42,9 @@ class Router:
         for inst in instances:
             self.by_bucket[inst.bucket].append(inst)
         self.queues: list[deque[Any]] = [deque() for _ in range(num_buckets)]
-        self.pinned_queues: dict[int, deque[Any]] = {i.instance_id: deque() for i in instances}
+        # Per-instance queues (pinned trajectories, turns waiting for their prefix's instance); an
+        # instance added later (a training hybrid) gets one on first use.
+        self.pinned_queues: defaultdict[int, deque[Any]] = defaultdict(deque)
         self._rr = 0
 
     def clamp(self, bucket: int) -> int:
@@ -54,6 +57,13 @@ class Router:
         inst = self.instances[self._rr % len(self.instances)]
         self._rr += 1
         return inst
+
+    def holder(self, bucket: int, previous: Instance | None) -> Instance | None:
+        """The instance a turn stays on whether or not it has room now: the one that served the
+        trajectory's previous turn, if it is active and serves this bucket or a longer one."""
+        if previous is not None and previous.active and previous.bucket >= bucket:
+            return previous
+        return None
 
     def choose(self, bucket: int, previous: Instance | None, final_ctx: float) -> Instance | None:
         """An instance of `bucket` with room for a turn ending at `final_ctx` tokens, or None."""

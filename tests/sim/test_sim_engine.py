@@ -204,3 +204,11 @@ def test_move_reprefill_and_spill_factor_settings_change_a_run_with_moves() -> N
     free_moves, free = run(SimSettings(move_reprefill=False))
     assert free_moves == moves and free < base  # the same moves, without prefilling the context again
     assert run(SimSettings(spill_factor=0.5))[1] != base
+
+
+def test_sticky_turns_wait_for_their_instance() -> None:
+    # dapo-math on 8 GPUs fills its instances: a returning turn either waits for the instance that
+    # holds its prefix (the rollout router's rule) or re-prefills elsewhere; the runs differ.
+    sticky = simulate("dapo-math", "8xA800", 1, ["greedy"], seed=0).results[0]
+    moving = simulate("dapo-math", "8xA800", 1, ["greedy"], seed=0, settings=SimSettings(sticky_turns=False))
+    assert sticky.makespan_s != moving.results[0].makespan_s

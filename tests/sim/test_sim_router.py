@@ -45,3 +45,14 @@ def test_freed_instances_drain_their_own_then_shorter_queues() -> None:
     router.queues[1].append("long-turn")
     assert [list(q) for q in router.drain_order(1)] == [["long-turn"], ["short-turn"]]
     assert [list(q) for q in router.drain_order(0)] == [["short-turn"]]
+
+
+def test_a_turn_is_held_by_the_instance_that_served_it() -> None:
+    short, long = _instances()
+    router = Router([short, long], num_buckets=2, placement="least_load")
+    assert router.holder(0, short) is short
+    assert router.holder(0, long) is long  # a longer bucket serves short work too
+    assert router.holder(1, short) is None  # promoted past it: the turn must move
+    assert router.holder(0, None) is None  # a new trajectory has no holder
+    long.active = False  # lent to training
+    assert router.holder(0, long) is None

@@ -162,7 +162,7 @@ def deployment_from_plan(
     groups = plan.rollout.groups
     for gi, g in enumerate(groups):
         bound = OPEN_BOUND if gi == len(groups) - 1 else int(plan.bin_max_len[g.end_bin - 1])
-        if bounds and gi > 0 and groups[gi - 1].tp == g.tp:
+        if bounds and groups[gi - 1].tp == g.tp:
             bounds[-1] = max(bounds[-1], bound)
         elif not bounds or bound > bounds[-1]:
             bounds.append(bound)

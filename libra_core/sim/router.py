@@ -67,13 +67,9 @@ class Router:
 
     def choose(self, bucket: int, previous: Instance | None, final_ctx: float) -> Instance | None:
         """An instance of `bucket` with room for a turn ending at `final_ctx` tokens, or None."""
-        if (
-            previous is not None
-            and previous.active
-            and previous.bucket >= bucket
-            and previous.fits(final_ctx)
-        ):
-            return previous
+        held = self.holder(bucket, previous)
+        if held is not None and held.fits(final_ctx):
+            return held
         best = self._least(self.by_bucket[bucket], final_ctx)
         if self.num_buckets > 1 and (
             best is None or best.batch > self.spill_factor * best.tp * (self._mean_load() + 1)

@@ -14,6 +14,8 @@ the client and the API server costs more than the generation itself, so this mat
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,24 @@ import aiohttp
 import httpx
 
 SERVED_MODEL_NAME = "policy"
+
+_control_lock = threading.Lock()
+_control: tuple[int, httpx.Client] | None = None  # (pid, client): a forked child builds its own
+
+
+def control_http() -> httpx.Client:
+    """The process's one client for the synchronous control calls (pause, reload, resume).
+
+    Building an httpx client loads the CA bundle, which holds the GIL for tens of milliseconds
+    and, on a loaded 2-core machine, for most of a second: a `pause` sent from a worker thread
+    then stalls the caller's event loop and lands only after the requests it should freeze have
+    finished. One shared client pays that once and keeps its connections open.
+    """
+    global _control
+    with _control_lock:
+        if _control is None or _control[0] != os.getpid():
+            _control = (os.getpid(), httpx.Client())
+        return _control[1]
 
 
 class EngineRequestError(RuntimeError):
@@ -103,6 +123,7 @@ class EngineClient:
         self.http_requests = 0  # completion requests sent (for tests and benchmarks)
         self._open: dict[tuple[Any, ...], _Batch] = {}
         self._inflight: set[asyncio.Task[None]] = set()
+        self._control = control_http()  # built now, before any stream it could stall is running
 
     async def complete(
         self,
@@ -182,7 +203,7 @@ class EngineClient:
 
     # -- weight sync (dev-mode endpoints), synchronous: the sync stage calls them in order ------
     def _post(self, path: str, json: dict[str, Any] | None = None) -> Any:
-        resp = httpx.post(f"{self.url}{path}", json=json or {}, timeout=self.timeout_s)
+        resp = self._control.post(f"{self.url}{path}", json=json or {}, timeout=self.timeout_s)
         if resp.status_code != 200:
             raise EngineRequestError(f"{self.url}{path} failed ({resp.status_code}): {resp.text[:300]}")
         return resp.json() if resp.content else None

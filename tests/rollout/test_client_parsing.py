@@ -3,6 +3,7 @@ echoes a different prompt is an error (a mixed-up demultiplex would train on wro
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from libra_core.rollout.client import EngineClient, EngineRequestError, parse_completions
@@ -51,3 +52,16 @@ def test_malformed_multi_prompt_payloads(payload: dict, message: str) -> None:
 def test_client_rejects_a_negative_window() -> None:
     with pytest.raises(ValueError, match="coalesce_window_s >= 0"):
         EngineClient("http://127.0.0.1:1", coalesce_window_s=-1.0)
+
+
+def test_control_calls_share_one_http_client_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    a, b = EngineClient("http://127.0.0.1:1"), EngineClient("http://127.0.0.1:2")
+    assert a._control is b._control  # built once, not per call or per instance
+    pid = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: pid + 1)  # as in a forked child
+    child = EngineClient("http://127.0.0.1:1")
+    assert child._control is not a._control
+    with pytest.raises(httpx.ConnectError):
+        child.pause()  # nothing listens on port 1: the error surfaces, it is not swallowed

@@ -93,9 +93,28 @@ def on_train_done(sim: Simulator, _: object = None) -> None:
     sim.stats.records[j].train_end_s = now + delay
     sim.q.push(now + delay, Kind.WEIGHTS_READY, j)
     sim.trajs.pop(j, None)
-    if sim.p.elastic and sim.rollout_running and not sim.pending_train and not sim.hybrids:
-        _hybrids_to_rollout(sim)
+    if sim.p.elastic and sim.rollout_running and not sim.pending_train:
+        _lent_back_to_rollout(sim)
+        if not sim.hybrids:
+            _hybrids_to_rollout(sim)
     try_start_train(sim)
+
+
+def _lent_back_to_rollout(sim: Simulator) -> None:
+    """No update follows: lent instances wake for the rest of this rollout after `switch_s`, so they
+    also start the next one ready, instead of idling until its start and waking then."""
+    if not sim.lent:
+        return
+    sim._account()
+    now = sim.q.now_s
+    for inst in sim.lent:
+        inst.active = True
+        inst.advance(now)
+        inst.stall_until_s = max(inst.stall_until_s, now + sim.switch_s)
+        sim._drain(inst)
+        sim._schedule(inst)
+    sim.lent = []
+    sim.lent_ready.clear()
 
 
 def _hybrids_to_rollout(sim: Simulator) -> None:
@@ -149,9 +168,13 @@ def maybe_lend(sim: Simulator, inst: Instance) -> None:
     b = inst.bucket
     if not (sim.rollout_running and sim.trainer.busy and inst.active) or inst in sim.hybrids:
         return
+    if sim.unfinished == 0:  # the rollout just ended (the next one may be starting this instant)
+        return
     others = sim.router.active_in(b) - 1
     if others < 1 or sim.router.queues[b] or sim.bucket_flights[b] > others:
         return
+    if sim.trainer.done_s() <= sim.q.now_s + sim.join_s:
+        return  # the update ends before a replica could join: lending would only cost rollout
     sim._account()
     inst.active = False
     sim.lent.append(inst)

@@ -12,9 +12,10 @@ import pytest
 
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.scheduling.cmlfq import CMLFQScheduler
-from libra_core.sim import POLICIES, simulate
-from libra_core.sim.engine import SimSettings, Simulator
+from libra_core.sim import POLICIES, pipeline, simulate
+from libra_core.sim.engine import IterationRecord, SimSettings, Simulator
 from libra_core.sim.events import EventQueue, Kind
+from libra_core.sim.instance import Instance
 from libra_core.sim.policies import resolve_policies
 from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, long_tail_share
 
@@ -212,3 +213,43 @@ def test_sticky_turns_wait_for_their_instance() -> None:
     sticky = simulate("dapo-math", "8xA800", 1, ["greedy"], seed=0).results[0]
     moving = simulate("dapo-math", "8xA800", 1, ["greedy"], seed=0, settings=SimSettings(sticky_turns=False))
     assert sticky.makespan_s != moving.results[0].makespan_s
+
+
+def _lendable(sim: Simulator) -> Instance:
+    """Put `sim` in a rollout tail with an update running; return an idle instance of a shared bucket."""
+    by_bucket: dict[int, list[Instance]] = {}
+    for inst in sim.instances:
+        by_bucket.setdefault(inst.bucket, []).append(inst)
+    group = next(g for g in by_bucket.values() if len(g) >= 2)
+    sim.rollout_running = True
+    sim.unfinished = 1
+    sim.bucket_flights = [0] * len(sim.bucket_flights)
+    sim.trainer.start(0.0, 0, 100.0, sim.trainer.train_gpus)
+    return group[0]
+
+
+def test_elastic_lends_only_an_instance_that_can_join_before_the_update_ends() -> None:
+    sim = _sim("+elastic", gpus="32xA800")
+    inst = _lendable(sim)
+    sim.q.now_s = 100.0 - sim.join_s  # the update ends exactly when a replica would be ready
+    pipeline.maybe_lend(sim, inst)
+    assert inst.active and not sim.lent
+    sim.q.now_s = 100.0 - 2 * sim.join_s  # it would train for join_s
+    sim.unfinished = 0  # but the last trajectory just ended (the next rollout may start now)
+    pipeline.maybe_lend(sim, inst)
+    assert inst.active and not sim.lent
+    sim.unfinished = 1
+    pipeline.maybe_lend(sim, inst)
+    assert not inst.active and sim.lent == [inst]
+
+
+def test_lent_instances_wake_for_the_tail_when_the_update_ends() -> None:
+    sim = _sim("+elastic", gpus="32xA800")
+    inst = _lendable(sim)
+    pipeline.maybe_lend(sim, inst)
+    assert sim.lent == [inst]
+    sim.q.now_s = 50.0
+    sim.stats.records.append(IterationRecord(0))
+    pipeline.on_train_done(sim)  # no update is waiting: the lent instance serves rollout again
+    assert inst.active and not sim.lent
+    assert inst.stall_until_s == pytest.approx(50.0 + sim.switch_s)

@@ -1,0 +1,72 @@
+"""The planner's price for one homogeneous rollout layout against the simulated rollout, per TP degree.
+
+    .venv/bin/python benchmarks/sim_homogeneous_price.py [--scenario r2e-gym] [--rollout-gpus 24]
+        [--prompts-per-iteration 32]
+
+For iteration 0 of a scenario on 48xA800, `greedy`'s half/half split with every TP degree in turn
+(`rollout-gpus / tp` instances, one bucket): the simulated rollout time, and the segment table's
+critical path, work per instance and group time (max of the two) for the same layout, the price
+`homogeneous_tp` and the planner compare layouts by. A planner that prices well ranks the degrees
+as the simulator does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from dataclasses import replace
+from unittest import mock
+
+from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.sim import policies
+from libra_core.sim.engine import Simulator
+from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
+    ap.add_argument("--rollout-gpus", type=int, default=24, help="greedy's half of 48 GPUs")
+    ap.add_argument("--prompts-per-iteration", type=int, default=None)
+    args = ap.parse_args()
+    spec = SCENARIOS[args.scenario]
+    if args.prompts_per_iteration is not None:
+        spec = replace(spec, prompts_per_iteration=args.prompts_per_iteration)
+    wl = ScenarioWorkload(spec, 100, 0)
+    cluster = parse_cluster("48xA800")
+    model = get_model(wl.model)
+    greedy = policies.resolve_policies(["greedy"])[0]
+    print(f"{args.scenario}, {spec.prompts_per_iteration} prompts x {spec.group_size}, iteration 0")
+    cols = (
+        "layout",
+        "simulated rollout s",
+        "critical path s",
+        "work / instances s",
+        "group time s",
+        "price / sim",
+    )
+    print("| " + " | ".join(cols) + " |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for tp in instance_tp_degrees(model, cluster.hardware):
+        n = args.rollout_gpus // tp
+        if n < 1:
+            continue
+        # greedy builds its layout with homogeneous_tp: force the degree under test.
+        with mock.patch.object(policies, "homogeneous_tp", lambda *a, tp=tp, **k: tp):
+            sim = Simulator(greedy, wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0))
+        rec = sim.run().records[0]
+        simulated = rec.rollout_end_s - rec.rollout_start_s
+        cost = RolloutCostModel(model, cluster.hardware, sim.search.max_num_seqs)
+        table = build_segment_table(cost, sim.workload_of(0), (tp,), sim.search.num_bins, args.rollout_gpus)
+        k, m = table.num_bins, min(n, table.max_instances) - 1
+        crit, work = float(table.crit_s[0, m, 0, k]), float(table.work_s[0, m, 0, k]) / n
+        group = table.group_time_s(0, n, 0, k)
+        print(
+            f"| {n}xTP{tp} | {simulated:,.0f} | {crit:,.0f} | {work:,.0f} | {group:,.0f} | "
+            f"{group / simulated:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

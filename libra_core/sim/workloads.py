@@ -15,6 +15,9 @@ subtasks. So a tool return carries evidence about the work left (what C-MLFQ's t
 turn answers (no tool). Drift: generated lengths grow linearly to `gen_drift` and subtasks to
 `turn_drift` at the last iteration, the failure rate falls by half (the policy learns). A trajectory
 stops at `max_total_tokens`. Groups: every prompt of an iteration is sampled `group_size` times (GRPO).
+Optionally (`prompt_latency_sigma` > 0; 0 in every built-in scenario) each prompt's tool calls are all
+slower or faster by a factor `LogNormal(0, sigma)`, drawn from a stream of its own: the token counts
+and statuses stay the draws they are without it, only the latencies of successes and failures scale.
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ class ScenarioSpec:
     max_total_tokens: int
     gen_drift: float  # generated-length multiplier reached at the last iteration
     turn_drift: float  # subtask-count multiplier reached at the last iteration
+    # Per-prompt tool-latency factor LogNormal(0, sigma): some tasks' tools are slow on every call
+    # (an R2E-Gym repository whose test suite takes minutes); 0 = every prompt alike.
+    prompt_latency_sigma: float = 0.0
 
 
 SCENARIOS: dict[str, ScenarioSpec] = {
@@ -195,6 +201,10 @@ class ScenarioWorkload:
         order = list(range(spec.prompt_pool))
         pool_rng.shuffle(order)
         self._order = order
+        # Its own stream, so a scenario without the factor draws exactly what it drew before.
+        lat_rng = random.Random(seed * 1_000_003 + 29)
+        sigma = spec.prompt_latency_sigma
+        self._latency_shift = [sigma * lat_rng.gauss(0.0, 1.0) if sigma > 0 else 0.0 for _ in order]
 
     def drift(self, iteration: int) -> float:
         """0 at the first iteration, 1 at the last."""
@@ -227,7 +237,8 @@ class ScenarioWorkload:
         todo = 1 + int(math.log(1.0 - rand()) / math.log(1.0 - 1.0 / mean)) if mean > 1 else 1
         budget = s.max_total_tokens - self._prompt_len[p]
         gen_mu = math.log(s.gen_median * d**0.3 * gen_scale)
-        latency_mu, payload_mu = math.log(s.tool_latency_s), math.log(s.payload_median)
+        latency_mu = math.log(s.tool_latency_s) + self._latency_shift[p]
+        payload_mu = math.log(s.payload_median)
         big_mu = math.log(s.big_payload_tokens)
         turns: list[Turn] = []
         lat: list[float] = []

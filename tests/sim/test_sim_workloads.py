@@ -1,10 +1,12 @@
-"""The workload generator's inlined draws (`_lognormal`, `_below_2`) against `random.Random`'s own."""
+"""The workload generator's inlined draws (`_lognormal`, `_below_2`) against `random.Random`'s own,
+and the per-prompt tool-latency factor."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
-from libra_core.sim.workloads import _below_2, _lognormal
+from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, _below_2, _lognormal
 
 
 def test_lognormal_makes_the_library_draws() -> None:
@@ -21,3 +23,20 @@ def test_below_2_makes_the_library_draws() -> None:
     assert drawn == [theirs.randint(1, 2) for _ in range(2000)]
     assert set(drawn) == {1, 2}
     assert ours.random() == theirs.random()
+
+
+def test_prompt_latency_factor_scales_only_each_prompts_tool_latencies() -> None:
+    spec = SCENARIOS["r2e-gym"]
+    base = ScenarioWorkload(spec, 10, seed=0).trajectories(3)
+    slow = ScenarioWorkload(replace(spec, prompt_latency_sigma=0.8), 10, seed=0).trajectories(3)
+    assert [t.turns for t in slow] == [t.turns for t in base]  # same tokens, tools and statuses
+    factors: dict[str, set[float]] = {}
+    for a, b in zip(base, slow, strict=True):
+        for turn, la, lb in zip(a.turns, a.tool_latency_s, b.tool_latency_s, strict=True):
+            if turn.status in ("success", "failure"):
+                factors.setdefault(a.prompt_id, set()).add(round(lb / la, 9))
+            else:  # timeouts cost timeout_s, the final answer nothing
+                assert lb == la
+    assert all(len(f) == 1 for f in factors.values())  # one factor per prompt
+    spread = sorted(next(iter(f)) for f in factors.values())
+    assert spread[0] < 0.8 and spread[-1] > 1.25  # and the prompts differ

@@ -14,39 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
 
 from libra_core.sim import ABLATION, POLICIES, format_table, simulate, workloads
 from libra_core.sim.engine import SimSettings
+from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import CALIBRATION
-
-_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool}
-
-
-def _parse(value: str, kind: type) -> float | bool:
-    if kind is bool:
-        if value.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(value)
-        return value.lower() in ("true", "1")
-    return kind(float(value))
-
-
-def _overrides(pairs: list[str], cls: type, flag: str) -> dict[str, Any]:
-    """FIELD=VALUE pairs for the numeric and boolean fields of dataclass `cls`, typed."""
-    kinds = {f.name: _TYPES.get(str(f.type), f.type) for f in fields(cls)}
-    allowed = {k: t for k, t in kinds.items() if t in (int, float, bool)}
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in allowed:
-            raise SystemExit(f"{flag} {pair!r}: expected FIELD=VALUE with FIELD one of {sorted(allowed)}")
-        try:
-            out[key] = _parse(value, allowed[key])
-        except ValueError:
-            raise SystemExit(f"{flag} {pair!r}: {value!r} is not a {allowed[key].__name__}") from None
-    return out
 
 
 def main() -> None:
@@ -65,17 +38,24 @@ def main() -> None:
         help="also run the oracle-routing and oracle-replan policies (perfect admission)",
     )
     args = ap.parse_args()
-    overrides = _overrides(args.spec, workloads.ScenarioSpec, "--spec")
-    settings = SimSettings(**_overrides(args.setting, SimSettings, "--setting"))
-    for sc in args.scenarios:
-        if overrides and sc in workloads.SCENARIOS:
-            workloads.SCENARIOS[sc] = replace(workloads.SCENARIOS[sc], **overrides)
+    try:
+        overrides = parse_overrides(args.spec, workloads.ScenarioSpec, "--spec")
+        settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     print("command: .venv/bin/python benchmarks/sim_table.py " + " ".join(sys.argv[1:]))
     for sc in args.scenarios:
         out = args.out / sc if args.out else None
         names = args.policies or [p for p in POLICIES if p not in CALIBRATION or args.calibration]
         report = simulate(
-            sc, args.hardware, args.iterations, names, seed=args.seed, out_dir=out, settings=settings
+            sc,
+            args.hardware,
+            args.iterations,
+            names,
+            seed=args.seed,
+            out_dir=out,
+            settings=settings,
+            spec_overrides=overrides if sc in workloads.SCENARIOS else None,  # a trace has no generator
         )
         print()
         print(format_table(report))

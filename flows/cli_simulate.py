@@ -1,9 +1,12 @@
 """`libra simulate`: replay a drifting agentic workload on a simulated cluster under each policy.
 
     libra simulate --scenario r2e-gym --hardware 48xA800 --iterations 100 --policies all [--out DIR]
+        [--setting FIELD=VALUE ...] [--spec FIELD=VALUE ...]
 
-All logic lives in libra_core.sim (docs/simulator.md). Exit 2 on an unknown scenario, hardware or
-policy, with the valid names in the message.
+All logic lives in libra_core.sim (docs/simulator.md). `--setting` changes the simulator's
+`SimSettings` (e.g. `spill_factor=1`), `--spec` the scenario generator's `ScenarioSpec` (e.g.
+`prompts_per_iteration=128`): what-ifs. Exit 2 on an unknown scenario, hardware, policy or field,
+or a bad value, with the valid names in the message.
 """
 
 from __future__ import annotations
@@ -23,17 +26,37 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="model spec name (default: the scenario's)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed (default 0)")
     p.add_argument("--out", default=None, metavar="DIR", help="write summary.json, CSVs and PNG plots here")
+    p.add_argument(
+        "--setting",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change a simulator setting (SimSettings), e.g. spill_factor=1 move_reprefill=false",
+    )
+    p.add_argument(
+        "--spec",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change the scenario generator (ScenarioSpec), e.g. prompts_per_iteration=128",
+    )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from libra_core.sim import format_table, simulate
+    from libra_core.sim import SimSettings, format_table, simulate
+    from libra_core.sim.overrides import parse_overrides
+    from libra_core.sim.workloads import ScenarioSpec
 
     if args.iterations < 1:
         Console(stderr=True).print("[bold red]error[/]: --iterations must be >= 1")
         return EXIT_INPUT_ERROR
     try:
+        settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
+        spec = parse_overrides(args.spec, ScenarioSpec, "--spec")
         report = simulate(
             args.scenario,
             args.hardware,
@@ -42,6 +65,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             seed=args.seed,
             out_dir=Path(args.out) if args.out else None,
             model=args.model,
+            settings=settings,
+            spec_overrides=spec,
         )
     except (ValueError, FileNotFoundError, KeyError) as err:
         Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)

@@ -10,17 +10,36 @@ from __future__ import annotations
 import base64
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
-from libra_core.sim import SimReport, format_table, resolve_policies, simulate
+from libra_core.sim import SimReport, SimSettings, format_table, resolve_policies, simulate
+from libra_core.sim.overrides import parse_overrides
+from libra_core.sim.workloads import ScenarioSpec
 from tasks.common import TASK_OPTIONS
 
 
 @task(name="simulate-policies", **TASK_OPTIONS)
-def simulate_task(scenario: str, hardware: str, iterations: int, policies: list[str], seed: int) -> SimReport:
-    return simulate(scenario, hardware, iterations, policies, seed=seed)
+def simulate_task(
+    scenario: str,
+    hardware: str,
+    iterations: int,
+    policies: list[str],
+    seed: int,
+    settings: dict[str, Any] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> SimReport:
+    return simulate(
+        scenario,
+        hardware,
+        iterations,
+        policies,
+        seed=seed,
+        settings=SimSettings(**(settings or {})),
+        spec_overrides=spec or None,
+    )
 
 
 @flow(name="simulate", flow_run_name="simulate-{scenario}-{hardware}", log_prints=False)
@@ -31,11 +50,20 @@ def simulate_flow(
     policies: str = "all",
     seed: int = 0,
     out_dir: str | None = None,
+    settings: list[str] | None = None,
+    spec: list[str] | None = None,
 ) -> str:
-    """Simulate each policy on the same seeded workload; returns the output folder."""
+    """Simulate each policy on the same seeded workload; returns the output folder.
+
+    `settings` / `spec`: what-if `FIELD=VALUE` changes to the simulator's `SimSettings` and to the
+    scenario generator's `ScenarioSpec`, as `libra simulate --setting/--spec` takes them."""
     names = [p for p in policies.split(",") if p]
-    resolve_policies(names)  # unknown names fail here, before any work
-    report = simulate_task(scenario, hardware, iterations, names, seed)
+    # Unknown policies and malformed or out-of-range settings fail here, before the task runs.
+    resolve_policies(names)
+    knobs = parse_overrides(settings or [], SimSettings, "settings")
+    SimSettings(**knobs)  # range checks
+    shape = parse_overrides(spec or [], ScenarioSpec, "spec")  # ranges: checked as the task loads it
+    report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"
     report.write(out.resolve())

@@ -19,6 +19,9 @@ _PREFECT_HOME = tempfile.mkdtemp(prefix="libra-prefect-")
 os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# The ephemeral API server migrates a fresh database in the temporary home before it answers; on a
+# loaded 2-core machine that can pass Prefect's default 20 s and fail the first flow test of a run.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 

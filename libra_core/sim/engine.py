@@ -68,6 +68,16 @@ class SimSettings:
     # router does (libra_core/rollout/router.py); False: it goes to the least-loaded instance with room.
     sticky_turns: bool = True
 
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SimSettings.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("min_gain_fraction", "engine_restart_s", "wake_s", "cmlfq_cost_ratio"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.spill_factor > 0:
+            raise ValueError(f"SimSettings.spill_factor must be > 0, got {self.spill_factor}")
+
 
 @dataclass(slots=True, eq=False)
 class Flight:

@@ -6,6 +6,7 @@ import logging
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 from libra_core.planner.specs import get_model, parse_cluster
@@ -65,17 +66,19 @@ def simulate(
     out_dir: str | Path | None = None,
     model: str | None = None,
     settings: SimSettings | None = None,
+    spec_overrides: dict[str, Any] | None = None,
 ) -> SimReport:
     """Simulate each policy on the same workload (same seed) and cluster; write outputs to `out_dir`.
 
     `scenario`: a name in `workloads.SCENARIOS` or a trace Parquet path; `hardware`: `COUNTxGPU`
-    (e.g. `48xA800`); `policies`: names in `policies.POLICIES`, `libra` or `all`.
+    (e.g. `48xA800`); `policies`: names in `policies.POLICIES`, `libra` or `all`; `settings`: the
+    simulator's knobs; `spec_overrides`: changed fields of the scenario's generator (overrides.py).
     """
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     cluster = parse_cluster(hardware)
     specs = resolve_policies(policies)
-    wl = load_scenario(scenario, iterations, seed, model)
+    wl = load_scenario(scenario, iterations, seed, model, spec_overrides)
     mspec = get_model(wl.model)
     hw = cluster.hardware
     results = []

@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from libra_core.scheduling.base import ToolStatus, Turn
 
@@ -75,6 +76,25 @@ class ScenarioSpec:
     # Per-prompt tool-latency factor LogNormal(0, sigma): some tasks' tools are slow on every call
     # (an R2E-Gym repository whose test suite takes minutes); 0 = every prompt alike.
     prompt_latency_sigma: float = 0.0
+
+    def __post_init__(self) -> None:
+        counts = ("prompts_per_iteration", "group_size", "prompt_pool", "max_turns", "max_total_tokens")
+        for name in counts:
+            if getattr(self, name) < 1:
+                raise ValueError(f"scenario {self.name!r}: {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("fail_prob", "timeout_prob", "big_payload_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"scenario {self.name!r}: {name} must be in [0, 1], got {value}")
+        if self.fail_prob + self.timeout_prob > 1.0:
+            raise ValueError(f"scenario {self.name!r}: fail_prob + timeout_prob must be <= 1")
+        positive = ("prompt_median", "gen_median", "payload_median", "big_payload_tokens", "tool_latency_s")
+        for name in (*positive, "mean_subtasks", "gen_drift", "turn_drift"):
+            if not getattr(self, name) > 0.0:
+                raise ValueError(f"scenario {self.name!r}: {name} must be > 0, got {getattr(self, name)}")
+        for name in ("difficulty_sigma", "turn_sigma", "timeout_s", "prompt_latency_sigma"):
+            if getattr(self, name) < 0.0:
+                raise ValueError(f"scenario {self.name!r}: {name} must be >= 0, got {getattr(self, name)}")
 
 
 SCENARIOS: dict[str, ScenarioSpec] = {
@@ -343,10 +363,17 @@ class TraceWorkload:
 
 
 def load_scenario(
-    scenario: str | Path, iterations: int, seed: int, model: str | None = None
+    scenario: str | Path,
+    iterations: int,
+    seed: int,
+    model: str | None = None,
+    spec_overrides: dict[str, Any] | None = None,
 ) -> ScenarioWorkload | TraceWorkload:
-    """A scenario name (`SCENARIOS`) or a trace Parquet path; unknown names raise a ValueError."""
+    """A scenario name (`SCENARIOS`) or a trace Parquet path; unknown names raise a ValueError.
+    `spec_overrides` changes fields of a generated scenario's `ScenarioSpec` (a what-if)."""
     if isinstance(scenario, Path) or str(scenario).endswith(".parquet"):
+        if spec_overrides:
+            raise ValueError(f"generator fields {sorted(spec_overrides)} do not apply to a trace replay")
         return TraceWorkload(scenario, model or "qwen3-8b")
     if scenario not in SCENARIOS:
         raise ValueError(
@@ -354,9 +381,9 @@ def load_scenario(
         )
     spec = SCENARIOS[scenario]
     if model is not None:
-        from dataclasses import replace
-
         spec = replace(spec, model=model)
+    if spec_overrides:
+        spec = replace(spec, **spec_overrides)
     return ScenarioWorkload(spec, iterations, seed)
 
 

@@ -30,3 +30,33 @@ def test_simulate_bad_names_exit_2() -> None:
         assert out.returncode == 2, (args, out.stdout, out.stderr)
         assert "Traceback" not in out.stderr
         assert needle in out.stderr.replace("\n", "")
+
+
+def test_simulate_what_if_flags_change_the_run() -> None:
+    base = ("simulate", "--scenario", "tiny", "--hardware", "8xH100", "--iterations", "2")
+    base += ("--policies", "greedy")
+
+    def greedy_row(*extra: str) -> str:
+        out = libra(*base, *extra)
+        assert out.returncode == 0, out.stderr
+        return next(line for line in out.stdout.splitlines() if line.startswith("| greedy"))
+
+    plain = greedy_row()
+    assert greedy_row("--spec", "prompts_per_iteration=8", "gen_median=200") != plain
+    assert greedy_row("--setting", "wake_s=5") == plain  # greedy never wakes engines: same run
+
+
+def test_simulate_bad_what_if_flags_exit_2() -> None:
+    for args, needle in [
+        (("--setting", "spill=1"), "spill_factor"),  # unknown field: the valid ones are listed
+        (("--setting", "spill_factor=fast"), "not a number"),
+        (("--setting", "sticky_turns=maybe"), "not true or false"),
+        (("--setting", "spill_factor=0"), "spill_factor must be > 0"),
+        (("--spec", "group_size=2.5"), "not a whole number"),
+        (("--spec", "fail_prob=1.5"), "fail_prob must be in [0, 1]"),
+        (("--spec", "model=qwen3-8b"), "expected FIELD=VALUE"),  # text fields are not editable
+    ]:
+        out = libra("simulate", "--scenario", "tiny", "--hardware", "8xH100", "--iterations", "1", *args)
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert "Traceback" not in out.stderr
+        assert needle in out.stderr.replace("\n", ""), (args, out.stderr)

@@ -28,3 +28,24 @@ def test_simulate_flow_rejects_unknown_policy(prefect_quiet) -> None:
 
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         simulate_flow("tiny", "8xA800", 2, "nope")
+
+
+def test_simulate_flow_what_ifs_match_the_library(prefect_quiet, tmp_path: Path) -> None:
+    from flows.simulate_flow import simulate_flow
+    from libra_core.sim import SimSettings
+
+    out = Path(
+        simulate_flow(
+            "tiny", "8xA800", 2, "+cmlfq", out_dir=str(tmp_path / "sim"),
+            settings=["spill_factor=1"], spec=["prompts_per_iteration=6"],
+        )
+    )  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    direct = simulate(
+        "tiny", "8xA800", 2, ["+cmlfq"], settings=SimSettings(spill_factor=1.0),
+        spec_overrides={"prompts_per_iteration": 6},
+    )  # fmt: skip
+    plain = simulate("tiny", "8xA800", 2, ["+cmlfq"])
+    assert summary["results"][0]["makespan_s"] == direct.results[0].makespan_s != plain.results[0].makespan_s
+    with pytest.raises(ValueError, match="spill_factor must be > 0"):
+        simulate_flow("tiny", "8xA800", 2, "greedy", settings=["spill_factor=-1"])

@@ -303,9 +303,7 @@ class Simulator:
         self._account()
         self.rollout_running = True
         for inst in self.lent:  # hybrids come back to rollout
-            inst.active = True
-            inst.advance(self.q.now_s)
-            inst.stall_until_s = max(inst.stall_until_s, self.q.now_s + self.switch_s)
+            pipeline.wake(self, inst)
         if self.lent and self.trainer.busy:
             self.trainer.set_gpus(
                 self.q.now_s,

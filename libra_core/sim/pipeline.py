@@ -106,15 +106,20 @@ def _lent_back_to_rollout(sim: Simulator) -> None:
     if not sim.lent:
         return
     sim._account()
-    now = sim.q.now_s
     for inst in sim.lent:
-        inst.active = True
-        inst.advance(now)
-        inst.stall_until_s = max(inst.stall_until_s, now + sim.switch_s)
+        wake(sim, inst)
         sim._drain(inst)
         sim._schedule(inst)
     sim.lent = []
     sim.lent_ready.clear()
+
+
+def wake(sim: Simulator, inst: Instance) -> None:
+    """A lent instance serves rollout again after the switch (`wake_s` + moving the weights)."""
+    now = sim.q.now_s
+    inst.active = True
+    inst.advance(now)
+    inst.stall_until_s = max(inst.stall_until_s, now + sim.switch_s)
 
 
 def _hybrids_to_rollout(sim: Simulator) -> None:

@@ -43,7 +43,8 @@ def test_simulate_what_if_flags_change_the_run() -> None:
 
     plain = greedy_row()
     assert greedy_row("--spec", "prompts_per_iteration=8", "gen_median=200") != plain
-    assert greedy_row("--setting", "wake_s=5") == plain  # greedy never wakes engines: same run
+    assert greedy_row("--setting", "max_num_seqs=2") != plain  # a smaller batch per instance
+    assert greedy_row("--setting", "max_num_seqs=256") == plain  # the default, given explicitly
 
 
 def test_simulate_bad_what_if_flags_exit_2() -> None:

@@ -194,6 +194,23 @@ def solve(
     return Assignment(max(g.time_s for g in groups), int(gpus), groups)
 
 
+def homogeneous(table: SegmentTable, gpu_budget: int) -> Assignment | None:
+    """The fastest single-TP layout within `gpu_budget`: one group of `gpu_budget // t` TP-t
+    instances serving every length (one least-load bucket), best over the table's degrees (None if
+    no degree fits). What a system without heterogeneous instances (verl, AReaL) deploys; priced
+    exactly by the table, no DP. Every instance that fits is deployed, as such a system does."""
+    k = table.num_bins
+    best: Assignment | None = None
+    for ti, tp in enumerate(table.tps):
+        n = gpu_budget // tp
+        if n < 1:
+            continue
+        t = table.group_time_s(ti, n, 0, k)
+        if math.isfinite(t) and (best is None or t < best.makespan_s):
+            best = Assignment(t, n * tp, (Group(tp, n, 0, k, t),))
+    return best
+
+
 def _counts_over(table: SegmentTable, ti: int, targets: np.ndarray) -> np.ndarray:
     """(K+1, K+1, L) int: for each range, how many of n = 1..N miss each (ascending) target
     with every count up to n; the fewest instances meeting target l is that count + 1 when some

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from libra_core.planner.assignment import Assignment, frontier, solve
+from libra_core.planner.assignment import Assignment, SegmentTable, frontier, homogeneous, solve
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.train_cost import (
@@ -67,6 +68,10 @@ class SearchSettings:
     rel_tol: float = 1e-3
     corrections: dict[str, float] = field(default_factory=dict)  # stage -> factor
     monotone_tp: bool = True  # longer length ranges never get a smaller TP degree (assignment.py)
+    # One TP degree on every rollout GPU, every length in one bucket (assignment.homogeneous): the
+    # layouts a system without heterogeneous instances can deploy (verl, AReaL). The search then
+    # prices each (split, TP) exactly instead of running the DP.
+    homogeneous: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,22 +155,16 @@ def search_plans(
     if colocated:
         single = _colocated_plan(model, hw, workload, shape, table, t_sync, f_r, f_t, s)
         return [single] if single else []
-    k = table.num_bins
-    finite = table.crit_s[np.isfinite(table.crit_s)]
-    if finite.size == 0:
+    if not np.isfinite(table.crit_s).any():
         return []
-    one = table.work_s[:, 0, 0, k]  # the whole range on a single instance
-    hi = max(float(np.nanmax(np.where(np.isfinite(one), one, 0))), float(finite.max()))
-    grid = np.geomspace(max(float(finite.min()) * 0.5, 1e-6), hi * 1.01, 1500)
-    need = frontier(table, grid, s.monotone_tp)
+    rollout_s = _rollout_frontier(table, s)
     candidates: list[tuple[float, int, TrainEstimate, float]] = []
     best_obj = math.inf
     for n_train in _split_candidates(num_gpus, hw.gpus_per_node):
         n_roll = num_gpus - n_train
-        ok = need <= n_roll
-        if not ok.any():
+        t_r = rollout_s(n_roll) * f_r
+        if not math.isfinite(t_r):
             continue
-        t_r = float(grid[int(np.argmax(ok))]) * f_r
         bound = train_lower_bound_s(model, hw, n_train, shape) * f_t
         lower = iteration_time_s(t_r, bound, t_sync, s.staleness) + TIE_BREAK * (t_r + bound)
         if lower >= best_obj and len(candidates) >= s.top_k:
@@ -181,7 +180,7 @@ def search_plans(
         best_obj = candidates[min(len(candidates), s.top_k) - 1][0]
     plans = []
     for _, n_train, est, _ in candidates[: s.top_k]:
-        assignment = solve(table, num_gpus - n_train, s.rel_tol, s.monotone_tp)
+        assignment = _assign(table, num_gpus - n_train, s)
         if assignment is None:
             continue
         t_r, t_t = assignment.makespan_s * f_r, est.time_s * f_t
@@ -212,6 +211,37 @@ def search_plans(
     return plans
 
 
+def _assign(table: SegmentTable, gpus: int, s: SearchSettings) -> Assignment | None:
+    """The rollout layout on `gpus` GPUs: the DP's (heterogeneous) or one TP degree's."""
+    if s.homogeneous:
+        return homogeneous(table, gpus)
+    return solve(table, gpus, s.rel_tol, s.monotone_tp)
+
+
+def _rollout_frontier(table: SegmentTable, s: SearchSettings) -> Callable[[int], float]:
+    """Predicted rollout seconds (uncorrected) on n rollout GPUs, inf where nothing fits; the
+    heterogeneous one reads the DP's frontier over a grid of makespans, evaluated once."""
+    if s.homogeneous:
+
+        def one_tp(n: int) -> float:
+            a = homogeneous(table, n)
+            return a.makespan_s if a else math.inf
+
+        return one_tp
+    k = table.num_bins
+    finite = table.crit_s[np.isfinite(table.crit_s)]
+    one = table.work_s[:, 0, 0, k]  # the whole range on a single instance
+    hi = max(float(np.nanmax(np.where(np.isfinite(one), one, 0))), float(finite.max()))
+    grid = np.geomspace(max(float(finite.min()) * 0.5, 1e-6), hi * 1.01, 1500)
+    need = frontier(table, grid, s.monotone_tp)
+
+    def dp(n: int) -> float:
+        ok = need <= n
+        return float(grid[int(np.argmax(ok))]) if ok.any() else math.inf
+
+    return dp
+
+
 def _best_same_topology(
     model: ModelSpec, hw: HardwareSpec, layout: TrainLayout, shape: TrainShape
 ) -> TrainEstimate:
@@ -237,7 +267,7 @@ def _colocated_plan(
     f_t: float,
     s: SearchSettings,
 ) -> Plan | None:
-    assignment = solve(table, 1, s.rel_tol, s.monotone_tp)
+    assignment = _assign(table, 1, s)
     est = best_train(model, hw, 1, shape)
     if assignment is None or est is None:
         return None
@@ -274,7 +304,7 @@ def evaluate_plan(
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
     table = build_segment_table(cost, workload, tps, s.num_bins, plan.rollout_gpus)
-    assignment = solve(table, plan.rollout_gpus, s.rel_tol, s.monotone_tp)
+    assignment = _assign(table, plan.rollout_gpus, s)
     shape = TrainShape.from_workload(workload)
     est = _best_same_topology(model, hw, plan.train.layout, shape)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)

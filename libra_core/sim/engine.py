@@ -139,7 +139,10 @@ class Simulator:
         self.s = settings or SimSettings()
         self.staleness = 0 if policy.colocated else 1
         self.search = SearchSettings(
-            staleness=self.staleness, max_num_seqs=self.s.max_num_seqs, num_bins=self.s.num_bins
+            staleness=self.staleness,
+            max_num_seqs=self.s.max_num_seqs,
+            num_bins=self.s.num_bins,
+            homogeneous=not policy.hetero,
         )
         from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 

@@ -9,22 +9,28 @@ the real planner (`search_plans`, `best_train`, `build_segment_table`); nothing 
 | colocated | all GPUs time-shared | homogeneous TP | least-load, 1 bucket | no | no |
 | static-uniform | half / half | homogeneous TP | round-robin pinned to an instance | no | no |
 | greedy | half / half | homogeneous TP | least-load (queue-driven), 1 bucket | no | no |
-| static-optimal | planner, iteration 0 | planner's TP multiset + length ranges | mlfq | no | no |
-| +planning | planner | homogeneous TP | least-load, 1 bucket | yes | no |
+| static-optimal | planner, iteration 0 | planner's homogeneous TP | least-load, 1 bucket | no | no |
+| +planning | planner | planner's homogeneous TP | least-load, 1 bucket | yes | no |
 | +hetero-tp | planner | planner's TP multiset + length ranges | mlfq | yes | no |
 | +cmlfq | planner | planner's TP multiset + length ranges | cmlfq | yes | no |
 | +elastic (Libra) | planner | planner's TP multiset + length ranges | cmlfq | yes | yes |
 
 Homogeneous TP is the degree the planner's segment table prices best for one group serving every
-length on the rollout GPUs (`max(critical path, work / instances)`).
+length on the rollout GPUs (`max(critical path, work / instances)`, `assignment.homogeneous`). The
+policies without heterogeneous instances plan with `SearchSettings.homogeneous`: the planner
+chooses the split and the one TP degree together (before 2026-12-02 it chose a heterogeneous plan
+and the policy then swapped in one degree, leaving the GPUs that did not divide by it idle and
+pricing its replans on a layout it did not run). static-optimal is AReaL-Static-Optimal: the best
+static split for the first iteration's workload, on the homogeneous instances AReaL deploys
+(before 2026-12-02 it ran the planner's heterogeneous plan under mlfq, which AReaL cannot).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
+from libra_core.planner.assignment import homogeneous
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.search import Plan, SearchSettings, best_train, search_plans
 from libra_core.planner.specs import HardwareSpec, ModelSpec
@@ -52,13 +58,13 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec("colocated", colocated=True, split="all"),
         PolicySpec("static-uniform", split="half", placement="round_robin"),
         PolicySpec("greedy", split="half"),
-        PolicySpec("static-optimal", hetero=True, scheduler="mlfq"),
+        PolicySpec("static-optimal"),
         PolicySpec("+planning", replan=True),
         PolicySpec("+hetero-tp", hetero=True, scheduler="mlfq", replan=True),
         PolicySpec("+cmlfq", hetero=True, scheduler="cmlfq", replan=True),
         PolicySpec("+elastic", hetero=True, scheduler="cmlfq", replan=True, elastic=True),
-        # Calibration only (not in `all`): static-optimal's layout with perfect admission, and
-        # +hetero-tp's (replanned) with perfect admission.
+        # Calibration only (not in `all`): the planner's iteration-0 heterogeneous layout with
+        # perfect admission, and +hetero-tp's (replanned) with perfect admission.
         PolicySpec("oracle-routing", hetero=True, scheduler="oracle"),
         PolicySpec("oracle-replan", hetero=True, scheduler="oracle", replan=True),
     )
@@ -105,16 +111,12 @@ class Deployment:
 def homogeneous_tp(
     model: ModelSpec, hw: HardwareSpec, workload: Workload, rollout_gpus: int, settings: SearchSettings
 ) -> int:
+    """The TP degree the planner prices best for one group on `rollout_gpus` (a fixed split's)."""
     cost = RolloutCostModel(model, hw, settings.max_num_seqs)
     tps = tuple(t for t in instance_tp_degrees(model, hw) if t <= rollout_gpus)
     table = build_segment_table(cost, workload, tps, settings.num_bins, rollout_gpus)
-    k = table.num_bins
-    best, best_t = tps[0], math.inf
-    for ti, tp in enumerate(tps):
-        t = table.group_time_s(ti, rollout_gpus // tp, 0, k)
-        if t < best_t:
-            best, best_t = tp, t
-    return best
+    best = homogeneous(table, rollout_gpus)
+    return best.groups[0].tp if best else tps[0]
 
 
 def build_deployment(
@@ -152,7 +154,10 @@ def deployment_from_plan(
     settings: SearchSettings,
 ) -> Deployment:
     if not policy.hetero:
-        tp = homogeneous_tp(model, hw, workload, plan.rollout_gpus, settings)
+        assert settings.homogeneous and len(plan.rollout.groups) == 1, (
+            f"policy {policy.name} runs one TP degree; plan it with SearchSettings(homogeneous=True)"
+        )
+        tp = plan.rollout.groups[0].tp
         inst = tuple((tp, 0) for _ in range(plan.rollout_gpus // tp))
         return Deployment(plan.train_gpus, plan.train.layout, inst, (OPEN_BOUND,), plan.rollout_gpus, plan)
     # One bucket per DP group (contiguous length range); groups with equal bounds merge, and so do

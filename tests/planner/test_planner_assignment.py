@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from libra_core.planner.assignment import SegmentTable, brute_force, frontier, min_gpus, solve
+from libra_core.planner.assignment import SegmentTable, brute_force, frontier, homogeneous, min_gpus, solve
 
 
 def random_table(rng: np.random.Generator, k: int, tps: tuple[int, ...], counts: int = 1) -> SegmentTable:
@@ -130,3 +130,24 @@ def brute_force_gpus(table: SegmentTable, target: float) -> float:
 def test_tps_must_ascend() -> None:
     with pytest.raises(ValueError, match="ascending"):
         SegmentTable((2, 1), np.zeros((2, 3, 3)), np.zeros((2, 3, 3)), np.arange(3), np.ones(2))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_homogeneous_is_the_best_single_degree_on_every_gpu(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    k, tps, budget = int(rng.integers(1, 6)), (1, 2, 4), int(rng.integers(1, 11))
+    table = random_table(rng, k, tps, counts=int(rng.integers(1, 4)))
+    got = homogeneous(table, budget)
+    prices = {tp: table.group_time_s(ti, budget // tp, 0, k) for ti, tp in enumerate(tps) if budget >= tp}
+    finite = {tp: t for tp, t in prices.items() if math.isfinite(t)}
+    if not finite:
+        assert got is None
+        return
+    assert got is not None and len(got.groups) == 1
+    (g,) = got.groups
+    assert (g.start_bin, g.end_bin, g.instances) == (0, k, budget // g.tp)
+    assert got.gpus == g.tp * g.instances <= budget
+    assert got.makespan_s == min(finite.values()) == finite[g.tp]
+    # The DP searches a superset (any ranges, any counts), so it is never slower.
+    dp = solve(table, budget, rel_tol=1e-9, monotone=True)
+    assert dp is not None and dp.makespan_s <= got.makespan_s * (1 + 1e-9)

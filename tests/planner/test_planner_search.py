@@ -117,3 +117,19 @@ def test_presets_are_seeded() -> None:
     a, b = workload_preset("swe-longtail", seed=1), workload_preset("swe-longtail", seed=1)
     assert (a.total_tokens == b.total_tokens).all()
     assert replace(a, minibatches=2).minibatches == 2
+
+
+def test_homogeneous_search_plans_one_degree_on_every_rollout_gpu() -> None:
+    m, hw, w = get_model("qwen3-14b"), get_hardware("A800"), workload_preset("swe-longtail")
+    hetero = search_plans(m, hw, 48, w, SearchSettings(staleness=1))
+    homog = search_plans(m, hw, 48, w, SearchSettings(staleness=1, homogeneous=True))
+    assert homog and hetero
+    for plan in homog:
+        (g,) = plan.rollout.groups
+        assert plan.rollout.gpus == (plan.rollout_gpus // g.tp) * g.tp
+        # Re-pricing keeps it homogeneous and gives the same numbers on the same workload.
+        again = evaluate_plan(plan, m, hw, w, SearchSettings(staleness=1, homogeneous=True))
+        assert len(again.rollout.groups) == 1
+        assert again.t_rollout_s == pytest.approx(plan.t_rollout_s)
+    # The heterogeneous search includes every homogeneous layout, so its best is never worse.
+    assert hetero[0].t_iter_s <= homog[0].t_iter_s * (1 + 2e-3)

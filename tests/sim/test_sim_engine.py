@@ -253,3 +253,14 @@ def test_lent_instances_wake_for_the_tail_when_the_update_ends() -> None:
     pipeline.on_train_done(sim)  # no update is waiting: the lent instance serves rollout again
     assert inst.active and not sim.lent
     assert inst.stall_until_s == pytest.approx(50.0 + sim.switch_s)
+
+
+@pytest.mark.parametrize("policy", ["static-optimal", "+planning"])
+def test_single_degree_policies_plan_one_degree_on_every_rollout_gpu(policy: str) -> None:
+    sim = _sim(policy, gpus="16xA800")
+    dep = sim.dep
+    assert dep is not None and dep.plan is not None and sim.search.homogeneous
+    (tp,) = {tp for tp, _ in dep.instances}
+    assert dep.plan.rollout.groups[0].tp == tp and dep.num_buckets == 1
+    assert sum(t for t, _ in dep.instances) == dep.rollout_gpus - dep.rollout_gpus % tp
+    assert dep.rollout_gpus + dep.train_gpus == 16

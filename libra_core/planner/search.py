@@ -3,7 +3,8 @@
 For every candidate split (train GPUs N_t, rollout GPUs N_r = G - N_t):
 - rollout: T_rollout(N_r) from the assignment DP's frontier over makespans (assignment.py), which
   chooses the instance TP multiset and the length ranges each group serves; refined exactly by
-  bisection for the plans returned;
+  bisection for the plans returned (with `SearchSettings.homogeneous`, one TP degree on every
+  rollout GPU instead, priced exactly per split and degree);
 - training: the fastest memory-feasible layout on N_t GPUs (train_cost.enumerate_layouts), skipped
   without evaluating layouts when even the compute-only lower bound cannot beat the best plan.
 
@@ -296,7 +297,8 @@ def evaluate_plan(
     """Re-price an existing plan's resources (split, layout, instance multiset) on a new workload.
 
     Rollout keeps its GPUs and TP degrees; requests are re-assigned by the DP restricted to those
-    degrees (the router adapts for free). Training keeps its TP/PP/DP/EP groups but may change
+    degrees (the router adapts for free), or, with `SearchSettings.homogeneous`, the one degree is
+    priced on every length again. Training keeps its TP/PP/DP/EP groups but may change
     what needs no GPU to move (ZeRO stage, recompute, micro-batch size), e.g. when longer
     sequences no longer fit; if nothing fits, the plan prices at infinity.
     """

@@ -131,5 +131,6 @@ def test_homogeneous_search_plans_one_degree_on_every_rollout_gpu() -> None:
         again = evaluate_plan(plan, m, hw, w, SearchSettings(staleness=1, homogeneous=True))
         assert len(again.rollout.groups) == 1
         assert again.t_rollout_s == pytest.approx(plan.t_rollout_s)
-    # The heterogeneous search includes every homogeneous layout, so its best is never worse.
+    # The heterogeneous search includes every homogeneous layout, so its best is never worse beyond
+    # the split ranking's frontier grid (~0.6%) and the bisection's rel_tol; this workload is far inside.
     assert hetero[0].t_iter_s <= homog[0].t_iter_s * (1 + 2e-3)

@@ -1,0 +1,47 @@
+"""Mean iteration seconds per policy over windows of iterations, from a `sim_table.py --out` run.
+
+    .venv/bin/python benchmarks/sim_iteration_means.py OUT/SCENARIO [--first 1 10] [--last 10]
+        [--policies greedy static-optimal +planning]
+
+Reads `summary.json` (written by `SimReport.write`): `--first A B` averages iterations A..B
+(inclusive, 0-based), `--last N` the last N. Iteration 0 includes the pipeline's start (the first
+rollout runs before any update), so the default early window starts at 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folder", type=Path, help="a scenario folder of `sim_table.py --out`")
+    ap.add_argument("--first", type=int, nargs=2, default=[1, 10], metavar=("A", "B"))
+    ap.add_argument("--last", type=int, default=10)
+    ap.add_argument("--policies", nargs="*", default=None, help="default: every policy in the run")
+    args = ap.parse_args()
+    path = args.folder / "summary.json"
+    if not path.is_file():
+        raise SystemExit(f"error: {path} not found; pass a scenario folder written by sim_table.py --out")
+    summary = json.loads(path.read_text())
+    a, b = args.first
+    if not 0 <= a <= b or args.last < 1:
+        raise SystemExit(f"error: need 0 <= A <= B and --last >= 1, got --first {a} {b} --last {args.last}")
+    print(f"{summary['scenario']}, {summary['iterations']} iterations, seed {summary['seed']}")
+    print(f"| policy | mean iteration s, {a}-{b} | mean iteration s, last {args.last} |")
+    print("|---|---:|---:|")
+    for r in summary["results"]:
+        if args.policies and r["policy"] not in args.policies:
+            continue
+        its = r["iteration_s"]
+        early, late = its[a : b + 1], its[-args.last :]
+        if not early:
+            raise SystemExit(f"error: the run has {len(its)} iterations; --first {a} {b} is beyond it")
+        print(f"| {r['policy']} | {statistics.mean(early):.1f} | {statistics.mean(late):.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -153,7 +153,12 @@ def instance_tp_degrees(model: ModelSpec, hw: HardwareSpec) -> tuple[int, ...]:
 
 
 def build_segment_table(
-    cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], num_bins: int, max_gpus: int
+    cost: RolloutCostModel,
+    w: Workload,
+    tps: tuple[int, ...],
+    num_bins: int,
+    max_gpus: int,
+    promote: bool = False,
 ) -> SegmentTable:
     """Price every contiguous range of length-sorted bins on n TP-t instances (assignment.py).
 
@@ -168,8 +173,21 @@ def build_segment_table(
     sequence's and at a full batch's step (`_slowest_per_bin`; until 2026-12 the gen, prefill and
     tool maxima of a bin were combined, which could belong to three different trajectories);
     C = inf when TP t cannot shard the model or hold the range's longest context.
+
+    `promote`: price the routing that promotes (mlfq, and C-MLFQ when its tree is unsure) instead of
+    admitting each trajectory to the range of its final length. Every trajectory starts in the
+    first range and moves up as its context grows, so the range of bins [i, j) serves the band of
+    context (T_{i-1}, T_{j-1}] (T_b: the longest trajectory of bin b) of *every* trajectory longer
+    than T_{i-1}, and each of them prefills its T_{i-1} tokens again when it arrives (i > 0). A
+    trajectory's generated, prefill and tool work is spread over its context growth, from its
+    prompt to its final length, in proportion (`_band_shares`), so per-bin sums stay prefix-summable
+    and the DP is unchanged. The critical path of a range is the slowest trajectory's path from its
+    prompt to the range's top at this range's step, plus the re-prefill: a lower bound on its time
+    through the earlier (never larger-TP) ranges too. With one range over every bin it prices
+    exactly as without `promote`.
     """
     order = np.argsort(w.total_tokens, kind="stable")
+    prompts = w.prompt_tokens[order].astype(float)
     g = w.gen_tokens[order]
     pre = w.prefill_tokens[order]
     lat = w.tool_latency_s[order]
@@ -185,8 +203,6 @@ def build_segment_table(
     def bin_max(x: np.ndarray) -> np.ndarray:
         return np.maximum.reduceat(x, edges[:-1])
 
-    cum_r, cum_d, cum_p = prefix(np.full(len(g), wt)), prefix(g * wt), prefix(pre * wt)
-    cum_ctx, cum_gctx, cum_l = prefix(life_ctx * wt), prefix(g * life_ctx * wt), prefix(lat * wt)
     fmax = bin_max(final)
     i_idx, j_idx = np.meshgrid(np.arange(k + 1), np.arange(k + 1), indexing="ij")
     valid = j_idx > i_idx
@@ -194,13 +210,36 @@ def build_segment_table(
     def rng(c: np.ndarray) -> np.ndarray:
         return np.where(valid, c[j_idx] - c[i_idx], np.nan)
 
-    r, d, p = rng(cum_r), rng(cum_d), rng(cum_p)
-    r_safe = np.nan_to_num(r, nan=1.0)
-    mean_ctx = np.nan_to_num(rng(cum_ctx) / r, nan=1.0)
+    # Band floors: a range starting at bin i serves contexts above T_{i-1} (0 for the first bin).
+    floor = np.concatenate([[0.0], fmax[:-1]])
+    cum_r = prefix(np.full(len(g), wt))
+    if promote:
+        share, mid = _band_shares(prompts, final.astype(float), floor, fmax)
+
+        def bands(x: np.ndarray, by: np.ndarray = share) -> np.ndarray:
+            return np.concatenate([[0.0], np.cumsum(by.T @ (x * wt))])  # (K+1,) prefix over bins
+
+        ones = np.ones(len(g))
+        cum_s, cum_sctx = bands(ones), bands(ones, share * mid)
+        cum_d, cum_p, cum_l, cum_gctx = bands(g), bands(pre), bands(lat), bands(g, share * mid)
+        # Everyone longer than the floor passes through; each arrival prefills its floor again.
+        passing = wt * (len(g) - edges[:-1]).astype(float)  # (K,) by start bin
+        r = np.where(valid, np.concatenate([passing, [0.0]])[i_idx], np.nan)
+        d, lat_sum = rng(cum_d), rng(cum_l)
+        p = rng(cum_p) + np.where(i_idx > 0, r * floor[np.minimum(i_idx, k - 1)], 0.0)
+        r_safe = np.nan_to_num(r, nan=1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_ctx = np.nan_to_num(rng(cum_sctx) / rng(cum_s), nan=1.0)
+    else:
+        cum_d, cum_p = prefix(g * wt), prefix(pre * wt)
+        cum_ctx, cum_gctx, cum_l = prefix(life_ctx * wt), prefix(g * life_ctx * wt), prefix(lat * wt)
+        r, d, p, lat_sum = rng(cum_r), rng(cum_d), rng(cum_p), rng(cum_l)
+        r_safe = np.nan_to_num(r, nan=1.0)
+        mean_ctx = np.nan_to_num(rng(cum_ctx) / r, nan=1.0)
     dec_ctx = np.where(d > 0, rng(cum_gctx) / np.where(d > 0, d, 1.0), mean_ctx)
     safe_ctx = np.nan_to_num(dec_ctx, nan=1.0)
     gen_each, pre_each = np.nan_to_num(d) / r_safe, np.nan_to_num(p) / r_safe
-    tool_each = np.nan_to_num(rng(cum_l)) / r_safe
+    tool_each = np.nan_to_num(lat_sum) / r_safe
     # in_range[i, j, b]: bin b lies in [i, j)
     b_idx = np.arange(k)
     in_range = (b_idx[None, None, :] >= i_idx[:, :, None]) & (b_idx[None, None, :] < j_idx[:, :, None])
@@ -228,14 +267,30 @@ def build_segment_table(
         full = float(cost.concurrency(tp, float(mean_ctx[0, k]), np.inf))
         ends = [float(cost.decode_step_s(tp, b, ctx_all)) for b in (1.0, full)]
         c_ref = float(cost.prefill_s_per_token(tp, ctx_all))
-        cg, cp, cl = _slowest_per_bin(edges, g, pre, lat, [(a, c_ref) for a in ends])  # (K, 2) each
+        idx = _slowest_per_bin(edges, g, pre, lat, [(a, c_ref) for a in ends])  # (K, 2)
+        cg, cp, cl = g[idx], pre[idx], lat[idx]
         pt = per_tok[iu, ju][:, None]
-        fixed = [np.where(members, pt * cp[None, :, c] + cl[None, :, c], -np.inf) for c in (0, 1)]
+        if promote:
+            # A candidate of bin b >= i crosses the range; its path up to the range's top, scaled by
+            # the share of its growth below that top, plus its re-prefill on arrival.
+            start, top = prompts[idx], final[idx].astype(float)  # (K, 2)
+            up_to = np.clip(fmax[ju - 1][:, None, None], start[None], top[None])
+            frac = (up_to - start[None]) / np.maximum(top - start, 1.0)[None]  # (ranges, K, 2)
+            arrive = np.where(iu > 0, per_tok[iu, ju] * floor[np.minimum(iu, k - 1)], 0.0)[:, None]
+            crossing = b_idx[None, :] >= iu[:, None]
+            gen = [frac[:, :, c] * cg[None, :, c] for c in (0, 1)]
+            fixed = [
+                np.where(crossing, frac[:, :, c] * (pt * cp[None, :, c] + cl[None, :, c]) + arrive, -np.inf)
+                for c in (0, 1)
+            ]
+        else:
+            gen = [np.broadcast_to(cg[None, :, c], members.shape) for c in (0, 1)]
+            fixed = [np.where(members, pt * cp[None, :, c] + cl[None, :, c], -np.inf) for c in (0, 1)]
         usable = min(nn, max(1, max_gpus // tp))  # more instances than this never fit in max_gpus
         path = np.empty((usable, len(iu)))
         for m in range(usable):
             s_m = step[m, iu, ju][:, None]
-            path[m] = np.maximum(s_m * cg[None, :, 0] + fixed[0], s_m * cg[None, :, 1] + fixed[1]).max(axis=1)
+            path[m] = np.maximum(s_m * gen[0] + fixed[0], s_m * gen[1] + fixed[1]).max(axis=1)
         crit[ti, :usable, iu, ju] = path.T
         crit[ti, usable:] = crit[ti, usable - 1]  # counts no plan can use price like the last usable
         work[ti, usable:] = work[ti, usable - 1]
@@ -245,13 +300,34 @@ def build_segment_table(
 
 def _slowest_per_bin(
     edges: np.ndarray, g: np.ndarray, pre: np.ndarray, lat: np.ndarray, weights: list[tuple[float, float]]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(K, len(weights)) generated tokens, prefill tokens and tool seconds of each bin's slowest
-    trajectory when a trajectory takes `a x gen + c x prefill + tool` seconds, per (a, c)."""
+) -> np.ndarray:
+    """(K, len(weights)) index of each bin's slowest trajectory when a trajectory takes
+    `a x gen + c x prefill + tool` seconds, per (a, c)."""
     k = len(edges) - 1
     idx = np.empty((k, len(weights)), dtype=int)
     for col, (a, c) in enumerate(weights):
         score = a * g + c * pre + lat
         for b in range(k):
             idx[b, col] = edges[b] + int(np.argmax(score[edges[b] : edges[b + 1]]))
-    return g[idx], pre[idx], lat[idx]
+    return idx
+
+
+def _band_shares(
+    prompt: np.ndarray, final: np.ndarray, floor: np.ndarray, top: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(N, K) share of each trajectory's growth (prompt -> final tokens) whose context lies in each
+    bin's band (floor_b, top_b], and the band's mean context. Shares sum to 1 over the bands that
+    cover the trajectory; the share-weighted contexts average to `(prompt + final) / 2`, the
+    trajectory's mean context over its life (what `build_segment_table` uses without promotion)."""
+    lo = np.clip(floor[None, :], prompt[:, None], final[:, None])
+    hi = np.clip(top[None, :], prompt[:, None], final[:, None])
+    grown = final - prompt
+    share = np.where(grown[:, None] > 0, (hi - lo) / np.maximum(grown, 1.0)[:, None], 0.0)
+    # A trajectory that never grew (no generated or payload token) sits in the band of its length.
+    still = grown <= 0
+    if still.any():
+        band = np.searchsorted(top, final[still], side="left").clip(0, len(top) - 1)
+        share[np.nonzero(still)[0], band] = 1.0
+    mid = np.where(share > 0, (lo + hi) / 2, 0.0)
+    mid[still] = final[still, None]
+    return share, mid

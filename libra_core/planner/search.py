@@ -73,6 +73,11 @@ class SearchSettings:
     # layouts a system without heterogeneous instances can deploy (verl, AReaL). The search then
     # prices each (split, TP) exactly instead of running the DP.
     homogeneous: bool = False
+    # Price the routing that promotes requests from the shortest bucket as their context grows
+    # (mlfq; C-MLFQ when its tree is unsure) instead of admitting each to the range of its final
+    # length (`build_segment_table(promote=...)`). Off: the planner's documented figures assume
+    # length-aware admission.
+    promote: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,7 +153,9 @@ def search_plans(
     """Best plans for `num_gpus` devices, fastest first ([] when nothing fits)."""
     s = settings or SearchSettings()
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
-    table = build_segment_table(cost, workload, instance_tp_degrees(model, hw), s.num_bins, num_gpus)
+    table = build_segment_table(
+        cost, workload, instance_tp_degrees(model, hw), s.num_bins, num_gpus, promote=s.promote
+    )
     shape = TrainShape.from_workload(workload)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
     colocated = num_gpus == 1
@@ -305,7 +312,7 @@ def evaluate_plan(
     s = settings or SearchSettings()
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
-    table = build_segment_table(cost, workload, tps, s.num_bins, plan.rollout_gpus)
+    table = build_segment_table(cost, workload, tps, s.num_bins, plan.rollout_gpus, promote=s.promote)
     assignment = _assign(table, plan.rollout_gpus, s)
     shape = TrainShape.from_workload(workload)
     est = _best_same_topology(model, hw, plan.train.layout, shape)

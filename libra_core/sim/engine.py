@@ -45,7 +45,7 @@ from libra_core.sim import pipeline
 from libra_core.sim.cmlfq import SimCMLFQScheduler
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import CostTables, Instance
-from libra_core.sim.policies import Deployment, PolicySpec, build_deployment
+from libra_core.sim.policies import PROMOTING, Deployment, PolicySpec, build_deployment
 from libra_core.sim.router import SPILL_FACTOR, Router
 from libra_core.sim.training import Trainer
 from libra_core.sim.tree import SimPrefixTree
@@ -143,6 +143,7 @@ class Simulator:
             max_num_seqs=self.s.max_num_seqs,
             num_bins=self.s.num_bins,
             homogeneous=not policy.hetero,
+            promote=policy.hetero and policy.scheduler in PROMOTING,
         )
         from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 

@@ -70,6 +70,9 @@ POLICIES: dict[str, PolicySpec] = {
     )
 }
 CALIBRATION = ("oracle-routing", "oracle-replan")
+# Schedulers that admit to the shortest bucket and move a request up as it grows: their planner
+# prices that routing (`SearchSettings.promote`), the oracle's prices admission by final length.
+PROMOTING = ("mlfq", "cmlfq")
 ABLATION = ("greedy", "+planning", "+hetero-tp", "+cmlfq", "+elastic")
 ALIASES = {"libra": "+elastic"}
 

@@ -197,7 +197,7 @@ def test_simulate_writes_to_a_folder_given_as_text(tmp_path: Path) -> None:
 
 def test_move_reprefill_and_spill_factor_settings_change_a_run_with_moves() -> None:
     def run(settings: SimSettings) -> tuple[int, float]:
-        r = simulate("search-r1", "16xA800", 2, ["+hetero-tp"], seed=0, settings=settings).results[0]
+        r = simulate("search-r1", "32xA800", 2, ["+hetero-tp"], seed=0, settings=settings).results[0]
         return r.moves, r.makespan_s
 
     moves, base = run(SimSettings())

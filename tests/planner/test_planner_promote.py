@@ -1,0 +1,103 @@
+"""Pricing the routing that promotes (mlfq, C-MLFQ when unsure): `build_segment_table(promote=True)`.
+
+Every trajectory starts in the first length range and moves up as its context grows, so a range
+serves the band of context it covers of every longer trajectory, and each arrival prefills its
+context again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from libra_core.planner.assignment import homogeneous, solve
+from libra_core.planner.presets import workload_preset
+from libra_core.planner.rollout_cost import RolloutCostModel, _band_shares, build_segment_table
+from libra_core.planner.specs import get_hardware, get_model
+from libra_core.planner.workload import Turns, workload_from_turns
+
+A800 = get_hardware("A800")
+
+
+def test_band_shares_split_each_life_and_keep_its_mean_context() -> None:
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(50, 500, 200).astype(float)
+    final = prompt + rng.integers(0, 5000, 200)  # some never grow
+    top = np.sort(rng.choice(final, 12, replace=False))
+    top[-1] = final.max()
+    floor = np.concatenate([[0.0], top[:-1]])
+    share, mid = _band_shares(prompt, final, floor, top)
+    assert np.allclose(share.sum(axis=1), 1.0)
+    assert np.all(share >= 0)
+    # Share-weighted band contexts average to the life's mean context, (prompt + final) / 2.
+    grew = final > prompt
+    assert np.allclose((share * mid).sum(axis=1)[grew], ((prompt + final) / 2)[grew])
+    # No share above a trajectory's own length's band.
+    band_of_final = np.searchsorted(top, final, side="left")
+    above = np.arange(len(top))[None, :] > band_of_final[:, None]
+    assert np.all(share[above] == 0)
+
+
+@pytest.fixture(scope="module")
+def swe_tables() -> tuple[RolloutCostModel, object, object]:
+    cost = RolloutCostModel(get_model("qwen3-14b"), A800)
+    w = workload_preset("swe-longtail", num_samples=400)
+    final = build_segment_table(cost, w, (1, 2, 4, 8), 16, 32)
+    promote = build_segment_table(cost, w, (1, 2, 4, 8), 16, 32, promote=True)
+    return cost, final, promote
+
+
+def test_one_range_over_every_length_prices_the_same(swe_tables: tuple) -> None:
+    _, final, promote = swe_tables
+    k = final.num_bins
+    assert np.allclose(promote.work_s[..., 0, k], final.work_s[..., 0, k], rtol=1e-9)
+    assert np.allclose(promote.crit_s[..., 0, k], final.crit_s[..., 0, k], rtol=1e-9)
+    for n in (8, 16, 32):  # so the one-degree layouts do not depend on the routing
+        a, b = homogeneous(final, n), homogeneous(promote, n)
+        assert a is not None and b is not None
+        assert a.groups[0].tp == b.groups[0].tp and a.makespan_s == pytest.approx(b.makespan_s, rel=1e-9)
+
+
+def test_short_ranges_carry_the_prefixes_of_longer_trajectories(swe_tables: tuple) -> None:
+    _, final, promote = swe_tables
+    k = final.num_bins
+    for j in range(1, k):
+        # The first range serves every trajectory's start: more work than its own trajectories.
+        assert np.all(promote.work_s[:, :, 0, j] > final.work_s[:, :, 0, j])
+    # The last range sees only the top of its own trajectories' lives, and prefills their floors.
+    i = k // 2
+    top_work = promote.work_s[:, 0, i, k]
+    assert np.all(np.isfinite(top_work[-2:]))
+    assert np.all(top_work[-2:] > 0)
+
+
+def test_promotion_prices_a_split_no_faster_than_admission_by_length(swe_tables: tuple) -> None:
+    _, final, promote = swe_tables
+    for gpus in (8, 16, 32):
+        a, b = solve(final, gpus), solve(promote, gpus)
+        assert a is not None and b is not None
+        # Admission by final length is what promotion approximates at best (no re-prefill, no
+        # long trajectory decoding in a short range).
+        assert b.makespan_s >= a.makespan_s * (1 - 1e-3)
+
+
+def test_promoted_path_covers_the_range_top_and_the_re_prefill() -> None:
+    # Two bins of one trajectory each: a short one (prompt 100, 1,000 generated) and a long one
+    # (prompt 100, 9,000 generated, one 50 s tool wait halfway). The range of the second bin starts
+    # at the short one's length, 1,100 tokens: the long one arrives there and prefills 1,100 tokens.
+    cost = RolloutCostModel(get_model("qwen3-8b"), A800)
+    turns = Turns([100, 100], [[1000], [4500, 4500]], [[0], [0, 0]], [0.0, 50.0])
+    w = workload_from_turns("two", turns, 1, 2, reprefill_fraction=0.0)
+    table = build_segment_table(cost, w, (1,), 2, 1, promote=True)
+    plain = build_segment_table(cost, w, (1,), 2, 1)
+    assert table.bin_max_len.tolist() == [1100, 9100]
+    # First range: both trajectories' first 1,000 tokens of growth (all of the short one, 1/9 of
+    # the long one): more generated work than the short one alone.
+    assert table.work_s[0, 0, 0, 1] > plain.work_s[0, 0, 0, 1]
+    # Second range: the long one alone (batch 1), 8/9 of its growth at the band's mean context
+    # (1,100 + 9,100) / 2, plus a 1,100-token re-prefill; its path is its whole path to 9,100 tokens
+    # at this range's step, plus that re-prefill.
+    step = float(cost.decode_step_s(1, 1.0, 5100.0))
+    pre = float(cost.prefill_s_per_token(1, 5100.0))
+    assert table.work_s[0, 0, 1, 2] == pytest.approx(8000 * step + (100 * 8 / 9 + 1100) * pre, rel=1e-9)
+    assert table.crit_s[0, 0, 1, 2] == pytest.approx(9000 * step + (100 + 1100) * pre + 50.0, rel=1e-9)
+    assert table.crit_s[0, 0, 1, 2] > plain.crit_s[0, 0, 1, 2]

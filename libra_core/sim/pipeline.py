@@ -95,7 +95,9 @@ def on_train_done(sim: Simulator, _: object = None) -> None:
     sim.trajs.pop(j, None)
     if sim.p.elastic and sim.rollout_running and not sim.pending_train:
         _lent_back_to_rollout(sim)
-        if not sim.hybrids:
+        # Hybrids take only new, moved or waiting turns (a turn stays with the instance holding
+        # its prefix): with none waiting they would idle there and rejoin the next update late.
+        if not sim.hybrids and any(sim.router.queues):
             _hybrids_to_rollout(sim)
     try_start_train(sim)
 

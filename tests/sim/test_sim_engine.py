@@ -6,6 +6,7 @@ import gc
 import hashlib
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,27 @@ def test_lent_instances_wake_for_the_tail_when_the_update_ends() -> None:
     pipeline.on_train_done(sim)  # no update is waiting: the lent instance serves rollout again
     assert inst.active and not sim.lent
     assert inst.stall_until_s == pytest.approx(50.0 + sim.switch_s)
+
+
+def test_training_hybrids_serve_rollout_only_when_turns_wait_for_room() -> None:
+    # An update ends during a rollout and none follows. With no turn waiting in a bucket queue the
+    # hybrids would only idle there (turns stay with the instance holding their prefix) and return
+    # late for the next update, so they stay; with a turn waiting, they become rollout instances.
+    sim = _sim("+elastic", gpus="32xA800")
+    assert sim.dep is not None
+    # Twice the planned data parallelism, so the replicas beyond the core half fill a TP8 instance.
+    lay = sim.dep.train_layout
+    sim.dep = replace(sim.dep, train_gpus=2 * sim.dep.train_gpus, train_layout=replace(lay, dp=2 * lay.dp))
+    for queued in (False, True):
+        _lendable(sim)
+        sim.stats.records.append(IterationRecord(0))
+        if queued:
+            sim.router.queues[0].append(object())
+        before = len(sim.instances)
+        pipeline.on_train_done(sim)
+        assert bool(sim.hybrids) == queued
+        assert len(sim.instances) == before + len(sim.hybrids)
+        assert all(not i.active and i.bucket == sim.dep.num_buckets - 1 for i in sim.hybrids)
 
 
 @pytest.mark.parametrize("policy", ["static-optimal", "+planning"])

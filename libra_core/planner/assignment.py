@@ -125,26 +125,34 @@ def _instances(table: SegmentTable, ti: int, target_s: float) -> np.ndarray:
     return np.where(ok.any(axis=0), np.argmax(ok, axis=0) + 1.0, beyond)
 
 
-def _best_before(f: np.ndarray, monotone: bool) -> np.ndarray:
-    """g[i, t, ...]: fewest GPUs for bins [0, i) whose last group's TP index is <= t (monotone),
-    or any (not monotone)."""
+def _best_before(f: np.ndarray, monotone: bool, strict: bool = False) -> np.ndarray:
+    """g[i, t, ...]: fewest GPUs for bins [0, i) (i > 0) whose last group's TP index is <= t
+    (monotone), < t (strict: each degree serves one range), or any (neither)."""
+    if strict:
+        out = np.full_like(f, np.inf)
+        out[:, 1:] = np.minimum.accumulate(f, axis=1)[:, :-1]
+        return out
     if monotone:
         return np.minimum.accumulate(f, axis=1)
     return np.broadcast_to(f.min(axis=1, keepdims=True), f.shape)
 
 
-def min_gpus(table: SegmentTable, target_s: float, monotone: bool = True) -> tuple[float, tuple[Group, ...]]:
+def min_gpus(
+    table: SegmentTable, target_s: float, monotone: bool = True, strict: bool = False
+) -> tuple[float, tuple[Group, ...]]:
     """Fewest GPUs meeting makespan `target_s`, and the groups (inf, () if impossible).
 
     `monotone`: a longer range never gets a smaller TP degree than a shorter one (what a router
-    that promotes requests from short to long buckets assumes)."""
+    that promotes requests from short to long buckets assumes). `strict`: a longer range always
+    gets a larger degree, so each degree serves one range (one router bucket per degree: the
+    simulator deploys a plan so, merging neighbouring groups of one degree)."""
     k, nt = table.num_bins, len(table.tps)
     need = [_instances(table, ti, target_s) for ti in range(nt)]
     f = np.full((k + 1, nt), np.inf)
     f[0] = 0.0
     choice = np.zeros((k + 1, nt, 2), dtype=int)  # (start bin, instances) of the last group
     g = np.empty_like(f)  # row i is final once f[i] is
-    g[0] = _best_before(f[:1], monotone)[0]
+    g[0] = 0.0  # the first range may take any degree
     for j in range(1, k + 1):
         for ti, tp in enumerate(table.tps):
             n = need[ti][:j, j]
@@ -153,7 +161,7 @@ def min_gpus(table: SegmentTable, target_s: float, monotone: bool = True) -> tup
             if math.isfinite(cost[i]):
                 f[j, ti] = cost[i]
                 choice[j, ti] = (i, int(n[i]))
-        g[j] = _best_before(f[j : j + 1], monotone)[0]
+        g[j] = _best_before(f[j : j + 1], monotone, strict)[0]
     if not np.isfinite(f[k]).any():
         return math.inf, ()
     ti = int(np.argmin(f[k]))
@@ -163,13 +171,13 @@ def min_gpus(table: SegmentTable, target_s: float, monotone: bool = True) -> tup
     while j > 0:
         i, count = (int(x) for x in choice[j, ti])
         groups.append(Group(table.tps[ti], count, i, j, table.group_time_s(ti, count, i, j)))
-        allowed = f[i, : ti + 1] if monotone else f[i]
-        ti, j = int(np.argmin(allowed)), i
+        allowed = f[i, :ti] if strict else f[i, : ti + 1] if monotone else f[i]
+        ti, j = (int(np.argmin(allowed)) if i > 0 else 0), i
     return total, tuple(reversed(groups))
 
 
 def solve(
-    table: SegmentTable, gpu_budget: int, rel_tol: float = 1e-4, monotone: bool = True
+    table: SegmentTable, gpu_budget: int, rel_tol: float = 1e-4, monotone: bool = True, strict: bool = False
 ) -> Assignment | None:
     """Makespan-optimal assignment within `gpu_budget` GPUs (None if nothing fits)."""
     k = table.num_bins
@@ -182,10 +190,10 @@ def solve(
     if not math.isfinite(hi):
         return None
     lo = hi * 1e-6
-    best = min_gpus(table, hi, monotone)
+    best = min_gpus(table, hi, monotone, strict)
     while hi / lo - 1 > rel_tol:
         mid = math.sqrt(lo * hi)
-        gpus, groups = min_gpus(table, mid, monotone)
+        gpus, groups = min_gpus(table, mid, monotone, strict)
         if gpus <= gpu_budget:
             hi, best = mid, (gpus, groups)
         else:
@@ -226,7 +234,9 @@ def _counts_over(table: SegmentTable, ti: int, targets: np.ndarray) -> np.ndarra
     return missed.reshape(k1, k1, len(targets))
 
 
-def frontier(table: SegmentTable, targets_s: np.ndarray, monotone: bool = True) -> np.ndarray:
+def frontier(
+    table: SegmentTable, targets_s: np.ndarray, monotone: bool = True, strict: bool = False
+) -> np.ndarray:
     """min_gpus for every makespan in `targets_s` at once (inf where impossible)."""
     k, T = table.num_bins, np.asarray(targets_s, dtype=float)
     order = np.argsort(T, kind="stable")
@@ -236,21 +246,21 @@ def frontier(table: SegmentTable, targets_s: np.ndarray, monotone: bool = True) 
     f = np.full((k + 1, nt, len(T)), np.inf)
     f[0] = 0.0
     g = np.empty_like(f)  # row i is final once f[i] is
-    g[0] = _best_before(f[:1], monotone)[0]
+    g[0] = 0.0  # the first range may take any degree
     for j in range(1, k + 1):
         for ti, tp in enumerate(table.tps):
             m = missed[ti][:j, j]  # (j, L)
             n = np.where(m < nn, m + 1.0, _beyond(table, ti, j, T_sorted))
             f[j, ti] = (g[:j, ti] + tp * n).min(axis=0)
-        g[j] = _best_before(f[j : j + 1], monotone)[0]
+        g[j] = _best_before(f[j : j + 1], monotone, strict)[0]
     out = np.empty(len(T))
     out[order] = f[k].min(axis=0)
     return out
 
 
-def brute_force(table: SegmentTable, gpu_budget: int, monotone: bool = True) -> float:
+def brute_force(table: SegmentTable, gpu_budget: int, monotone: bool = True, strict: bool = False) -> float:
     """Best makespan over every contiguous partition and every (TP, instance count) per range
-    (TP non-decreasing along the ranges when `monotone`)."""
+    (TP non-decreasing along the ranges when `monotone`, increasing when `strict`)."""
     k = table.num_bins
     best = math.inf
     for cuts in itertools.product((False, True), repeat=k - 1):
@@ -266,6 +276,8 @@ def brute_force(table: SegmentTable, gpu_budget: int, monotone: bool = True) -> 
                         opts.append((tp, tp * n, t))
             options.append(opts)
         for combo in itertools.product(*options):
+            if strict and any(a[0] >= b[0] for a, b in itertools.pairwise(combo)):
+                continue
             if monotone and any(a[0] > b[0] for a, b in itertools.pairwise(combo)):
                 continue
             if sum(g for _, g, _ in combo) <= gpu_budget:

@@ -177,12 +177,15 @@ def build_segment_table(
     `promote`: price the routing that promotes (mlfq, and C-MLFQ when its tree is unsure) instead of
     admitting each trajectory to the range of its final length. Every trajectory starts in the
     first range and moves up as its context grows, so the range of bins [i, j) serves the band of
-    context (T_{i-1}, T_{j-1}] (T_b: the longest trajectory of bin b) of *every* trajectory longer
-    than T_{i-1}, and each of them prefills its T_{i-1} tokens again when it arrives (i > 0). A
-    trajectory's generated, prefill and tool work is spread over its context growth, from its
-    prompt to its final length, in proportion (`_band_shares`), so per-bin sums stay prefix-summable
-    and the DP is unchanged. The critical path of a range is the slowest trajectory's path from its
-    prompt to the range's top at this range's step, plus the re-prefill: a lower bound on its time
+    context (T_{i-1}, T_{j-1}] (T_b: the longest trajectory of bin b) of every trajectory that
+    reaches T_{i-1}, and each of them prefills its T_{i-1} tokens again when it arrives (i > 0).
+    A request moves only at a tool return, so a trajectory climbs only up to its context at its
+    last tool call (`ceiling`, with the calls spread evenly over its growth: prompt + growth x
+    calls / (calls + 1); a trajectory without tool calls never leaves the first range) and ends in
+    that band. Its generated, prefill and tool work is spread over its growth in proportion
+    (`_band_shares`), so per-bin sums stay prefix-summable and the DP is unchanged. The critical
+    path of a range is the slowest trajectory's path from its prompt to the range's top (its whole
+    path if it ends there) at this range's step, plus the re-prefill: a lower bound on its time
     through the earlier (never larger-TP) ranges too. With one range over every bin it prices
     exactly as without `promote`.
     """
@@ -213,8 +216,10 @@ def build_segment_table(
     # Band floors: a range starting at bin i serves contexts above T_{i-1} (0 for the first bin).
     floor = np.concatenate([[0.0], fmax[:-1]])
     cum_r = prefix(np.full(len(g), wt))
+    calls = w.tool_calls[order].astype(float)
+    ceiling = prompts + (final - prompts) * calls / (calls + 1.0)  # context at the last tool return
     if promote:
-        share, mid = _band_shares(prompts, final.astype(float), floor, fmax)
+        share, mid = _band_shares(prompts, final.astype(float), floor, fmax, ceiling)
 
         def bands(x: np.ndarray, by: np.ndarray = share) -> np.ndarray:
             return np.concatenate([[0.0], np.cumsum(by.T @ (x * wt))])  # (K+1,) prefix over bins
@@ -223,11 +228,12 @@ def build_segment_table(
         cum_s, cum_sctx = bands(ones), bands(ones, share * mid)
         cum_d, cum_p, cum_l, cum_gctx = bands(g), bands(pre), bands(lat), bands(g, share * mid)
         # Everyone longer than the floor passes through; each arrival prefills its floor again.
-        passing = wt * (len(g) - edges[:-1]).astype(float)  # (K,) by start bin
+        passing = wt * (ceiling[None, :] > floor[:, None]).sum(axis=1)  # (K,) by start bin
+        passing[0] = wt * len(g)
         r = np.where(valid, np.concatenate([passing, [0.0]])[i_idx], np.nan)
         d, lat_sum = rng(cum_d), rng(cum_l)
         p = rng(cum_p) + np.where(i_idx > 0, r * floor[np.minimum(i_idx, k - 1)], 0.0)
-        r_safe = np.nan_to_num(r, nan=1.0)
+        r_safe = np.where(np.nan_to_num(r) > 0, np.nan_to_num(r, nan=1.0), 1.0)  # none may reach a range
         with np.errstate(invalid="ignore", divide="ignore"):
             mean_ctx = np.nan_to_num(rng(cum_sctx) / rng(cum_s), nan=1.0)
     else:
@@ -273,14 +279,18 @@ def build_segment_table(
         if promote:
             # A candidate of bin b >= i crosses the range; its path up to the range's top, scaled by
             # the share of its growth below that top, plus its re-prefill on arrival.
-            start, top = prompts[idx], final[idx].astype(float)  # (K, 2)
-            up_to = np.clip(fmax[ju - 1][:, None, None], start[None], top[None])
+            start, top, high = prompts[idx], final[idx].astype(float), ceiling[idx]  # (K, 2)
+            range_top = fmax[ju - 1][:, None, None]
+            # Ends in this range (its ceiling is below the range's top): its whole path.
+            up_to = np.where(high[None] <= range_top, top[None], np.clip(range_top, start[None], top[None]))
             frac = (up_to - start[None]) / np.maximum(top - start, 1.0)[None]  # (ranges, K, 2)
             arrive = np.where(iu > 0, per_tok[iu, ju] * floor[np.minimum(iu, k - 1)], 0.0)[:, None]
-            crossing = b_idx[None, :] >= iu[:, None]
+            reaches = (iu[:, None, None] == 0) | (high[None] > floor[iu][:, None, None])  # (ranges, K, 2)
             gen = [frac[:, :, c] * cg[None, :, c] for c in (0, 1)]
             fixed = [
-                np.where(crossing, frac[:, :, c] * (pt * cp[None, :, c] + cl[None, :, c]) + arrive, -np.inf)
+                np.where(
+                    reaches[:, :, c], frac[:, :, c] * (pt * cp[None, :, c] + cl[None, :, c]) + arrive, -np.inf
+                )
                 for c in (0, 1)
             ]
         else:
@@ -291,6 +301,7 @@ def build_segment_table(
         for m in range(usable):
             s_m = step[m, iu, ju][:, None]
             path[m] = np.maximum(s_m * gen[0] + fixed[0], s_m * gen[1] + fixed[1]).max(axis=1)
+        path = np.maximum(path, 0.0)  # a range no trajectory reaches (promotion) has no path
         crit[ti, :usable, iu, ju] = path.T
         crit[ti, usable:] = crit[ti, usable - 1]  # counts no plan can use price like the last usable
         work[ti, usable:] = work[ti, usable - 1]
@@ -313,21 +324,30 @@ def _slowest_per_bin(
 
 
 def _band_shares(
-    prompt: np.ndarray, final: np.ndarray, floor: np.ndarray, top: np.ndarray
+    prompt: np.ndarray,
+    final: np.ndarray,
+    floor: np.ndarray,
+    top: np.ndarray,
+    ceiling: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(N, K) share of each trajectory's growth (prompt -> final tokens) whose context lies in each
-    bin's band (floor_b, top_b], and the band's mean context. Shares sum to 1 over the bands that
-    cover the trajectory; the share-weighted contexts average to `(prompt + final) / 2`, the
-    trajectory's mean context over its life (what `build_segment_table` uses without promotion)."""
-    lo = np.clip(floor[None, :], prompt[:, None], final[:, None])
-    hi = np.clip(top[None, :], prompt[:, None], final[:, None])
-    grown = final - prompt
-    share = np.where(grown[:, None] > 0, (hi - lo) / np.maximum(grown, 1.0)[:, None], 0.0)
-    # A trajectory that never grew (no generated or payload token) sits in the band of its length.
-    still = grown <= 0
-    if still.any():
-        band = np.searchsorted(top, final[still], side="left").clip(0, len(top) - 1)
-        share[np.nonzero(still)[0], band] = 1.0
-    mid = np.where(share > 0, (lo + hi) / 2, 0.0)
-    mid[still] = final[still, None]
+    """(N, K) share of each trajectory's growth (prompt -> final tokens) served in each bin's band
+    (floor_b, top_b], and the mean context it is served at. A trajectory climbs the bands up to
+    `ceiling` (default: its final length) and serves the rest of its growth in the band it stopped
+    in. Shares sum to 1 over the bands; the share-weighted contexts average to `(prompt + final)
+    / 2`, the trajectory's mean context over its life (what `build_segment_table` uses without
+    promotion)."""
+    high = final if ceiling is None else np.clip(ceiling, prompt, final)
+    lo = np.clip(floor[None, :], prompt[:, None], high[:, None])
+    hi = np.clip(top[None, :], prompt[:, None], high[:, None])
+    grown = np.maximum(final - prompt, 1e-12)
+    share = (hi - lo) / grown[:, None]
+    weighted = share * (lo + hi) / 2
+    # The growth past the ceiling (and all of a trajectory that never grew) stays in its band.
+    rest = (final - high) / grown
+    rest = np.where(final > prompt, rest, 1.0)
+    band = np.searchsorted(top, high, side="left").clip(0, len(top) - 1)
+    rows = np.arange(len(final))
+    share[rows, band] += rest
+    weighted[rows, band] += rest * (high + final) / 2
+    mid = np.divide(weighted, share, out=np.zeros_like(share), where=share > 0)
     return share, mid

@@ -31,6 +31,7 @@ import numpy as np
 from libra_core.planner.assignment import Assignment, SegmentTable, frontier, homogeneous, solve
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.specs import HardwareSpec, ModelSpec
+from libra_core.planner.spread import Spread, balanced_groups_factor, estimate_spread, expected_max
 from libra_core.planner.train_cost import (
     TrainEstimate,
     TrainLayout,
@@ -45,12 +46,21 @@ log = logging.getLogger(__name__)
 
 
 def iteration_time_s(
-    t_rollout_s: float, t_train_s: float, t_sync_s: float, staleness: int, colocated: bool = False
+    t_rollout_s: float,
+    t_train_s: float,
+    t_sync_s: float,
+    staleness: int,
+    colocated: bool = False,
+    spread: Spread | None = None,
 ) -> float:
     """Steady-state seconds per iteration (module docstring gives the formulas)."""
     if colocated or staleness == 0:
         return t_rollout_s + t_train_s + t_sync_s
-    return max(t_rollout_s + t_sync_s, t_train_s)
+    if spread is None:
+        return max(t_rollout_s + t_sync_s, t_train_s)
+    return expected_max(
+        t_rollout_s + t_sync_s, spread.rollout_cv * t_rollout_s, t_train_s, spread.train_cv * t_train_s
+    )
 
 
 def weight_sync_s(model: ModelSpec, hw: HardwareSpec, colocated: bool) -> float:
@@ -69,6 +79,10 @@ class SearchSettings:
     rel_tol: float = 1e-3
     corrections: dict[str, float] = field(default_factory=dict)  # stage -> factor
     monotone_tp: bool = True  # longer length ranges never get a smaller TP degree (assignment.py)
+    # Each TP degree serves one contiguous length range, i.e. one router bucket per degree (how the
+    # simulator deploys a plan: neighbouring groups of one degree merge). Off, the DP may price
+    # several ranges of one degree apart, each at its own batch, which one bucket does not run.
+    one_range_per_degree: bool = False
     # One TP degree on every rollout GPU, every length in one bucket (assignment.homogeneous): the
     # layouts a system without heterogeneous instances can deploy (verl, AReaL). The search then
     # prices each (split, TP) exactly instead of running the DP.
@@ -78,6 +92,10 @@ class SearchSettings:
     # length (`build_segment_table(promote=...)`). Off: the planner's documented figures assume
     # length-aware admission.
     promote: bool = False
+    # Plan for the expected iteration under the workload's iteration-to-iteration spread
+    # (spread.py; needs `Workload.group_index`), not for the mean workload: a balanced plan then
+    # pays for the iterations that run long. Off: the planner's documented figures plan for the mean.
+    plan_for_spread: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +176,7 @@ def search_plans(
     )
     shape = TrainShape.from_workload(workload)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
+    spread = _spread(cost, workload, instance_tp_degrees(model, hw), s)
     colocated = num_gpus == 1
     t_sync = weight_sync_s(model, hw, colocated)
     if colocated:
@@ -174,13 +193,14 @@ def search_plans(
         if not math.isfinite(t_r):
             continue
         bound = train_lower_bound_s(model, hw, n_train, shape) * f_t
-        lower = iteration_time_s(t_r, bound, t_sync, s.staleness) + TIE_BREAK * (t_r + bound)
+        # E[max] grows with either mean (each spread is relative), so the bound still prunes.
+        lower = iteration_time_s(t_r, bound, t_sync, s.staleness, spread=spread) + TIE_BREAK * (t_r + bound)
         if lower >= best_obj and len(candidates) >= s.top_k:
             continue
         est = best_train(model, hw, n_train, shape)
         if est is None:
             continue
-        obj = iteration_time_s(t_r, est.time_s * f_t, t_sync, s.staleness) + TIE_BREAK * (
+        obj = iteration_time_s(t_r, est.time_s * f_t, t_sync, s.staleness, spread=spread) + TIE_BREAK * (
             t_r + est.time_s * f_t
         )
         candidates.append((obj, n_train, est, t_r))
@@ -188,27 +208,19 @@ def search_plans(
         best_obj = candidates[min(len(candidates), s.top_k) - 1][0]
     plans = []
     for _, n_train, est, _ in candidates[: s.top_k]:
-        assignment = _assign(table, num_gpus - n_train, s)
-        if assignment is None:
-            continue
-        t_r, t_t = assignment.makespan_s * f_r, est.time_s * f_t
-        plans.append(
-            Plan(
-                num_gpus,
-                n_train,
-                num_gpus - n_train,
-                est,
-                assignment,
-                t_t,
-                t_r,
-                t_sync,
-                iteration_time_s(t_r, t_t, t_sync, s.staleness),
-                s.staleness,
-                shape.tokens,
-                False,
-                tuple(float(x) for x in table.bin_max_len),
+        layouts = [_assign(table, num_gpus - n_train, s)]
+        if spread is not None and not s.homogeneous and layouts[0] and _buckets(layouts[0]) > 1:
+            # Balanced groups end with the slowest of them: one degree may be expected faster.
+            layouts.append(homogeneous(table, num_gpus - n_train))
+        for assignment in layouts:
+            if assignment is None:
+                continue
+            t_r = assignment.makespan_s * f_r * balanced_groups_factor(_buckets(assignment), spread)
+            plans.append(
+                _plan(
+                    num_gpus, n_train, est, assignment, t_r, est.time_s * f_t, t_sync, spread, s, shape, table
+                )
             )
-        )
     plans.sort(key=plan_rank)
     log.debug(
         "searched %d splits for %d GPUs; best %.1fs",
@@ -219,11 +231,51 @@ def search_plans(
     return plans
 
 
+def _buckets(a: Assignment) -> int:
+    """Router buckets the assignment deploys: runs of groups with one TP degree merge into one."""
+    return 1 + sum(1 for x, y in zip(a.groups, a.groups[1:], strict=False) if x.tp != y.tp)
+
+
+def _plan(
+    num_gpus: int,
+    n_train: int,
+    est: TrainEstimate,
+    assignment: Assignment,
+    t_r: float,
+    t_t: float,
+    t_sync: float,
+    spread: Spread | None,
+    s: SearchSettings,
+    shape: TrainShape,
+    table: SegmentTable,
+) -> Plan:
+    return Plan(
+        num_gpus,
+        n_train,
+        num_gpus - n_train,
+        est,
+        assignment,
+        t_t,
+        t_r,
+        t_sync,
+        iteration_time_s(t_r, t_t, t_sync, s.staleness, spread=spread),
+        s.staleness,
+        shape.tokens,
+        False,
+        tuple(float(x) for x in table.bin_max_len),
+    )
+
+
+def _spread(cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], s: SearchSettings) -> Spread | None:
+    """The workload's iteration spread when the settings plan for it (None: plan for the mean)."""
+    return estimate_spread(w, cost, tps) if s.plan_for_spread else None
+
+
 def _assign(table: SegmentTable, gpus: int, s: SearchSettings) -> Assignment | None:
     """The rollout layout on `gpus` GPUs: the DP's (heterogeneous) or one TP degree's."""
     if s.homogeneous:
         return homogeneous(table, gpus)
-    return solve(table, gpus, s.rel_tol, s.monotone_tp)
+    return solve(table, gpus, s.rel_tol, s.monotone_tp, s.one_range_per_degree)
 
 
 def _rollout_frontier(table: SegmentTable, s: SearchSettings) -> Callable[[int], float]:
@@ -241,7 +293,7 @@ def _rollout_frontier(table: SegmentTable, s: SearchSettings) -> Callable[[int],
     one = table.work_s[:, 0, 0, k]  # the whole range on a single instance
     hi = max(float(np.nanmax(np.where(np.isfinite(one), one, 0))), float(finite.max()))
     grid = np.geomspace(max(float(finite.min()) * 0.5, 1e-6), hi * 1.01, 1500)
-    need = frontier(table, grid, s.monotone_tp)
+    need = frontier(table, grid, s.monotone_tp, s.one_range_per_degree)
 
     def dp(n: int) -> float:
         ok = need <= n
@@ -317,9 +369,14 @@ def evaluate_plan(
     shape = TrainShape.from_workload(workload)
     est = _best_same_topology(model, hw, plan.train.layout, shape)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
-    t_r = (assignment.makespan_s if assignment else math.inf) * f_r
+    spread = _spread(cost, workload, tps, s)
+    t_r = (
+        assignment.makespan_s * balanced_groups_factor(_buckets(assignment), spread)
+        if assignment
+        else math.inf
+    ) * f_r
     t_t = est.time_s * f_t if est.feasible else math.inf
-    t_iter = iteration_time_s(t_r, t_t, plan.t_sync_s, s.staleness, plan.colocated)
+    t_iter = iteration_time_s(t_r, t_t, plan.t_sync_s, s.staleness, plan.colocated, spread)
     return Plan(
         plan.num_gpus,
         plan.train_gpus,

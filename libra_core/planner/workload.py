@@ -58,12 +58,17 @@ class Workload:
     tool_latency_s: np.ndarray
     reprefill_fraction: float = 1.0  # share of the context prefilled again after a tool return
     minibatches: int = 4  # optimizer steps per iteration (each ends with a pipeline flush)
+    # GRPO group of each sampled trajectory (any ints; equal = same prompt of the same iteration),
+    # from which spread.py estimates how much one iteration's times vary; None when unknown.
+    group_index: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prompt_tokens)
         assert n > 0, "a workload needs at least one trajectory"
         for f in ("gen_tokens", "payload_tokens", "tool_calls", "reprefill_ctx_tokens", "tool_latency_s"):
             assert len(getattr(self, f)) == n, f"{f} must have one entry per trajectory ({n})"
+        if self.group_index is not None:
+            assert len(self.group_index) == n, f"group_index must have one entry per trajectory ({n})"
 
     @property
     def num_samples(self) -> int:
@@ -224,4 +229,12 @@ def concat(workloads: Sequence[Workload], name: str) -> Workload:
             "tool_latency_s",
         )
     }
-    return replace(last, name=name, **cat)
+    groups = None
+    if all(w.group_index is not None for w in workloads):
+        parts, offset = [], 0
+        for w in workloads:
+            _, idx = np.unique(np.asarray(w.group_index), return_inverse=True)
+            parts.append(idx + offset)
+            offset += int(idx.max()) + 1
+        groups = np.concatenate(parts)
+    return replace(last, name=name, group_index=groups, **cat)

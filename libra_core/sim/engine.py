@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from libra_core.config.models import SchedulerConfig
 from libra_core.planner.calibration import StageCorrection
 from libra_core.planner.replan import ReplanPolicy
@@ -67,6 +69,9 @@ class SimSettings:
     # A turn the scheduler did not move waits for the instance that holds its prefix, as the rollout
     # router does (libra_core/rollout/router.py); False: it goes to the least-loaded instance with room.
     sticky_turns: bool = True
+    # The planner plans for the expected iteration under the window's iteration-to-iteration spread
+    # (planner/spread.py, from the GRPO groups of the trajectories it plans on); False: for the mean.
+    plan_for_spread: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
@@ -144,6 +149,8 @@ class Simulator:
             num_bins=self.s.num_bins,
             homogeneous=not policy.hetero,
             promote=policy.hetero and policy.scheduler in PROMOTING,
+            one_range_per_degree=True,  # deployment_from_plan merges neighbouring groups of one degree
+            plan_for_spread=self.s.plan_for_spread,
         )
         from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 
@@ -190,7 +197,10 @@ class Simulator:
         group = getattr(getattr(self.wl, "spec", None), "group_size", 16)
         # A simulated instance keeps a trajectory's prefix cached across its tool calls (only a
         # move to another instance prefills the context again), so the planner prices no re-prefill.
-        return workload_from_turns(f"iter{j}", turns, max(1, len(ts) // group), group, reprefill_fraction=0.0)
+        _, groups = np.unique([t.prompt_id for t in ts], return_inverse=True)  # one prompt, one group
+        return workload_from_turns(
+            f"iter{j}", turns, max(1, len(ts) // group), group, reprefill_fraction=0.0, group_index=groups
+        )
 
     def harvest(self, instances: list[Instance]) -> None:
         """Collect busy GPU-seconds of instances that are about to be dropped."""

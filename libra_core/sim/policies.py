@@ -168,8 +168,12 @@ def deployment_from_plan(
     bounds: list[int] = []
     members: list[tuple[int, int]] = []
     groups = plan.rollout.groups
+    longest = int(plan.bin_max_len[-1]) if plan.bin_max_len else OPEN_BOUND
     for gi, g in enumerate(groups):
         bound = OPEN_BOUND if gi == len(groups) - 1 else int(plan.bin_max_len[g.end_bin - 1])
+        # Bins of equal length (trajectories cut at the context cap) cannot be told apart by length:
+        # a group whose bound is already the longest length takes every later group into its bucket.
+        bound = OPEN_BOUND if bound >= longest else bound
         if bounds and groups[gi - 1].tp == g.tp:
             bounds[-1] = max(bounds[-1], bound)
         elif not bounds or bound > bounds[-1]:

@@ -32,16 +32,19 @@ def random_table(rng: np.random.Generator, k: int, tps: tuple[int, ...], counts:
     return SegmentTable(tps, work, crit, np.arange(k + 1), tail)
 
 
-@pytest.mark.parametrize("monotone", [True, False])
+MODES = [(True, False), (False, False), (True, True)]  # (monotone, strict)
+
+
+@pytest.mark.parametrize("monotone,strict", MODES)
 @pytest.mark.parametrize("seed", range(25))
-def test_dp_equals_brute_force(seed: int, monotone: bool) -> None:
+def test_dp_equals_brute_force(seed: int, monotone: bool, strict: bool) -> None:
     rng = np.random.default_rng(seed)
     k = int(rng.integers(1, 6))
     tps = (1, 2, 4)[: int(rng.integers(1, 4))]
     budget = int(rng.integers(1, 9))
     table = random_table(rng, k, tps, counts=int(rng.integers(1, 4)))
-    expected = brute_force(table, budget, monotone)
-    got = solve(table, budget, rel_tol=1e-9, monotone=monotone)
+    expected = brute_force(table, budget, monotone, strict)
+    got = solve(table, budget, rel_tol=1e-9, monotone=monotone, strict=strict)
     if math.isinf(expected):
         assert got is None
         return
@@ -54,16 +57,18 @@ def test_dp_equals_brute_force(seed: int, monotone: bool) -> None:
     assert sum(g.tp * g.instances for g in got.groups) == got.gpus
     if monotone:
         assert [g.tp for g in got.groups] == sorted(g.tp for g in got.groups)
+    if strict:  # each degree serves one range
+        assert len({g.tp for g in got.groups}) == len(got.groups)
 
 
-@pytest.mark.parametrize("monotone", [True, False])
-def test_frontier_matches_min_gpus(monotone: bool) -> None:
+@pytest.mark.parametrize("monotone,strict", MODES)
+def test_frontier_matches_min_gpus(monotone: bool, strict: bool) -> None:
     rng = np.random.default_rng(7)
     table = random_table(rng, 6, (1, 2, 4, 8), counts=3)
     targets = rng.permutation(np.geomspace(0.5, 100, 40))  # frontier accepts any order
-    vec = frontier(table, targets, monotone)
+    vec = frontier(table, targets, monotone, strict)
     for t, v in zip(targets, vec, strict=True):
-        assert min_gpus(table, float(t), monotone)[0] == v
+        assert min_gpus(table, float(t), monotone, strict)[0] == v
     by_time = vec[np.argsort(targets)]
     assert np.all(np.diff(by_time[np.isfinite(by_time)]) <= 0)  # more time allowed, never more GPUs
 

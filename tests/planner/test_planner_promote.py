@@ -25,16 +25,22 @@ def test_band_shares_split_each_life_and_keep_its_mean_context() -> None:
     top = np.sort(rng.choice(final, 12, replace=False))
     top[-1] = final.max()
     floor = np.concatenate([[0.0], top[:-1]])
-    share, mid = _band_shares(prompt, final, floor, top)
-    assert np.allclose(share.sum(axis=1), 1.0)
-    assert np.all(share >= 0)
-    # Share-weighted band contexts average to the life's mean context, (prompt + final) / 2.
-    grew = final > prompt
-    assert np.allclose((share * mid).sum(axis=1)[grew], ((prompt + final) / 2)[grew])
-    # No share above a trajectory's own length's band.
-    band_of_final = np.searchsorted(top, final, side="left")
-    above = np.arange(len(top))[None, :] > band_of_final[:, None]
-    assert np.all(share[above] == 0)
+    ceiling = prompt + (final - prompt) * rng.uniform(0, 1, 200)  # context at the last tool return
+    for high in (final, ceiling):
+        share, mid = _band_shares(prompt, final, floor, top, high)
+        assert np.allclose(share.sum(axis=1), 1.0)
+        assert np.all(share >= 0)
+        # Share-weighted band contexts average to the life's mean context, (prompt + final) / 2.
+        grew = final > prompt
+        assert np.allclose((share * mid).sum(axis=1)[grew], ((prompt + final) / 2)[grew])
+        # No share above the band a trajectory climbs to.
+        band_of_high = np.searchsorted(top, high, side="left")
+        above = np.arange(len(top))[None, :] > band_of_high[:, None]
+        assert np.all(share[above] == 0)
+    # Stopping early moves growth down into the stopping band, never up.
+    full, _ = _band_shares(prompt, final, floor, top)
+    stopped, _ = _band_shares(prompt, final, floor, top, ceiling)
+    assert np.all(np.cumsum(stopped, axis=1) >= np.cumsum(full, axis=1) - 1e-9)
 
 
 @pytest.fixture(scope="module")
@@ -82,22 +88,36 @@ def test_promotion_prices_a_split_no_faster_than_admission_by_length(swe_tables:
 
 def test_promoted_path_covers_the_range_top_and_the_re_prefill() -> None:
     # Two bins of one trajectory each: a short one (prompt 100, 1,000 generated) and a long one
-    # (prompt 100, 9,000 generated, one 50 s tool wait halfway). The range of the second bin starts
-    # at the short one's length, 1,100 tokens: the long one arrives there and prefills 1,100 tokens.
+    # (prompt 100, 9,000 generated, one 1-token tool return halfway that took 50 s). The second
+    # range starts at the short one's length, 1,100 tokens: the long one climbs there at its tool
+    # return (context 4,600.5 under evenly spread calls), prefills 1,100 tokens and ends there.
     cost = RolloutCostModel(get_model("qwen3-8b"), A800)
-    turns = Turns([100, 100], [[1000], [4500, 4500]], [[0], [0, 0]], [0.0, 50.0])
+    turns = Turns([100, 100], [[1000], [4500, 4500]], [[0], [1, 0]], [0.0, 50.0])
     w = workload_from_turns("two", turns, 1, 2, reprefill_fraction=0.0)
     table = build_segment_table(cost, w, (1,), 2, 1, promote=True)
     plain = build_segment_table(cost, w, (1,), 2, 1)
-    assert table.bin_max_len.tolist() == [1100, 9100]
-    # First range: both trajectories' first 1,000 tokens of growth (all of the short one, 1/9 of
-    # the long one): more generated work than the short one alone.
+    assert table.bin_max_len.tolist() == [1100, 9101]
+    # First range: all of the short one and the long one's first 1,000 tokens of growth.
     assert table.work_s[0, 0, 0, 1] > plain.work_s[0, 0, 0, 1]
-    # Second range: the long one alone (batch 1), 8/9 of its growth at the band's mean context
-    # (1,100 + 9,100) / 2, plus a 1,100-token re-prefill; its path is its whole path to 9,100 tokens
-    # at this range's step, plus that re-prefill.
-    step = float(cost.decode_step_s(1, 1.0, 5100.0))
-    pre = float(cost.prefill_s_per_token(1, 5100.0))
-    assert table.work_s[0, 0, 1, 2] == pytest.approx(8000 * step + (100 * 8 / 9 + 1100) * pre, rel=1e-9)
-    assert table.crit_s[0, 0, 1, 2] == pytest.approx(9000 * step + (100 + 1100) * pre + 50.0, rel=1e-9)
+    # Second range: the long one alone (batch 1), 8,001 / 9,001 of its growth at the band's mean
+    # context (1,100 + 9,101) / 2, plus a 1,100-token re-prefill; its path is its whole path.
+    step = float(cost.decode_step_s(1, 1.0, 5100.5))
+    pre = float(cost.prefill_s_per_token(1, 5100.5))
+    share = 8001 / 9001
+    work = 9000 * share * step + (101 * share + 1100) * pre
+    assert table.work_s[0, 0, 1, 2] == pytest.approx(work, rel=1e-9)
+    assert table.crit_s[0, 0, 1, 2] == pytest.approx(9000 * step + (101 + 1100) * pre + 50.0, rel=1e-9)
     assert table.crit_s[0, 0, 1, 2] > plain.crit_s[0, 0, 1, 2]
+
+
+def test_a_trajectory_without_tool_calls_never_leaves_the_first_range() -> None:
+    # The same two trajectories, the long one without a tool call: nothing promotes it, so the
+    # first range serves all of both and the second range nothing.
+    cost = RolloutCostModel(get_model("qwen3-8b"), A800)
+    turns = Turns([100, 100], [[1000], [9000]], [[0], [0]], [0.0, 0.0])
+    w = workload_from_turns("two", turns, 1, 2, reprefill_fraction=0.0)
+    table = build_segment_table(cost, w, (1,), 2, 1, promote=True)
+    plain = build_segment_table(cost, w, (1,), 2, 1)
+    assert table.work_s[0, 0, 1, 2] == 0.0 and table.crit_s[0, 0, 1, 2] == 0.0
+    assert table.work_s[0, 0, 0, 1] == pytest.approx(plain.work_s[0, 0, 0, 2], rel=1e-9)
+    assert table.crit_s[0, 0, 0, 1] == pytest.approx(plain.crit_s[0, 0, 0, 2], rel=1e-9)

@@ -286,3 +286,23 @@ def test_single_degree_policies_plan_one_degree_on_every_rollout_gpu(policy: str
     assert dep.plan.rollout.groups[0].tp == tp and dep.num_buckets == 1
     assert sum(t for t, _ in dep.instances) == dep.rollout_gpus - dep.rollout_gpus % tp
     assert dep.rollout_gpus + dep.train_gpus == 16
+
+
+def test_groups_past_the_longest_length_share_its_bucket() -> None:
+    # Three groups whose first two bins end at the longest length (trajectories cut at the context
+    # cap): length cannot tell the last group's trajectories from the second's, so the second
+    # group's bucket is open and takes the third group's instances.
+    from libra_core.planner.assignment import Assignment, Group
+    from libra_core.sim.policies import OPEN_BOUND, deployment_from_plan
+
+    sim = _sim("oracle-routing", gpus="32xA800")
+    assert sim.dep is not None and sim.dep.plan is not None
+    groups = (Group(1, 2, 0, 1, 1.0), Group(4, 1, 1, 2, 1.0), Group(8, 1, 2, 3, 1.0))
+    plan = replace(sim.dep.plan, rollout=Assignment(1.0, 14, groups), bin_max_len=(1000.0, 2048.0, 2048.0))
+    dep = deployment_from_plan(sim.p, plan, sim.model, sim.hw, sim.workload_of(0), sim.search)
+    assert dep.bucket_bounds == (1000,)
+    assert dep.instances == ((1, 0), (1, 0), (4, 1), (8, 1))
+    distinct = replace(plan, bin_max_len=(1000.0, 1500.0, 2048.0))
+    dep = deployment_from_plan(sim.p, distinct, sim.model, sim.hw, sim.workload_of(0), sim.search)
+    assert dep.bucket_bounds == (1000, 1500) and dep.instances[-1] == (8, 2)
+    assert OPEN_BOUND > 2048

@@ -72,6 +72,10 @@ class SimSettings:
     # The planner plans for the expected iteration under the window's iteration-to-iteration spread
     # (planner/spread.py, from the GRPO groups of the trajectories it plans on); False: for the mean.
     plan_for_spread: bool = True
+    # The DP prices each TP degree as one length range, as deployment_from_plan deploys it (one
+    # bucket per degree). Off by default: with it the planner's still optimistic prices for
+    # heterogeneous layouts under promotion pick ones that lose on dapo-math (docs/simulator.md).
+    one_range_per_degree: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
@@ -149,7 +153,7 @@ class Simulator:
             num_bins=self.s.num_bins,
             homogeneous=not policy.hetero,
             promote=policy.hetero and policy.scheduler in PROMOTING,
-            one_range_per_degree=True,  # deployment_from_plan merges neighbouring groups of one degree
+            one_range_per_degree=self.s.one_range_per_degree,
             plan_for_spread=self.s.plan_for_spread,
         )
         from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees

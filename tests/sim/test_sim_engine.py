@@ -198,7 +198,7 @@ def test_simulate_writes_to_a_folder_given_as_text(tmp_path: Path) -> None:
 
 def test_move_reprefill_and_spill_factor_settings_change_a_run_with_moves() -> None:
     def run(settings: SimSettings) -> tuple[int, float]:
-        r = simulate("search-r1", "32xA800", 2, ["+hetero-tp"], seed=0, settings=settings).results[0]
+        r = simulate("search-r1", "24xA800", 2, ["+hetero-tp"], seed=0, settings=settings).results[0]
         return r.moves, r.makespan_s
 
     moves, base = run(SimSettings())
@@ -306,3 +306,17 @@ def test_groups_past_the_longest_length_share_its_bucket() -> None:
     dep = deployment_from_plan(sim.p, distinct, sim.model, sim.hw, sim.workload_of(0), sim.search)
     assert dep.bucket_bounds == (1000, 1500) and dep.instances[-1] == (8, 2)
     assert OPEN_BOUND > 2048
+
+
+def test_planning_workloads_carry_their_grpo_groups() -> None:
+    # The planner estimates an iteration's spread from its GRPO groups (planner/spread.py), so the
+    # simulator hands it one group per prompt of the iteration, and the settings ask for it.
+    sim = _sim("+planning", iterations=2, gpus="16xA800")
+    w = sim.workload_of(0)
+    trajs = sim.trajs[0]
+    assert w.group_index is not None and len(w.group_index) == len(trajs)
+    assert len(set(w.group_index.tolist())) == len({t.prompt_id for t in trajs}) == w.prompts_per_iteration
+    prompt_of: dict[int, str] = {}
+    for t, g in zip(trajs, w.group_index.tolist(), strict=True):  # same group, same prompt
+        assert prompt_of.setdefault(g, t.prompt_id) == t.prompt_id
+    assert sim.search.plan_for_spread and not _sim("+planning", gpus="16xA800").search.one_range_per_degree

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -208,19 +208,17 @@ def search_plans(
         best_obj = candidates[min(len(candidates), s.top_k) - 1][0]
     plans = []
     for _, n_train, est, _ in candidates[: s.top_k]:
-        layouts = [_assign(table, num_gpus - n_train, s)]
-        if spread is not None and not s.homogeneous and layouts[0] and _buckets(layouts[0]) > 1:
-            # Balanced groups end with the slowest of them: one degree may be expected faster.
-            layouts.append(homogeneous(table, num_gpus - n_train))
-        for assignment in layouts:
-            if assignment is None:
-                continue
-            t_r = assignment.makespan_s * f_r * balanced_groups_factor(_buckets(assignment), spread)
-            plans.append(
-                _plan(
-                    num_gpus, n_train, est, assignment, t_r, est.time_s * f_t, t_sync, spread, s, shape, table
-                )
-            )
+        assignment = _assign(table, num_gpus - n_train, s)
+        if assignment is None:
+            continue
+        t_r = assignment.makespan_s * f_r * balanced_groups_factor(_buckets(assignment), spread)
+        t_t = est.time_s * f_t
+        plans.append(_plan(num_gpus, n_train, est, assignment, t_r, t_t, t_sync, spread, s, shape, table))
+    if spread is not None and not s.homogeneous:
+        # Balanced groups end with the slowest of them (balanced_groups_factor), so a one-degree
+        # layout may be expected faster; the split ranking above, by the DP's price, need not
+        # surface its best split, so search the one-degree layouts too.
+        plans += search_plans(model, hw, num_gpus, workload, replace(s, homogeneous=True))
     plans.sort(key=plan_rank)
     log.debug(
         "searched %d splits for %d GPUs; best %.1fs",

@@ -1,0 +1,55 @@
+"""How well one iteration predicts the spread between iterations (planner/spread.py).
+
+For each scenario: the spread `estimate_spread` reads from iteration 0's GRPO groups (update:
+relative std of an iteration's tokens; rollout: of its slowest trajectory's path), next to the
+measured relative std of the total tokens of the first N iterations around their linear drift.
+
+.venv/bin/python benchmarks/sim_spread.py [--iterations N] [--scenarios NAME ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import numpy as np
+
+from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.planner.spread import estimate_spread
+from libra_core.sim.engine import Simulator
+from libra_core.sim.policies import resolve_policies
+from libra_core.sim.workloads import load_scenario
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--scenarios", nargs="*", default=["r2e-gym", "search-r1", "dapo-math"])
+    args = ap.parse_args()
+    cluster = parse_cluster("48xA800")
+    print("| scenario | estimated update cv (iteration 0) | measured token cv | estimated rollout cv |")
+    print("|---|---:|---:|---:|")
+    for name in args.scenarios:
+        wl = load_scenario(name, 100, 0)  # the drift of a 100-iteration run, as in the tables
+        model = get_model(wl.model)
+        sim = Simulator(
+            resolve_policies(["+planning"])[0],
+            wl,
+            model,
+            cluster.hardware,
+            cluster.num_gpus,
+            1,
+            random.Random(0),
+        )
+        cost = RolloutCostModel(model, cluster.hardware)
+        est = estimate_spread(sim.workload_of(0), cost, instance_tp_degrees(model, cluster.hardware))
+        totals = np.array([sum(t.total_tokens for t in wl.trajectories(j)) for j in range(args.iterations)])
+        x = np.arange(len(totals))
+        residual = totals - np.polyval(np.polyfit(x, totals, 1), x)
+        measured = residual.std(ddof=2) / totals.mean()
+        print(f"| {name} | {est.train_cv:.3f} | {measured:.3f} | {est.rollout_cv:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

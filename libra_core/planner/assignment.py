@@ -12,10 +12,12 @@ instances whose group time is <= T (none if no count meets T), exact for "fewest
 <= T" in O(K^2 |T| N). The TP degree never falls from a shorter range to a longer one (`monotone`,
 the default): the routers promote a request from short to long buckets and let a longer bucket's
 instances serve shorter work, which only makes sense when longer buckets have at least the TP.
-The makespan-optimal assignment under a budget G is the smallest T with
-`min_gpus(T) <= G`; min_gpus is non-increasing in T, so `solve` bisects on T (relative tolerance
-`rel_tol`) and `frontier` evaluates a whole grid of T at once (vectorised) to price every GPU split
-of the search. `brute_force` enumerates every contiguous partition and (t, n) choice, for tests.
+`strict` (t' < t) gives each degree one range: one router bucket per degree, as a deployment that
+merges neighbouring groups of one degree runs it. The makespan-optimal assignment under a budget G
+is the smallest T with `min_gpus(T) <= G`; min_gpus is non-increasing in T, so `solve` bisects on
+T (relative tolerance `rel_tol`) and `frontier` evaluates a whole grid of T at once (vectorised) to
+price every GPU split of the search. `brute_force` enumerates every contiguous partition and
+(t, n) choice, for tests.
 """
 
 from __future__ import annotations

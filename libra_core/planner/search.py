@@ -14,9 +14,14 @@ after every update, taking T_sync = weight bytes / inter-node bandwidth):
   `T_iter = T_rollout + T_train + T_sync`;
 - s >= 1: rollout of step k+1 runs while step k trains; rollout pauses only to load weights:
   `T_iter = max(T_rollout + T_sync, T_train)`. Larger s only absorbs variance between iterations,
-  which this deterministic model does not see, so s = 1 and s = 8 price the same.
+  which this deterministic model does not see, so s = 1 and s = 8 price the same. With
+  `SearchSettings.plan_for_spread` the objective is the expected iteration under one iteration's
+  spread instead, `E[max(T_rollout + T_sync, T_train)]`, and a heterogeneous layout's rollout
+  ends with the slowest of its buckets (spread.py).
 - a single device (local CPU run) is colocated: both sides share it, `T_rollout + T_train + T_sync`.
 Stage correction factors (calibration.StageCorrection) multiply T_rollout and T_train.
+`SearchSettings.promote` prices the routing that promotes requests as they grow (rollout_cost.py)
+and `one_range_per_degree` gives each TP degree one length range (assignment.py).
 """
 
 from __future__ import annotations

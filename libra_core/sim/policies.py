@@ -23,6 +23,9 @@ and the policy then swapped in one degree, leaving the GPUs that did not divide 
 pricing its replans on a layout it did not run). static-optimal is AReaL-Static-Optimal: the best
 static split for the first iteration's workload, on the homogeneous instances AReaL deploys
 (before 2026-12-02 it ran the planner's heterogeneous plan under mlfq, which AReaL cannot).
+The heterogeneous policies whose scheduler admits to the shortest bucket and promotes (`PROMOTING`)
+plan with `SearchSettings.promote`, and every planner-driven policy plans for the expected
+iteration (`SimSettings.plan_for_spread`), so the heterogeneous ones may choose one degree.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Per-policy diagnostics of one simulated scenario on 48xA800: tok/s, mean rollout and iteration
-time, moves, tail share, the first deployment and the plan's predicted times.
+time, moves, tail share, the first deployment and the plan's predicted times, and per bucket of
+the first deployment the planner's group time next to when its last trajectory finished in
+iteration 0.
 
 .venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...]
 e.g.  .venv/bin/python benchmarks/sim_diag.py r2e-gym 6 greedy,+planning,oracle-routing
@@ -13,7 +15,7 @@ import time
 
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import Simulator
-from libra_core.sim.policies import resolve_policies
+from libra_core.sim.policies import Deployment, resolve_policies
 from libra_core.sim.workloads import load_scenario, long_tail_share
 
 
@@ -33,6 +35,8 @@ def main() -> None:
             iters,
             random.Random(0),
         )
+        first_dep = sim.dep
+        assert first_dep is not None
         st = sim.run()
         end = st.records[-1].train_end_s
         tokens = sum(r.tokens for r in st.records)
@@ -47,6 +51,32 @@ def main() -> None:
             f"predicted rollout {plan.t_rollout_s:.1f} s, train {plan.t_train_s:.1f} s" if plan else ""
         )
         print(f"    {st.deployments[0]} {predicted} buckets {sim.dep.bucket_bounds}")
+        first = st.records[0]
+        for bucket, priced, tps in _priced_buckets(first_dep):
+            ended = first.bucket_end_s.get(bucket)
+            sim_s = f"{ended - first.rollout_start_s:7.1f} s" if ended is not None else "  (none)"
+            print(f"    bucket {bucket} ({tps}): iteration 0 priced {priced:7.1f} s, last finish {sim_s}")
+
+
+def _priced_buckets(dep: Deployment) -> list[tuple[int, float, str]]:
+    """A deployment's buckets: the planner's time for each (the slowest of its groups, before the
+    spread and the stage correction) and its instances (groups fill `dep.instances` in order)."""
+    plan = dep.plan
+    if plan is None:
+        return []
+    out: dict[int, tuple[float, dict[int, int]]] = {}
+    offset = 0
+    for g in plan.rollout.groups:
+        for tp, bucket in dep.instances[offset : offset + g.instances]:
+            t, tps = out.get(bucket, (0.0, {}))
+            tps[tp] = tps.get(tp, 0) + 1
+            out[bucket] = (max(t, g.time_s), tps)
+        offset += g.instances
+    rows = []
+    for bucket, (t, tps) in sorted(out.items()):
+        label = " ".join(f"{n}xTP{tp}" for tp, n in sorted(tps.items()))
+        rows.append((bucket, t, label))
+    return rows
 
 
 if __name__ == "__main__":

@@ -113,6 +113,9 @@ class IterationRecord:
     moves: int = 0
     replan: str = ""
     t90_s: float = 0.0  # when 90% of the iteration's trajectories had finished
+    # Per bucket, when the last trajectory whose final turn ran on one of its instances finished
+    # (diagnostics: compare with the planner's group times, benchmarks/sim_diag.py).
+    bucket_end_s: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -454,6 +457,9 @@ class Simulator:
             )
         )
         self.stats.latencies_s.append(self.q.now_s - f.admit_s)
+        if self.cur:
+            served = f.last.bucket if f.last is not None else f.bucket
+            self.cur.bucket_end_s[served] = self.q.now_s
         self.unfinished -= 1
         self.bucket_flights[f.bucket] -= 1
         if self.cur and self.cur.trajectories - self.unfinished == math.ceil(0.9 * self.cur.trajectories):

@@ -320,3 +320,15 @@ def test_planning_workloads_carry_their_grpo_groups() -> None:
     for t, g in zip(trajs, w.group_index.tolist(), strict=True):  # same group, same prompt
         assert prompt_of.setdefault(g, t.prompt_id) == t.prompt_id
     assert sim.search.plan_for_spread and not _sim("+planning", gpus="16xA800").search.one_range_per_degree
+
+
+def test_bucket_end_times_end_with_the_rollout() -> None:
+    # The last trajectory of an iteration ends its rollout, so the latest bucket end is the
+    # rollout's end; every bucket named is one the deployment has.
+    sim = _sim("oracle-routing", iterations=2, gpus="32xA800")
+    assert sim.dep is not None
+    st = sim.run()
+    for rec in st.records:
+        assert rec.bucket_end_s and max(rec.bucket_end_s.values()) == pytest.approx(rec.rollout_end_s)
+        assert set(rec.bucket_end_s) <= set(range(sim.dep.num_buckets))
+        assert all(rec.rollout_start_s < t <= rec.rollout_end_s for t in rec.bucket_end_s.values())

@@ -3,8 +3,10 @@ time, moves, tail share, the first deployment and the plan's predicted times, an
 the first deployment the planner's group time next to when its last trajectory finished in
 iteration 0.
 
-.venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...]
+.venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...] [FIELD=VALUE ...]
 e.g.  .venv/bin/python benchmarks/sim_diag.py r2e-gym 6 greedy,+planning,oracle-routing
+      .venv/bin/python benchmarks/sim_diag.py dapo-math 2 oracle-routing spill_factor=1e9
+(FIELD=VALUE: SimSettings what-ifs, as `libra simulate --setting`.)
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import sys
 import time
 
 from libra_core.planner.specs import get_model, parse_cluster
-from libra_core.sim.engine import Simulator
+from libra_core.sim.engine import SimSettings, Simulator
+from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import Deployment, resolve_policies
 from libra_core.sim.workloads import load_scenario, long_tail_share
 
 
 def main() -> None:
     scenario, iters, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
+    settings = SimSettings(**parse_overrides(sys.argv[4:], SimSettings, "setting"))
     cluster = parse_cluster("48xA800")
     wl = load_scenario(scenario, iters, 0)
     model = get_model(wl.model)
@@ -34,6 +38,7 @@ def main() -> None:
             cluster.num_gpus,
             iters,
             random.Random(0),
+            settings=settings,
         )
         first_dep = sim.dep
         assert first_dep is not None

@@ -344,6 +344,11 @@ class PlannerConfig(Frozen):
     staleness: int = Field(
         0, ge=0, description="Policy-version lag; 0 serialises rollout and training, >=1 overlaps them."
     )
+    plan_for_spread: bool = Field(
+        False,
+        description="Plan for the expected iteration under the spread between an iteration's GRPO "
+        "groups, not for the mean one (docs/planner.md; matters with staleness >= 1).",
+    )
 
 
 class EvalConfig(Frozen):

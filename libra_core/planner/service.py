@@ -36,12 +36,14 @@ class LibraPlanner:
         replan_every: int,
         staleness: int,
         gpu_budget: int = 0,
+        plan_for_spread: bool = False,
     ) -> None:
         self.cluster = cluster
         self.model = model
         self.policy = policy
         self.replan_every = replan_every
         self.staleness = staleness
+        self.plan_for_spread = plan_for_spread
         self.num_gpus = min(gpu_budget, cluster.num_gpus) if gpu_budget else cluster.num_gpus
         self.window = TrajectoryWindow(window_iterations)
         self.corrections = StageCorrection()
@@ -73,6 +75,7 @@ class LibraPlanner:
             p.replan_every,
             p.staleness,
             p.gpu_budget,
+            p.plan_for_spread,
         )
 
     @property
@@ -81,7 +84,9 @@ class LibraPlanner:
 
     def settings(self) -> SearchSettings:
         factors = {s: self.corrections.factor(s) for s in ("rollout", "update")}
-        return SearchSettings(staleness=self.staleness, corrections=factors)
+        return SearchSettings(
+            staleness=self.staleness, corrections=factors, plan_for_spread=self.plan_for_spread
+        )
 
     def _search(self, workload: Workload) -> Plan:
         plans = search_plans(self.model, self.cluster.hardware, self.num_gpus, workload, self.settings())

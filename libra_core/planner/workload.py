@@ -196,7 +196,7 @@ def write_trace(path: Path | str, rows: list[dict[str, Any]]) -> None:
 def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str = "measured") -> Workload:
     """The project's trajectory table (libra_core.data.schema) as a workload, for replanning."""
     cols = table.select(
-        ["iteration", "prompt_id", "prompt_ids", "loss_mask", "tool_events", "tool_latency_s"]
+        ["iteration", "prompt_id", "group_id", "prompt_ids", "loss_mask", "tool_events", "tool_latency_s"]
     ).to_pylist()
     if not cols:
         raise ValueError("no trajectories to build a workload from")
@@ -212,7 +212,12 @@ def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str =
         lat.append(r["tool_latency_s"])
     iters = {r["iteration"] for r in cols}
     prompts = max(1, round(len({(r["iteration"], r["prompt_id"]) for r in cols}) / len(iters)))
-    return workload_from_turns(name, Turns(prompt, gen, payload, lat), prompts, group_size)
+    keys = [(r["iteration"], r["group_id"]) for r in cols]
+    group_of = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # spread.py reads the GRPO groups
+    groups = np.array([group_of[k] for k in keys])
+    return workload_from_turns(
+        name, Turns(prompt, gen, payload, lat), prompts, group_size, group_index=groups
+    )
 
 
 def concat(workloads: Sequence[Workload], name: str) -> Workload:

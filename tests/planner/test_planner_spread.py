@@ -127,3 +127,37 @@ def test_search_optimises_the_expected_iteration() -> None:
     assert by_spread.t_iter_s < evaluate_plan(by_mean, m, A800, w, spread_s).t_iter_s
     assert by_mean.t_iter_s < evaluate_plan(by_spread, m, A800, w, mean_s).t_iter_s
     assert by_spread.t_iter_s >= evaluate_plan(by_spread, m, A800, w, mean_s).t_iter_s
+
+
+def test_measured_trajectories_carry_their_groups_and_the_service_plans_for_the_spread() -> None:
+    import pyarrow as pa
+
+    from libra_core.config.models import LibraConfig
+    from libra_core.planner.service import LibraPlanner
+    from libra_core.planner.workload import workload_from_trajectory_table
+
+    rows = [
+        {
+            "iteration": it,
+            "prompt_id": f"p{p}",
+            "group_id": f"g{it}-{p}",
+            "prompt_ids": [1] * 20,
+            "loss_mask": [1] * (50 + 10 * p + s),
+            "tool_events": [{"turn": 0, "payload_tokens": 5}],
+            "tool_latency_s": 0.5,
+        }
+        for it in (0, 1)
+        for p in range(3)
+        for s in range(4)
+    ]
+    w = workload_from_trajectory_table(pa.Table.from_pylist(rows), group_size=4)
+    assert w.group_index is not None and len(np.unique(w.group_index)) == 6  # 3 prompts x 2 iterations
+    assert w.prompts_per_iteration == 3
+    for a, b in zip(rows, w.group_index.tolist(), strict=True):
+        assert b == 3 * a["iteration"] + int(a["prompt_id"][1:])
+    cfg = {"type": "libra", "hardware": "8xH100", "model_spec": "qwen3-4b", "staleness": 1}
+    plain = LibraPlanner.from_config(LibraConfig.model_validate({"planner": cfg}))
+    spread = LibraPlanner.from_config(
+        LibraConfig.model_validate({"planner": {**cfg, "plan_for_spread": True}})
+    )
+    assert not plain.settings().plan_for_spread and spread.settings().plan_for_spread

@@ -213,12 +213,12 @@ def build_segment_table(
     def rng(c: np.ndarray) -> np.ndarray:
         return np.where(valid, c[j_idx] - c[i_idx], np.nan)
 
-    # Band floors: a range starting at bin i serves contexts above T_{i-1} (0 for the first bin).
-    floor = np.concatenate([[0.0], fmax[:-1]])
     cum_r = prefix(np.full(len(g), wt))
-    calls = w.tool_calls[order].astype(float)
-    ceiling = prompts + (final - prompts) * calls / (calls + 1.0)  # context at the last tool return
     if promote:
+        # Band floors: a range starting at bin i serves contexts above T_{i-1} (0 for bin 0).
+        floor = np.concatenate([[0.0], fmax[:-1]])
+        calls = w.tool_calls[order].astype(float)
+        ceiling = prompts + (final - prompts) * calls / (calls + 1.0)  # context at the last tool return
         share, mid = _band_shares(prompts, final.astype(float), floor, fmax, ceiling)
 
         def bands(x: np.ndarray, by: np.ndarray = share) -> np.ndarray:
@@ -233,7 +233,7 @@ def build_segment_table(
         r = np.where(valid, np.concatenate([passing, [0.0]])[i_idx], np.nan)
         d, lat_sum = rng(cum_d), rng(cum_l)
         p = rng(cum_p) + np.where(i_idx > 0, r * floor[np.minimum(i_idx, k - 1)], 0.0)
-        r_safe = np.where(np.nan_to_num(r) > 0, np.nan_to_num(r, nan=1.0), 1.0)  # none may reach a range
+        r_safe = np.where(np.nan_to_num(r) > 0, r, 1.0)  # no trajectory may reach a range
         with np.errstate(invalid="ignore", divide="ignore"):
             mean_ctx = np.nan_to_num(rng(cum_sctx) / rng(cum_s), nan=1.0)
     else:

@@ -176,19 +176,41 @@ def search_plans(
     """Best plans for `num_gpus` devices, fastest first ([] when nothing fits)."""
     s = settings or SearchSettings()
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
-    table = build_segment_table(
-        cost, workload, instance_tp_degrees(model, hw), s.num_bins, num_gpus, promote=s.promote
-    )
+    tps = instance_tp_degrees(model, hw)
+    table = build_segment_table(cost, workload, tps, s.num_bins, num_gpus, promote=s.promote)
     shape = TrainShape.from_workload(workload)
-    f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
-    spread = _spread(cost, workload, instance_tp_degrees(model, hw), s)
+    spread = _spread(cost, workload, tps, s)
     colocated = num_gpus == 1
     t_sync = weight_sync_s(model, hw, colocated)
     if colocated:
+        f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
         single = _colocated_plan(model, hw, workload, shape, table, t_sync, f_r, f_t, s)
         return [single] if single else []
     if not np.isfinite(table.crit_s).any():
         return []
+    plans = _search_splits(model, hw, num_gpus, s, table, shape, t_sync, spread)
+    if spread is not None and not s.homogeneous:
+        # Balanced groups end with the slowest of them (balanced_groups_factor), so a one-degree
+        # layout may be expected faster; the split ranking by the DP's price need not surface its
+        # best split, so search the one-degree layouts too (same table, same spread).
+        one = replace(s, homogeneous=True)
+        plans += _search_splits(model, hw, num_gpus, one, table, shape, t_sync, spread)
+    plans.sort(key=plan_rank)
+    return plans
+
+
+def _search_splits(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    num_gpus: int,
+    s: SearchSettings,
+    table: SegmentTable,
+    shape: TrainShape,
+    t_sync: float,
+    spread: Spread | None,
+) -> list[Plan]:
+    """The `s.top_k` best splits' plans (unsorted), rollout priced by `_assign` on `table`."""
+    f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
     rollout_s = _rollout_frontier(table, s)
     candidates: list[tuple[float, int, TrainEstimate, float]] = []
     best_obj = math.inf
@@ -219,18 +241,7 @@ def search_plans(
         t_r = assignment.makespan_s * f_r * balanced_groups_factor(_buckets(assignment), spread)
         t_t = est.time_s * f_t
         plans.append(_plan(num_gpus, n_train, est, assignment, t_r, t_t, t_sync, spread, s, shape, table))
-    if spread is not None and not s.homogeneous:
-        # Balanced groups end with the slowest of them (balanced_groups_factor), so a one-degree
-        # layout may be expected faster; the split ranking above, by the DP's price, need not
-        # surface its best split, so search the one-degree layouts too.
-        plans += search_plans(model, hw, num_gpus, workload, replace(s, homogeneous=True))
-    plans.sort(key=plan_rank)
-    log.debug(
-        "searched %d splits for %d GPUs; best %.1fs",
-        len(candidates),
-        num_gpus,
-        plans[0].t_iter_s if plans else math.nan,
-    )
+    log.debug("searched %d splits for %d GPUs", len(candidates), num_gpus)
     return plans
 
 
@@ -372,7 +383,7 @@ def evaluate_plan(
     shape = TrainShape.from_workload(workload)
     est = _best_same_topology(model, hw, plan.train.layout, shape)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
-    spread = _spread(cost, workload, tps, s)
+    spread = _spread(cost, workload, instance_tp_degrees(model, hw), s)  # as search_plans prices it
     t_r = (
         assignment.makespan_s * balanced_groups_factor(_buckets(assignment), spread)
         if assignment

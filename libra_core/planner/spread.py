@@ -16,13 +16,13 @@ Both are coefficients of variation, applied to every candidate's predicted times
 the mean of the larger of two independent normal variables (Clark, 1961). A heterogeneous layout
 sizes each of its instance groups to finish at the same planned time, so its rollout ends with the
 slowest of k groups: `balanced_groups_factor` prices that, and a single TP degree (one group) does
-not pay it. A workload without group
-indices (a preset or trace whose groups are unknown) has no spread: the planner then plans for the
-mean, as before.
+not pay it. A workload without group indices (a preset or trace whose groups are unknown) has no
+spread: the planner then plans for the mean, as before.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -55,6 +55,7 @@ def expected_max(a: float, sa: float, b: float, sb: float) -> float:
     return a * cdf + b * (1.0 - cdf) + theta * pdf
 
 
+@functools.lru_cache(maxsize=64)
 def expected_max_standard_normal(k: int) -> float:
     """E[max of k independent N(0, 1)] (0 for k = 1; 0.564 for 2; 0.846 for 3)."""
     if k <= 1:

@@ -6,7 +6,9 @@ iteration 0.
 .venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...] [FIELD=VALUE ...]
 e.g.  .venv/bin/python benchmarks/sim_diag.py r2e-gym 6 greedy,+planning,oracle-routing
       .venv/bin/python benchmarks/sim_diag.py dapo-math 2 oracle-routing spill_factor=1e9
-(FIELD=VALUE: SimSettings what-ifs, as `libra simulate --setting`.)
+      .venv/bin/python benchmarks/sim_diag.py r2e-gym 2 +planning spec.prompts_per_iteration=96
+(FIELD=VALUE: SimSettings what-ifs, as `libra simulate --setting`; spec.FIELD=VALUE: changes to the
+scenario's generator, as `libra simulate --spec`.)
 """
 
 from __future__ import annotations
@@ -19,14 +21,18 @@ from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import SimSettings, Simulator
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import Deployment, resolve_policies
-from libra_core.sim.workloads import load_scenario, long_tail_share
+from libra_core.sim.workloads import ScenarioSpec, load_scenario, long_tail_share
 
 
 def main() -> None:
     scenario, iters, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
-    settings = SimSettings(**parse_overrides(sys.argv[4:], SimSettings, "setting"))
+    extra = sys.argv[4:]
+    specs = [a.removeprefix("spec.") for a in extra if a.startswith("spec.")]
+    settings = SimSettings(
+        **parse_overrides([a for a in extra if not a.startswith("spec.")], SimSettings, "setting")
+    )
     cluster = parse_cluster("48xA800")
-    wl = load_scenario(scenario, iters, 0)
+    wl = load_scenario(scenario, iters, 0, spec_overrides=parse_overrides(specs, ScenarioSpec, "spec"))
     model = get_model(wl.model)
     for name in policies:
         t0 = time.perf_counter()

@@ -3,11 +3,12 @@
     .venv/bin/python benchmarks/sim_homogeneous_price.py [--scenario r2e-gym] [--rollout-gpus 24]
         [--prompts-per-iteration 32]
 
-For iteration 0 of a scenario on 48xA800, `greedy`'s half/half split with every TP degree in turn
-(`rollout-gpus / tp` instances, one bucket): the simulated rollout time, and the segment table's
-critical path, work per instance and group time (max of the two) for the same layout, the price
-`homogeneous_tp` and the planner compare layouts by. A planner that prices well ranks the degrees
-as the simulator does.
+For iteration 0 of a scenario on A800s, `greedy`'s half/half split of 2 x `rollout-gpus` GPUs with every
+TP degree in turn (`rollout-gpus / tp` instances, one bucket; until 2026-12-02 the simulated layout
+always had 24 rollout GPUs, whatever `--rollout-gpus` said): the simulated rollout time, and the segment
+table's critical path, work per instance and group time (max of the two) for the same layout, the price
+`homogeneous_tp` and the planner compare layouts by. A planner that prices well ranks the degrees as the
+simulator does.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def main() -> None:
             continue
         # greedy builds its layout with homogeneous_tp: force the degree under test.
         with mock.patch.object(policies, "homogeneous_tp", lambda *a, tp=tp, **k: tp):
-            sim = Simulator(greedy, wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0))
+            # greedy gives rollout half the cluster: a cluster of twice `rollout_gpus` gives it those.
+            sim = Simulator(greedy, wl, model, cluster.hardware, 2 * args.rollout_gpus, 1, random.Random(0))
         rec = sim.run().records[0]
         simulated = rec.rollout_end_s - rec.rollout_start_s
         cost = RolloutCostModel(model, cluster.hardware, sim.search.max_num_seqs)

@@ -280,6 +280,11 @@ def _plan(
     )
 
 
+def iteration_spread(model: ModelSpec, hw: HardwareSpec, w: Workload, s: SearchSettings) -> Spread | None:
+    """The spread `search_plans` prices `w` with (None when the settings plan for the mean)."""
+    return _spread(RolloutCostModel(model, hw, s.max_num_seqs), w, instance_tp_degrees(model, hw), s)
+
+
 def _spread(cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], s: SearchSettings) -> Spread | None:
     """The workload's iteration spread when the settings plan for it (None: plan for the mean)."""
     return estimate_spread(w, cost, tps) if s.plan_for_spread else None

@@ -29,7 +29,7 @@ import gc
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ import numpy as np
 from libra_core.config.models import SchedulerConfig
 from libra_core.planner.calibration import StageCorrection
 from libra_core.planner.replan import ReplanPolicy
-from libra_core.planner.search import SearchSettings, weight_sync_s
+from libra_core.planner.search import Plan, SearchSettings, search_plans, weight_sync_s
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.workload import Turns, Workload, workload_from_turns
 from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, Scheduler, ToolReturn
@@ -48,6 +48,7 @@ from libra_core.sim.cmlfq import SimCMLFQScheduler
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import CostTables, Instance
 from libra_core.sim.policies import PROMOTING, Deployment, PolicySpec, build_deployment
+from libra_core.sim.rerank import rerank
 from libra_core.sim.router import SPILL_FACTOR, Router
 from libra_core.sim.training import Trainer
 from libra_core.sim.tree import SimPrefixTree
@@ -76,11 +77,16 @@ class SimSettings:
     # bucket per degree). Off by default: with it the planner's still optimistic prices for
     # heterogeneous layouts under promotion pick ones that lose on dapo-math (docs/simulator.md).
     one_range_per_degree: bool = False
+    # Planner-driven policies simulate one iteration of the planning sample on each of the planner's
+    # `rerank_plans` best candidates and run the fastest (sim/rerank.py); 0: the planner's first.
+    rerank_plans: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimSettings.{name} must be >= 1, got {getattr(self, name)}")
+        if self.rerank_plans < 0:
+            raise ValueError(f"SimSettings.rerank_plans must be >= 0, got {self.rerank_plans}")
         for name in ("min_gain_fraction", "engine_restart_s", "wake_s", "cmlfq_cost_ratio"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
@@ -145,6 +151,7 @@ class Simulator:
         rng: random.Random,
         settings: SimSettings | None = None,
         record_events: bool = False,
+        deployment: Deployment | None = None,
     ) -> None:
         self.p, self.wl, self.model, self.hw, self.G = policy, workload, model, hw, num_gpus
         self.iterations, self.rng = iterations, rng
@@ -173,6 +180,7 @@ class Simulator:
         self.replanner = ReplanPolicy(self.s.min_gain_fraction, 50, self.s.engine_restart_s + self.join_s)
         self.trajs = {j: workload.trajectories(j) for j in range(min(1, iterations))}
         self.windows: list[Workload] = []
+        self.sample: list[SimTrajectory] = []  # the last finished rollout's trajectories (rerank_plans)
         self.sched: Scheduler | None = None
         self.dep: Deployment | None = None
         self.version = 0  # policy versions on the rollout side
@@ -188,13 +196,32 @@ class Simulator:
         self._ledger_s = 0.0
         self._next_id = 0
         self.cur: IterationRecord | None = None
-        self.deploy(build_deployment(policy, model, hw, num_gpus, self.workload_of(0), self.search))
+        self.deploy(deployment or self._first_deployment())
         self.trainer = Trainer(self.dep.train_gpus if self.dep else 1)
 
     # -- deployment ------------------------------------------------------------------------------------
+    def _first_deployment(self) -> Deployment:
+        w0 = self.workload_of(0)
+        if self.s.rerank_plans and self.p.split == "planner":
+            ranked = rerank(self, self.rerank_candidates(w0), self.trajs[0])
+            if not ranked:
+                raise ValueError(
+                    f"the planner found no plan for {self.model.name} on {self.G}x{self.hw.name}"
+                )
+            return ranked[0][1]
+        return build_deployment(self.p, self.model, self.hw, self.G, w0, self.search)
+
+    def rerank_candidates(self, w: Workload) -> list[Plan]:
+        """Every split's best plan for workload `w`, best priced first (what `rerank` draws from)."""
+        return search_plans(self.model, self.hw, self.G, w, replace(self.search, top_k=self.G))
+
     def workload_of(self, j: int) -> Workload:
         ts = self.trajs.get(j) or self.wl.trajectories(j)
         self.trajs[j] = ts
+        return self.workload_of_trajectories(ts, f"iter{j}")
+
+    def workload_of_trajectories(self, ts: list[SimTrajectory], name: str = "sample") -> Workload:
+        """The planner's view of simulated trajectories (one iteration's)."""
         turns = Turns(
             [t.prompt_tokens for t in ts],
             [[x.gen_tokens for x in t.turns] for t in ts],
@@ -206,7 +233,7 @@ class Simulator:
         # move to another instance prefills the context again), so the planner prices no re-prefill.
         _, groups = np.unique([t.prompt_id for t in ts], return_inverse=True)  # one prompt, one group
         return workload_from_turns(
-            f"iter{j}", turns, max(1, len(ts) // group), group, reprefill_fraction=0.0, group_index=groups
+            name, turns, max(1, len(ts) // group), group, reprefill_fraction=0.0, group_index=groups
         )
 
     def harvest(self, instances: list[Instance]) -> None:

@@ -16,6 +16,7 @@ from libra_core.planner.workload import concat
 from libra_core.sim.events import Kind
 from libra_core.sim.instance import Instance
 from libra_core.sim.policies import deployment_from_plan
+from libra_core.sim.rerank import rerank, resimulated
 from libra_core.sim.training import update_time_s
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ def on_rollout_done(sim: Simulator) -> None:
         sim.windows.append(sim.workload_of(rec.iteration))
         del sim.windows[: -sim.s.window_iterations]
     sim.pending_train.append(rec.iteration)
+    sim.sample = sim.trajs.get(rec.iteration, [])
     sim.rolled = rec.iteration + 1
     if sim.hybrids:  # training hybrids that served rollout go back (idle now: every trajectory ended)
         sim.harvest(sim.hybrids)
@@ -203,10 +205,18 @@ def replan(sim: Simulator, j: int) -> bool:
         sim.correction.observe("rollout", predicted, measured)
     settings = replace(sim.search, corrections={"rollout": sim.correction.factor("rollout")})
     now_plan = evaluate_plan(dep.plan, sim.model, sim.hw, window, settings)
-    proposed = search_plans(sim.model, sim.hw, sim.G, window, settings)
-    if not proposed:
+    if sim.s.rerank_plans and sim.sample:
+        # Simulated prices need no calibration: the candidates and the running plan all run the
+        # last rollout's trajectories (sim/rerank.py).
+        ranked = rerank(sim, sim.rerank_candidates(window), sim.sample)
+        now_plan = resimulated(sim, now_plan, dep, sim.sample)
+    else:
+        proposed = search_plans(sim.model, sim.hw, sim.G, window, settings)
+        ranked = [(p, deployment_from_plan(sim.p, p, sim.model, sim.hw, settings)) for p in proposed[:1]]
+    if not ranked:
         return False
-    decision = sim.replanner.decide(j, dep.plan, now_plan, proposed[0], window)
+    best, best_dep = ranked[0]
+    decision = sim.replanner.decide(j, dep.plan, now_plan, best, window)
     sim.stats.replans.append(decision.as_record())
     if decision.action != "apply":
         return False
@@ -214,6 +224,6 @@ def replan(sim: Simulator, j: int) -> bool:
         sim.trainer.set_gpus(sim.q.now_s, sim.dep.train_gpus if sim.dep else sim.trainer.gpus)
     sim.lent, sim.hybrids = [], []
     sim.lent_ready.clear()
-    sim.deploy(deployment_from_plan(sim.p, proposed[0], sim.model, sim.hw, window, settings))
+    sim.deploy(best_dep)
     schedule_train(sim)
     return decision.move_cost_s > 0

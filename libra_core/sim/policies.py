@@ -148,7 +148,7 @@ def build_deployment(
     if not plans:
         raise ValueError(f"the planner found no plan for {model.name} on {num_gpus}x{hw.name}")
     plan = plans[0]
-    return deployment_from_plan(policy, plan, model, hw, workload, settings)
+    return deployment_from_plan(policy, plan, model, hw, settings)
 
 
 def deployment_from_plan(
@@ -156,7 +156,6 @@ def deployment_from_plan(
     plan: Plan,
     model: ModelSpec,
     hw: HardwareSpec,
-    workload: Workload,
     settings: SearchSettings,
 ) -> Deployment:
     if not policy.hetero:

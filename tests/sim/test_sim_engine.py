@@ -297,11 +297,11 @@ def test_groups_past_the_longest_length_share_its_bucket() -> None:
     assert sim.dep is not None and sim.dep.plan is not None
     groups = (Group(1, 2, 0, 1, 1.0), Group(4, 1, 1, 2, 1.0), Group(8, 1, 2, 3, 1.0))
     plan = replace(sim.dep.plan, rollout=Assignment(1.0, 14, groups), bin_max_len=(1000.0, 2048.0, 2048.0))
-    dep = deployment_from_plan(sim.p, plan, sim.model, sim.hw, sim.workload_of(0), sim.search)
+    dep = deployment_from_plan(sim.p, plan, sim.model, sim.hw, sim.search)
     assert dep.bucket_bounds == (1000,)
     assert dep.instances == ((1, 0), (1, 0), (4, 1), (8, 1))
     distinct = replace(plan, bin_max_len=(1000.0, 1500.0, 2048.0))
-    dep = deployment_from_plan(sim.p, distinct, sim.model, sim.hw, sim.workload_of(0), sim.search)
+    dep = deployment_from_plan(sim.p, distinct, sim.model, sim.hw, sim.search)
     assert dep.bucket_bounds == (1000, 1500) and dep.instances[-1] == (8, 2)
 
 

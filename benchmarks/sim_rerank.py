@@ -1,0 +1,62 @@
+"""The planner's price of each split against the simulated rollout of the layout it deploys.
+
+    .venv/bin/python benchmarks/sim_rerank.py [--scenario r2e-gym] [--prompts-per-iteration 96]
+        [--policy +planning] [--plans 12]
+
+For iteration 0 of a scenario on 48xA800: the planner's `--plans` best plans for the policy (every
+split searched, best priced first), each with its priced rollout and iteration time, and the rollout
+and iteration time when its deployment is simulated on iteration 0's trajectories (sim/rerank.py,
+as `SimSettings.rerank_plans` does). Then the plan `rerank_plans=4` chooses. A planner that prices
+well ranks the splits as the simulation does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.sim.engine import SimSettings, Simulator
+from libra_core.sim.policies import deployment_from_plan, resolve_policies
+from libra_core.sim.rerank import rerank, resimulated
+from libra_core.sim.workloads import SCENARIOS, load_scenario
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
+    ap.add_argument("--prompts-per-iteration", type=int, default=None)
+    ap.add_argument("--policy", default="+planning")
+    ap.add_argument("--plans", type=int, default=12)
+    args = ap.parse_args()
+    cluster = parse_cluster("48xA800")
+    spec = {"prompts_per_iteration": args.prompts_per_iteration} if args.prompts_per_iteration else None
+    wl = load_scenario(args.scenario, 100, 0, spec_overrides=spec)
+    model = get_model(wl.model)
+    policy = resolve_policies([args.policy])[0]
+    settings = SimSettings(rerank_plans=4)
+    sim = Simulator(policy, wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0), settings)
+    sample = sim.trajs[0]
+    plans = sim.rerank_candidates(sim.workload_of(0))
+    print(f"{args.scenario}, {len(sample)} trajectories, policy {policy.name}, iteration 0")
+    print("| deployment | priced rollout s | priced iteration s | simulated rollout s | iteration s |")
+    print("|---|---:|---:|---:|---:|")
+    for plan in plans[: args.plans]:
+        dep = deployment_from_plan(policy, plan, model, cluster.hardware, sim.search)
+        sim_plan = resimulated(sim, plan, dep, sample)
+        print(
+            f"| {dep.label()} | {plan.t_rollout_s:,.0f} | {plan.t_iter_s:,.0f} | "
+            f"{sim_plan.t_rollout_s:,.0f} | {sim_plan.t_iter_s:,.0f} |"
+        )
+    t0 = time.perf_counter()
+    ranked = rerank(sim, plans, sample)
+    best, dep = ranked[0]
+    print(
+        f"rerank_plans=4 chooses {dep.label()}: simulated rollout {best.t_rollout_s:,.0f} s, iteration "
+        f"{best.t_iter_s:,.0f} s ({len(ranked)} simulated, {time.perf_counter() - t0:.1f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()

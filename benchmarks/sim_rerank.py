@@ -19,7 +19,7 @@ import time
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import SimSettings, Simulator
 from libra_core.sim.policies import deployment_from_plan, resolve_policies
-from libra_core.sim.rerank import rerank, resimulated
+from libra_core.sim.rerank import rerank, resimulated, sample_spread
 from libra_core.sim.workloads import SCENARIOS, load_scenario
 
 
@@ -39,12 +39,13 @@ def main() -> None:
     sim = Simulator(policy, wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0), settings)
     sample = sim.trajs[0]
     plans = sim.rerank_candidates(sim.workload_of(0))
+    spread = sample_spread(sim, sample)
     print(f"{args.scenario}, {len(sample)} trajectories, policy {policy.name}, iteration 0")
     print("| deployment | priced rollout s | priced iteration s | simulated rollout s | iteration s |")
     print("|---|---:|---:|---:|---:|")
     for plan in plans[: args.plans]:
         dep = deployment_from_plan(policy, plan, model, cluster.hardware, sim.search)
-        sim_plan = resimulated(sim, plan, dep, sample)
+        sim_plan = resimulated(sim, plan, dep, sample, spread)
         print(
             f"| {dep.label()} | {plan.t_rollout_s:,.0f} | {plan.t_iter_s:,.0f} | "
             f"{sim_plan.t_rollout_s:,.0f} | {sim_plan.t_iter_s:,.0f} |"

@@ -16,7 +16,7 @@ from libra_core.planner.workload import concat
 from libra_core.sim.events import Kind
 from libra_core.sim.instance import Instance
 from libra_core.sim.policies import deployment_from_plan
-from libra_core.sim.rerank import rerank, resimulated
+from libra_core.sim.rerank import rerank, resimulated, sample_spread
 from libra_core.sim.training import update_time_s
 
 if TYPE_CHECKING:
@@ -209,7 +209,7 @@ def replan(sim: Simulator, j: int) -> bool:
         # Simulated prices need no calibration: the candidates and the running plan all run the
         # last rollout's trajectories (sim/rerank.py).
         ranked = rerank(sim, sim.rerank_candidates(window), sim.sample)
-        now_plan = resimulated(sim, now_plan, dep, sim.sample)
+        now_plan = resimulated(sim, now_plan, dep, sim.sample, sample_spread(sim, sim.sample))
     else:
         proposed = search_plans(sim.model, sim.hw, sim.G, window, settings)
         ranked = [(p, deployment_from_plan(sim.p, p, sim.model, sim.hw, settings)) for p in proposed[:1]]

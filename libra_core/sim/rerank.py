@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from libra_core.planner.search import Plan, iteration_spread, iteration_time_s
+from libra_core.planner.spread import Spread
 from libra_core.sim.policies import Deployment, deployment_from_plan
 from libra_core.sim.workloads import SimTrajectory
 
@@ -73,6 +74,8 @@ def rerank(
     with 96 prompts: 1,098 s on 13 to 24 rollout GPUs), the planner's k best are the splits that
     give training the most, and the split the simulation prefers is not among them."""
     k, n = sim.s.rerank_plans, sim.G
+    assert k >= 1, f"rerank needs SimSettings.rerank_plans >= 1, got {k}"
+    spread = sample_spread(sim, trajectories)
     best_at: dict[int, Plan] = {}
     for plan in plans:
         best_at.setdefault(plan.rollout_gpus, plan)
@@ -86,7 +89,7 @@ def rerank(
             dep = deployment_from_plan(sim.p, plan, sim.model, sim.hw, sim.search)
             key = (dep.train_gpus, dep.train_layout, dep.instances, dep.bucket_bounds)
             if key not in done:  # a split the search reached twice is simulated once
-                done[key] = (resimulated(sim, plan, dep, trajectories), dep)
+                done[key] = (resimulated(sim, plan, dep, trajectories, spread), dep)
 
     def nearest(target: float) -> Plan:
         return best_at[min(counts, key=lambda c: abs(c - target))]
@@ -110,10 +113,16 @@ def _ranked(pairs: Iterable[tuple[Plan, Deployment]]) -> list[tuple[Plan, Deploy
     return sorted(pairs, key=lambda pd: (pd[0].t_iter_s, pd[0].t_rollout_s + pd[0].t_train_s))
 
 
-def resimulated(sim: Simulator, plan: Plan, dep: Deployment, trajectories: list[SimTrajectory]) -> Plan:
+def sample_spread(sim: Simulator, trajectories: list[SimTrajectory]) -> Spread | None:
+    """The spread the planner prices `trajectories` with (None when `sim` plans for the mean)."""
+    return iteration_spread(sim.model, sim.hw, sim.workload_of_trajectories(trajectories), sim.search)
+
+
+def resimulated(
+    sim: Simulator, plan: Plan, dep: Deployment, trajectories: list[SimTrajectory], spread: Spread | None
+) -> Plan:
     """`plan` with the rollout `dep` takes on `trajectories` in place of the priced one; its iteration
-    time under the spread the planner prices those trajectories with."""
-    spread = iteration_spread(sim.model, sim.hw, sim.workload_of_trajectories(trajectories), sim.search)
+    time under `spread` (`sample_spread` of the same trajectories)."""
     t_r = simulated_rollout_s(sim, dep, trajectories)
     t_iter = iteration_time_s(t_r, plan.t_train_s, plan.t_sync_s, plan.staleness, plan.colocated, spread)
     return replace(plan, t_rollout_s=t_r, t_iter_s=t_iter)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.sim import pipeline
 from libra_core.sim.engine import SimSettings, Simulator
 from libra_core.sim.policies import build_deployment, resolve_policies
-from libra_core.sim.rerank import simulated_rollout_s
+from libra_core.sim.rerank import rerank, simulated_rollout_s
 from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, load_scenario
 
 
@@ -57,9 +59,17 @@ def test_rerank_keeps_the_planners_first_within_the_margin() -> None:
     assert (sim.dep.train_gpus, sim.dep.instances) == (plain.train_gpus, plain.instances)
 
 
-def test_rerank_runs_replans_and_is_deterministic() -> None:
+def test_rerank_runs_replans_and_is_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return rerank(*args)
+
+    monkeypatch.setattr(pipeline, "rerank", counted)
     settings = SimSettings(rerank_plans=2, replan_every=2, window_iterations=2)
     runs = [_sim("tiny", "+cmlfq", settings, iterations=6).run() for _ in range(2)]
     assert runs[0].replans, "the run replanned"
+    assert calls, "replans priced their candidates by simulation"
     assert [r.train_end_s for r in runs[0].records] == [r.train_end_s for r in runs[1].records]
     assert runs[0].deployments == runs[1].deployments

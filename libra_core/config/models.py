@@ -349,6 +349,12 @@ class PlannerConfig(Frozen):
         description="Plan for the expected iteration under the spread between an iteration's GRPO "
         "groups, not for the mean one (docs/planner.md; matters with staleness >= 1).",
     )
+    audit_window: int = Field(
+        3,
+        ge=0,
+        description="Iterations measured on each side of an applied replan; the move is reverted "
+        "when their throughput (tokens/s) fell by more than min_gain_fraction (0: no audit).",
+    )
 
 
 class EvalConfig(Frozen):

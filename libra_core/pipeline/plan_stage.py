@@ -57,7 +57,8 @@ def _observe(planner: Any, cfg: LibraConfig, run_dir: str, iteration: int) -> No
         return
     lake = read_lake(run_dir, iteration)
     h = history[iteration]
-    planner.observe(lake, cfg.training.grpo.group_size, {"rollout": h["rollout_s"], "update": h["update_s"]})
+    measured = {"rollout": h["rollout_s"], "update": h["update_s"]}
+    planner.observe(lake, cfg.training.grpo.group_size, measured, iteration=iteration)
 
 
 def _planner_for(cfg: LibraConfig, run_dir: str, iteration: int) -> Any:

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
+from libra_core.planner.audit import AuditVerdict
 from libra_core.planner.search import Plan
 from libra_core.planner.workload import Workload, concat
 
@@ -33,7 +34,9 @@ class ReplanDecision:
     """One replanning decision; `action` is what happened to the running plan."""
 
     iteration: int
-    action: Literal["initial", "keep", "apply"]
+    # initial: the first plan; keep / apply: a replan; confirm / revert: the audit of an applied
+    # move (audit.py), revert going back to the plan before it
+    action: Literal["initial", "keep", "apply", "confirm", "revert"]
     reason: str
     current_t_iter_s: float
     proposed_t_iter_s: float
@@ -152,4 +155,37 @@ def initial_decision(iteration: int, plan: Plan, window: Workload, policy: Repla
         stats["p90_len"],
         label,
         label,
+    )
+
+
+def audit_decision(
+    iteration: int, verdict: AuditVerdict, window: Workload, policy: ReplanPolicy, move_cost_s: float
+) -> ReplanDecision:
+    """The record of a move's audit: measured tokens/s before and after stand in the t_iter fields'
+    place as seconds per million tokens, so `saving_per_iter_s` < 0 reads as the loss it measured."""
+    stats = window.stats()
+    before_s = 1e6 / verdict.before_tokens_per_s
+    after_s = 1e6 / verdict.after_tokens_per_s
+    reverted = verdict.action == "revert"
+    why = (
+        f"the move at iteration {verdict.moved_at} changed measured throughput by "
+        f"{verdict.change_fraction:+.1%} ({verdict.before_tokens_per_s:,.0f} -> "
+        f"{verdict.after_tokens_per_s:,.0f} tok/s)"
+    )
+    return ReplanDecision(
+        iteration=iteration,
+        action=verdict.action,
+        reason=why,
+        current_t_iter_s=after_s,
+        proposed_t_iter_s=before_s if reverted else after_s,
+        saving_per_iter_s=(after_s - before_s) if reverted else 0.0,
+        expected_iterations=policy.expected_iterations,
+        move_cost_s=move_cost_s if reverted else 0.0,
+        amortised_gain_s=0.0,
+        min_gain_fraction=policy.min_gain_fraction,
+        window_trajectories=window.num_samples,
+        window_mean_len=stats["mean_len"],
+        window_p90_len=stats["p90_len"],
+        current_split=split_label(verdict.applied),
+        proposed_split=split_label(verdict.previous if reverted else verdict.applied),
     )

@@ -4,20 +4,30 @@ The plan stage builds one `LibraPlanner` per run (`LibraPlanner.from_config(cfg)
 iteration, calls `observe(...)` with the finished iteration's trajectories and measured stage
 times, then `step(iteration)`, which returns the plan to run and a `ReplanDecision` when a replan
 was due (every `planner.replan_every` iterations; never when it is 0). The planner mutates only
-its own state: the trajectory window, the stage corrections and the current plan.
+its own state: the trajectory window, the stage corrections, the current plan and the audit of
+the last applied move (audit.py): when the throughput measured after a move fell, `step` returns
+the plan before it with a `revert` decision, and later replans skip the reverted plan's resources.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import replace
 
 import pyarrow as pa
 
 from libra_core.config import LibraConfig
+from libra_core.planner.audit import AuditPolicy, MoveAudit
 from libra_core.planner.calibration import StageCorrection
 from libra_core.planner.presets import workload_preset
-from libra_core.planner.replan import ReplanDecision, ReplanPolicy, TrajectoryWindow, initial_decision
+from libra_core.planner.replan import (
+    ReplanDecision,
+    ReplanPolicy,
+    TrajectoryWindow,
+    audit_decision,
+    initial_decision,
+)
 from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, search_plans
 from libra_core.planner.specs import ClusterSpec, ModelSpec, get_model, model_spec_from_tiny, parse_cluster
 from libra_core.planner.workload import Workload, workload_from_trajectory_table
@@ -37,6 +47,7 @@ class LibraPlanner:
         staleness: int,
         gpu_budget: int = 0,
         plan_for_spread: bool = False,
+        audit_window: int = 0,
     ) -> None:
         self.cluster = cluster
         self.model = model
@@ -49,6 +60,7 @@ class LibraPlanner:
         self.corrections = StageCorrection()
         self._prior = prior
         self._plan: Plan | None = None
+        self.audit: MoveAudit = MoveAudit(AuditPolicy(audit_window, policy.min_gain_fraction))
 
     @classmethod
     def from_config(cls, cfg: LibraConfig) -> LibraPlanner:
@@ -76,6 +88,7 @@ class LibraPlanner:
             p.staleness,
             p.gpu_budget,
             p.plan_for_spread,
+            p.audit_window,
         )
 
     @property
@@ -88,8 +101,10 @@ class LibraPlanner:
             staleness=self.staleness, corrections=factors, plan_for_spread=self.plan_for_spread
         )
 
-    def _search(self, workload: Workload) -> Plan:
+    def _search(self, workload: Workload, iteration: int = 0) -> Plan:
         plans = search_plans(self.model, self.cluster.hardware, self.num_gpus, workload, self.settings())
+        allowed = [p for p in plans if not self.audit.refuses(p, iteration)]
+        plans = allowed or plans  # every candidate refused: the search's best, rather than none
         if not plans:
             raise ValueError(
                 f"no feasible plan for {self.model.name} on {self.num_gpus}x{self.cluster.hardware.name}"
@@ -97,15 +112,23 @@ class LibraPlanner:
         return plans[0]
 
     def observe(
-        self, trajectories: pa.Table | Workload, group_size: int, measured_s: dict[str, float]
+        self,
+        trajectories: pa.Table | Workload,
+        group_size: int,
+        measured_s: dict[str, float],
+        iteration: int | None = None,
     ) -> None:
-        """Feed one finished iteration: its trajectories and measured seconds per stage."""
+        """Feed one finished iteration: its trajectories and measured seconds per stage. With its
+        `iteration` number, its throughput (tokens over the stages' seconds) feeds the move audit."""
         w = (
             trajectories
             if isinstance(trajectories, Workload)
             else workload_from_trajectory_table(trajectories, group_size)
         )
         self.window.add(w)
+        if iteration is not None:
+            tokens = float(w.total_tokens.sum()) * w.weight
+            self.audit.record(iteration, tokens, sum(s for s in measured_s.values() if s > 0))
         if self._plan is None:
             return
         predicted = {
@@ -122,11 +145,20 @@ class LibraPlanner:
             workload = self.window.pooled() if len(self.window) else self._prior
             self._plan = self._search(workload)
             return self._plan, initial_decision(iteration, self._plan, workload, self.policy)
+        verdict = self.audit.verdict(iteration) if len(self.window) else None
+        if verdict is not None:
+            window = self.window.pooled()
+            decision = audit_decision(iteration, verdict, window, self.policy, self.policy.move_cost_s)
+            if verdict.action == "revert":  # the plan as it ran (the next replan re-prices it)
+                self._plan = verdict.previous
+            return self._plan, decision
         if self.replan_every == 0 or iteration % self.replan_every or not len(self.window):
             return self._plan, None
         window = self.window.pooled()
         current_now = evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())
-        proposed = self._search(window)
+        proposed = self._search(window, iteration)
         decision = self.policy.decide(iteration, self._plan, current_now, proposed, window)
+        if decision.action == "apply" and decision.move_cost_s > 0 and math.isfinite(current_now.t_iter_s):
+            self.audit.moved(iteration, self._plan, proposed)
         self._plan = proposed if decision.action == "apply" else current_now
         return self._plan, decision

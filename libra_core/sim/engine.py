@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from libra_core.config.models import SchedulerConfig
+from libra_core.planner.audit import AuditPolicy, MoveAudit
 from libra_core.planner.calibration import StageCorrection
 from libra_core.planner.replan import ReplanPolicy
 from libra_core.planner.search import Plan, SearchSettings, search_plans, weight_sync_s
@@ -80,13 +81,17 @@ class SimSettings:
     # Planner-driven policies simulate one iteration of the planning sample on each of the planner's
     # `rerank_plans` best candidates and run the fastest (sim/rerank.py); 0: the planner's first.
     rerank_plans: int = 0
+    # Finished iterations measured on each side of an applied replan; the move is reverted when
+    # their throughput fell by more than min_gain_fraction (planner/audit.py); 0: no audit.
+    audit_window: int = 3
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimSettings.{name} must be >= 1, got {getattr(self, name)}")
-        if self.rerank_plans < 0:
-            raise ValueError(f"SimSettings.rerank_plans must be >= 0, got {self.rerank_plans}")
+        for name in ("rerank_plans", "audit_window"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("min_gain_fraction", "engine_restart_s", "wake_s", "cmlfq_cost_ratio"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
@@ -178,6 +183,8 @@ class Simulator:
         self.stats = RunStats()
         self.correction = StageCorrection()  # measured / predicted rollout time, fed at replans
         self.replanner = ReplanPolicy(self.s.min_gain_fraction, 50, self.s.engine_restart_s + self.join_s)
+        self.audit: MoveAudit = MoveAudit(AuditPolicy(self.s.audit_window, self.s.min_gain_fraction))
+        self.before_move: Deployment | None = None  # the deployment an audited move would go back to
         self.trajs = {j: workload.trajectories(j) for j in range(min(1, iterations))}
         self.windows: list[Workload] = []
         self.sample: list[SimTrajectory] = []  # the last finished rollout's trajectories (rerank_plans)
@@ -340,10 +347,9 @@ class Simulator:
         if (
             self.p.replan
             and j > 0
-            and j % self.s.replan_every == 0
             and self.dep
             and self.dep.plan
-            and pipeline.replan(self, j)
+            and (pipeline.audit_move(self, j) or (j % self.s.replan_every == 0 and pipeline.replan(self, j)))
         ):
             self.q.push(self.q.now_s + self.replanner.move_cost_s, Kind.ROLLOUT_START, -j - 1)
             return

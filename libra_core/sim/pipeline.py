@@ -10,12 +10,13 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from libra_core.planner.search import evaluate_plan, search_plans
+from libra_core.planner.replan import audit_decision
+from libra_core.planner.search import Plan, evaluate_plan, search_plans
 from libra_core.planner.train_cost import TrainShape
 from libra_core.planner.workload import concat
 from libra_core.sim.events import Kind
 from libra_core.sim.instance import Instance
-from libra_core.sim.policies import deployment_from_plan
+from libra_core.sim.policies import Deployment, deployment_from_plan
 from libra_core.sim.rerank import rerank, resimulated, sample_spread
 from libra_core.sim.training import update_time_s
 
@@ -92,7 +93,10 @@ def on_train_done(sim: Simulator, _: object = None) -> None:
     now = sim.q.now_s
     j = sim.trainer.finish(now)
     delay = sim.t_sync + (sim.switch_s if sim.p.colocated else 0.0)
-    sim.stats.records[j].train_end_s = now + delay
+    records = sim.stats.records
+    records[j].train_end_s = now + delay
+    if j > 0 and records[j - 1].train_end_s > 0:  # one iteration's period of the pipeline
+        sim.audit.record(j, records[j].tokens, records[j].train_end_s - records[j - 1].train_end_s)
     sim.q.push(now + delay, Kind.WEIGHTS_READY, j)
     sim.trajs.pop(j, None)
     if sim.p.elastic and sim.rollout_running and not sim.pending_train:
@@ -195,6 +199,10 @@ def replan(sim: Simulator, j: int) -> bool:
     dep = sim.dep
     assert dep is not None and dep.plan is not None and sim.windows
     window = concat(sim.windows, name=f"window@{j}")
+
+    def ok(plan: Plan) -> bool:  # not the resources of a move the audit reverted
+        return not sim.audit.refuses(plan, j)
+
     # Online calibration, as the plan stage does (planner/service.py): the rollout the running plan
     # was predicted to take on this window vs the rollouts measured over it (routing, queueing and
     # the long tail the segment table only bounds); the factor scales every candidate's T_rollout.
@@ -208,10 +216,10 @@ def replan(sim: Simulator, j: int) -> bool:
     if sim.s.rerank_plans and sim.sample:
         # Simulated prices need no calibration: the candidates and the running plan all run the
         # last rollout's trajectories (sim/rerank.py).
-        ranked = rerank(sim, sim.rerank_candidates(window), sim.sample)
+        ranked = [(p, d) for p, d in rerank(sim, sim.rerank_candidates(window), sim.sample) if ok(p)]
         now_plan = resimulated(sim, now_plan, dep, sim.sample, sample_spread(sim, sim.sample))
     else:
-        proposed = search_plans(sim.model, sim.hw, sim.G, window, settings)
+        proposed = [p for p in search_plans(sim.model, sim.hw, sim.G, window, settings) if ok(p)]
         ranked = [(p, deployment_from_plan(sim.p, p, sim.model, sim.hw, settings)) for p in proposed[:1]]
     if not ranked:
         return False
@@ -220,10 +228,32 @@ def replan(sim: Simulator, j: int) -> bool:
     sim.stats.replans.append(decision.as_record())
     if decision.action != "apply":
         return False
+    if decision.move_cost_s > 0 and math.isfinite(now_plan.t_iter_s):  # never back to a plan that cannot run
+        sim.audit.moved(j, dep.plan, best)
+        sim.before_move = dep
+    _redeploy(sim, best_dep)
+    return decision.move_cost_s > 0
+
+
+def audit_move(sim: Simulator, j: int) -> bool:
+    """Audit the last applied move (planner/audit.py); True if it was reverted (workers move back)."""
+    verdict = sim.audit.verdict(j)
+    if verdict is None:
+        return False
+    window = concat(sim.windows, name=f"window@{j}")
+    record = audit_decision(j, verdict, window, sim.replanner, sim.replanner.move_cost_s)
+    sim.stats.replans.append(record.as_record())
+    back, sim.before_move = sim.before_move, None
+    if verdict.action != "revert" or back is None:
+        return False
+    _redeploy(sim, back)
+    return True
+
+
+def _redeploy(sim: Simulator, dep: Deployment) -> None:
     if sim.trainer.busy and sim.lent:
         sim.trainer.set_gpus(sim.q.now_s, sim.dep.train_gpus if sim.dep else sim.trainer.gpus)
     sim.lent, sim.hybrids = [], []
     sim.lent_ready.clear()
-    sim.deploy(best_dep)
+    sim.deploy(dep)
     schedule_train(sim)
-    return decision.move_cost_s > 0

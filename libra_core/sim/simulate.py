@@ -43,7 +43,7 @@ def _result(name: str, st: RunStats, wall_s: float) -> PolicyResult:
         rollout_idle_share=1.0 - st.roll_busy_gpu_s / st.roll_gpu_s if st.roll_gpu_s > 0 else 0.0,
         train_idle_share=1.0 - st.train_busy_gpu_s / st.train_gpu_s if st.train_gpu_s > 0 else 0.0,
         moves=sum(r.moves for r in st.records),
-        replans_applied=sum(1 for d in st.replans if d["action"] == "apply"),
+        replans_applied=sum(1 for d in st.replans if d["action"] in ("apply", "revert")),  # moves
         long_tail_share=tail_share(st.latencies_s),
         tail_time_share=tail_time_share(st.records),
         first_deployment=st.deployments[0],

@@ -1,0 +1,111 @@
+"""Hindsight audit of applied plans: keep a move only if the measured throughput did not fall.
+
+A replan is applied on the cost model's word (replan.py): the proposal's predicted iteration time
+beat the current plan's by the hysteresis margin. The model can be wrong in ways its online
+correction does not see, because that correction is one factor per stage, measured on the plan
+that ran: a proposal of another shape (a different TP degree, fewer rollout GPUs) can be priced
+too well and still be chosen. The audit checks the move against what the run measures.
+
+Who calls it: the plan stage's planner (service.py) and the simulator's replanning (sim/pipeline.py).
+After every finished iteration they call `record(iteration, tokens, seconds)`; when a replan is
+applied, `moved(iteration, previous, applied)`; before each iteration, `verdict(iteration)`.
+Throughput is tokens per second of iteration, so a workload that grows slowly (drift) does not
+read as a regression. With `window` finished iterations on each side of the move (the iteration
+that paid the move and the one before it are skipped: in a pipelined run the update of the one
+before runs on the new plan), the verdict is:
+
+    after < before x (1 - max_loss_fraction)  -> "revert": go back to the previous plan,
+                                                 and refuse the reverted plan's resources for
+                                                 `refuse_iterations` iterations
+    otherwise                                 -> "confirm"
+
+`refuses(plan, iteration)` is True for a plan with the same resources (split, training layout,
+instance multiset) as a reverted one while its refusal lasts; the replanner skips such proposals,
+so the next replan does not propose the same move again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from libra_core.planner.search import Plan
+
+
+@dataclass(frozen=True)
+class AuditPolicy:
+    window: int = 3  # finished iterations measured on each side of a move; 0 turns the audit off
+    max_loss_fraction: float = 0.05  # a throughput drop beyond this reverts the move
+    refuse_iterations: int = 30  # how long a reverted plan's resources are refused
+
+    def __post_init__(self) -> None:
+        if self.window < 0:
+            raise ValueError(f"audit window must be >= 0 iterations, got {self.window}")
+        if not 0.0 <= self.max_loss_fraction < 1.0:
+            raise ValueError(f"max_loss_fraction must be in [0, 1), got {self.max_loss_fraction}")
+        if self.refuse_iterations < 0:
+            raise ValueError(f"refuse_iterations must be >= 0, got {self.refuse_iterations}")
+
+
+@dataclass(frozen=True)
+class AuditVerdict:
+    """The audit of the move applied at `moved_at`; `previous` is the plan to go back to."""
+
+    moved_at: int
+    action: Literal["revert", "confirm"]
+    before_tokens_per_s: float
+    after_tokens_per_s: float
+    previous: Plan
+    applied: Plan
+
+    @property
+    def change_fraction(self) -> float:
+        return self.after_tokens_per_s / self.before_tokens_per_s - 1.0
+
+
+class MoveAudit:
+    """Measured throughput around the last applied move, and the plans it refused."""
+
+    def __init__(self, policy: AuditPolicy) -> None:
+        self.policy = policy
+        self._throughput: dict[int, float] = {}  # iteration -> tokens per second
+        self._pending: tuple[int, Plan, Plan] | None = None  # (iteration moved at, previous, applied)
+        self._refused: list[tuple[Plan, int]] = []  # (plan, refused until this iteration)
+
+    def record(self, iteration: int, tokens: float, seconds: float) -> None:
+        """One finished iteration: the tokens it trained on and its wall seconds (its period)."""
+        if seconds > 0 and tokens > 0:
+            self._throughput[iteration] = tokens / seconds
+
+    def moved(self, iteration: int, previous: Plan, applied: Plan) -> None:
+        """A plan was applied before `iteration`; the move is audited once enough has run."""
+        if self.policy.window > 0:
+            self._pending = (iteration, previous, applied)
+
+    def verdict(self, iteration: int) -> AuditVerdict | None:
+        """The pending move's verdict once `window` iterations after it have finished, else None."""
+        if self._pending is None:
+            return None
+        at, previous, applied = self._pending
+        w = self.policy.window
+        before = [self._throughput.get(i) for i in range(at - 1 - w, at - 1)]
+        after = [self._throughput.get(i) for i in range(at + 1, at + 1 + w)]
+        if any(x is None for x in after):
+            return None
+        self._pending = None
+        known = [x for x in before if x is not None]
+        if not known:  # nothing measured before the move (it came early): nothing to compare
+            return None
+        b = sum(known) / len(known)
+        a = sum(x for x in after if x is not None) / w
+        action: Literal["revert", "confirm"] = (
+            "revert" if a < b * (1.0 - self.policy.max_loss_fraction) else "confirm"
+        )
+        if action == "revert":
+            self._refused.append((applied, iteration + self.policy.refuse_iterations))
+        return AuditVerdict(at, action, b, a, previous, applied)
+
+    def refuses(self, plan: Plan, iteration: int) -> bool:
+        """True while `plan` has the resources of a reverted plan whose refusal still lasts."""
+        self._refused = [(p, until) for p, until in self._refused if iteration < until]
+        return any(plan.same_resources(p) for p, _ in self._refused)

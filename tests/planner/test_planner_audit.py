@@ -1,0 +1,114 @@
+"""The move audit (planner/audit.py): a replan whose measured throughput fell is reverted."""
+
+from __future__ import annotations
+
+import pytest
+
+from libra_core.config import LibraConfig
+from libra_core.planner.audit import AuditPolicy, MoveAudit
+from libra_core.planner.presets import workload_preset
+from libra_core.planner.replan import ReplanPolicy, audit_decision
+from libra_core.planner.search import Plan, SearchSettings, search_plans
+from libra_core.planner.service import LibraPlanner
+from libra_core.planner.specs import get_hardware, get_model
+
+
+def two_plans() -> tuple[Plan, Plan]:
+    """Two plans of different resources for one workload."""
+    w = workload_preset("math-short")
+    plans = search_plans(get_model("qwen3-8b"), get_hardware("A800"), 48, w, SearchSettings(staleness=1))
+    first = plans[0]
+    other = next(p for p in plans[1:] if not p.same_resources(first))
+    return first, other
+
+
+def audited(after_tokens_per_s: float, policy: AuditPolicy | None = None) -> tuple[MoveAudit, Plan, Plan]:
+    old, new = two_plans()
+    audit = MoveAudit(policy or AuditPolicy(window=3, max_loss_fraction=0.05, refuse_iterations=10))
+    for i in range(5):  # before the move at 5: 100 tok/s
+        audit.record(i, tokens=1000.0, seconds=10.0)
+    audit.moved(5, old, new)
+    audit.record(5, tokens=1000.0, seconds=30.0)  # the iteration that paid the move: not counted
+    for i in (6, 7):
+        audit.record(i, tokens=1000.0, seconds=1000.0 / after_tokens_per_s)
+    assert audit.verdict(8) is None  # only two iterations after the move so far
+    audit.record(8, tokens=1000.0, seconds=1000.0 / after_tokens_per_s)
+    return audit, old, new
+
+
+def test_a_move_that_lost_throughput_is_reverted_and_refused_for_a_while() -> None:
+    audit, old, new = audited(after_tokens_per_s=90.0)
+    v = audit.verdict(9)
+    assert v is not None and v.action == "revert"
+    assert v.before_tokens_per_s == pytest.approx(100.0) and v.after_tokens_per_s == pytest.approx(90.0)
+    assert v.change_fraction == pytest.approx(-0.10)
+    assert v.previous is old and v.applied is new
+    assert audit.verdict(10) is None  # one verdict per move
+    assert audit.refuses(new, 10) and not audit.refuses(old, 10)
+    assert audit.refuses(new, 18) and not audit.refuses(new, 19)  # refused for 10 iterations from 9
+
+
+def test_a_move_within_the_margin_is_confirmed() -> None:
+    audit, _, new = audited(after_tokens_per_s=97.0)  # -3% is within the 5% margin
+    v = audit.verdict(9)
+    assert v is not None and v.action == "confirm"
+    assert not audit.refuses(new, 10)
+
+
+def test_window_zero_turns_the_audit_off() -> None:
+    audit, _, _ = audited(after_tokens_per_s=50.0, policy=AuditPolicy(window=0))
+    assert audit.verdict(9) is None
+
+
+def test_audit_record_reads_as_the_loss() -> None:
+    audit, old, new = audited(after_tokens_per_s=80.0)
+    v = audit.verdict(9)
+    assert v is not None
+    d = audit_decision(9, v, workload_preset("math-short"), ReplanPolicy(), move_cost_s=60.0)
+    assert d.action == "revert" and d.move_cost_s == 60.0
+    assert d.saving_per_iter_s == pytest.approx(1e6 / 80 - 1e6 / 100)  # seconds per million tokens
+    assert "-20.0%" in d.reason and d.proposed_split != d.current_split
+
+
+@pytest.mark.parametrize(
+    "kw", [{"window": -1}, {"max_loss_fraction": 1.0}, {"max_loss_fraction": -0.1}, {"refuse_iterations": -1}]
+)
+def test_bad_audit_policy_is_rejected(kw: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        AuditPolicy(**kw)  # type: ignore[arg-type]
+
+
+def test_service_reverts_a_move_that_measured_worse() -> None:
+    cfg = LibraConfig.model_validate(
+        {
+            "planner": {
+                "type": "libra",
+                "replan_every": 2,
+                "hardware": "48xA800",
+                "model_spec": "qwen3-8b",
+                "initial_workload": "math-short",
+                "audit_window": 1,
+                "min_gain_fraction": 0.001,  # any saving moves (the audit margin is this too)
+            }
+        }
+    )
+    planner = LibraPlanner.from_config(cfg)
+    first, _ = planner.step(0)
+    long = workload_preset("math-short").scaled(4.0)
+    # Iterations 0 and 1 ran the first plan; the workload drifted 4x longer (the replan moves GPUs).
+    for i in (0, 1):
+        planner.observe(
+            long, 16, {"rollout": first.t_rollout_s * 4, "update": first.t_train_s * 4}, iteration=i
+        )
+    assert planner.step(1)[1] is None
+    moved, decision = planner.step(2)
+    assert decision is not None and decision.action == "apply", decision
+    assert not moved.same_resources(first)
+    # The moved plan measures twice as slow per token as before the move: reverted at iteration 4.
+    tokens_s_before = 4 * first.t_rollout_s + 4 * first.t_train_s
+    for i in (2, 3):
+        planner.observe(long, 16, {"rollout": tokens_s_before * 2, "update": 0.0}, iteration=i)
+    back, verdict = planner.step(4)
+    assert verdict is not None and verdict.action == "revert", verdict
+    assert back is first  # the plan as it ran before the move
+    assert planner.audit.refuses(moved, 5)

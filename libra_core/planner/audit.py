@@ -14,14 +14,16 @@ read as a regression. With `window` finished iterations on each side of the move
 that paid the move and the one before it are skipped: in a pipelined run the update of the one
 before runs on the new plan), the verdict is:
 
-    after < before x (1 - max_loss_fraction)  -> "revert": go back to the previous plan,
-                                                 and refuse the reverted plan's resources for
-                                                 `refuse_iterations` iterations
+    after < before x (1 - max_loss_fraction)  -> "revert": go back to the previous plan
     otherwise                                 -> "confirm"
 
-`refuses(plan, iteration)` is True for a plan with the same resources (split, training layout,
-instance multiset) as a reverted one while its refusal lasts; the replanner skips such proposals,
-so the next replan does not propose the same move again.
+A revert teaches two things for the next `refuse_iterations` iterations. `refuses(plan,
+iteration)` is True for a plan with the reverted plan's resources (split, training layout,
+instance multiset): the replanner skips it. And `extra_margin(iteration)` is the model's error on
+that move, the saving it predicted plus the loss that was measured (predicted 8%, measured -6%:
+0.14): the replanner adds it to its hysteresis, so a proposal of the same kind (the same TP degree
+on one GPU fewer, say) must promise that much more before it moves workers again. A drift large
+enough still moves them.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from libra_core.planner.search import Plan
 class AuditPolicy:
     window: int = 3  # finished iterations measured on each side of a move; 0 turns the audit off
     max_loss_fraction: float = 0.05  # a throughput drop beyond this reverts the move
-    refuse_iterations: int = 30  # how long a reverted plan's resources are refused
+    # How long a revert's lessons last: callers pass the replanner's expected_iterations, the life
+    # a plan is amortised over.
+    refuse_iterations: int = 50
 
     def __post_init__(self) -> None:
         if self.window < 0:
@@ -69,24 +73,27 @@ class MoveAudit:
     def __init__(self, policy: AuditPolicy) -> None:
         self.policy = policy
         self._throughput: dict[int, float] = {}  # iteration -> tokens per second
-        self._pending: tuple[int, Plan, Plan] | None = None  # (iteration moved at, previous, applied)
+        # (iteration moved at, previous, applied, saving the model predicted as a share of T_iter)
+        self._pending: tuple[int, Plan, Plan, float] | None = None
         self._refused: list[tuple[Plan, int]] = []  # (plan, refused until this iteration)
+        self._margins: list[tuple[float, int]] = []  # (model error on a reverted move, until)
 
     def record(self, iteration: int, tokens: float, seconds: float) -> None:
         """One finished iteration: the tokens it trained on and its wall seconds (its period)."""
         if seconds > 0 and tokens > 0:
             self._throughput[iteration] = tokens / seconds
 
-    def moved(self, iteration: int, previous: Plan, applied: Plan) -> None:
-        """A plan was applied before `iteration`; the move is audited once enough has run."""
+    def moved(self, iteration: int, previous: Plan, applied: Plan, predicted_gain_fraction: float) -> None:
+        """A plan was applied before `iteration`, predicted to save `predicted_gain_fraction` of the
+        iteration time; the move is audited once enough has run."""
         if self.policy.window > 0:
-            self._pending = (iteration, previous, applied)
+            self._pending = (iteration, previous, applied, max(0.0, predicted_gain_fraction))
 
     def verdict(self, iteration: int) -> AuditVerdict | None:
         """The pending move's verdict once `window` iterations after it have finished, else None."""
         if self._pending is None:
             return None
-        at, previous, applied = self._pending
+        at, previous, applied, predicted = self._pending
         w = self.policy.window
         before = [self._throughput.get(i) for i in range(at - 1 - w, at - 1)]
         after = [self._throughput.get(i) for i in range(at + 1, at + 1 + w)]
@@ -102,8 +109,16 @@ class MoveAudit:
             "revert" if a < b * (1.0 - self.policy.max_loss_fraction) else "confirm"
         )
         if action == "revert":
-            self._refused.append((applied, iteration + self.policy.refuse_iterations))
+            until = iteration + self.policy.refuse_iterations
+            self._refused.append((applied, until))
+            self._margins.append((predicted + (1.0 - a / b), until))
         return AuditVerdict(at, action, b, a, previous, applied)
+
+    def extra_margin(self, iteration: int) -> float:
+        """Share of T_iter a proposal must save on top of the hysteresis: the largest model error
+        on a move reverted within the last `refuse_iterations` iterations (0 when none)."""
+        self._margins = [(m, until) for m, until in self._margins if iteration < until]
+        return max((m for m, _ in self._margins), default=0.0)
 
     def refuses(self, plan: Plan, iteration: int) -> bool:
         """True while `plan` has the resources of a reverted plan whose refusal still lasts."""

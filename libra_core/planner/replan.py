@@ -92,15 +92,17 @@ class ReplanPolicy:
         proposed: Plan,
         window: Workload,
         move_cost_s: float | None = None,
+        extra_gain_fraction: float = 0.0,
     ) -> ReplanDecision:
-        """`current_now` is `current` re-priced on `window`; `proposed` the fresh search's best."""
+        """`current_now` is `current` re-priced on `window`; `proposed` the fresh search's best.
+        `extra_gain_fraction` raises the hysteresis for moves (the audit's margin, audit.py)."""
         cost = self.move_cost_s if move_cost_s is None else move_cost_s
         free = proposed.same_resources(current)
         if free:
             cost = 0.0
         saving = current_now.t_iter_s - proposed.t_iter_s
         gain = saving * self.expected_iterations
-        threshold = self.min_gain_fraction * current_now.t_iter_s
+        threshold = (self.min_gain_fraction + extra_gain_fraction) * current_now.t_iter_s
         if not math.isfinite(current_now.t_iter_s):
             apply, why = True, "the current plan cannot run the window's workload (memory)"
         elif free:
@@ -125,7 +127,7 @@ class ReplanPolicy:
             expected_iterations=self.expected_iterations,
             move_cost_s=cost,
             amortised_gain_s=gain,
-            min_gain_fraction=self.min_gain_fraction,
+            min_gain_fraction=self.min_gain_fraction + extra_gain_fraction,
             window_trajectories=window.num_samples,
             window_mean_len=stats["mean_len"],
             window_p90_len=stats["p90_len"],

@@ -60,7 +60,9 @@ class LibraPlanner:
         self.corrections = StageCorrection()
         self._prior = prior
         self._plan: Plan | None = None
-        self.audit: MoveAudit = MoveAudit(AuditPolicy(audit_window, policy.min_gain_fraction))
+        self.audit = MoveAudit(
+            AuditPolicy(audit_window, policy.min_gain_fraction, policy.expected_iterations)
+        )
 
     @classmethod
     def from_config(cls, cfg: LibraConfig) -> LibraPlanner:
@@ -157,8 +159,12 @@ class LibraPlanner:
         window = self.window.pooled()
         current_now = evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())
         proposed = self._search(window, iteration)
-        decision = self.policy.decide(iteration, self._plan, current_now, proposed, window)
+        margin = self.audit.extra_margin(iteration)
+        decision = self.policy.decide(
+            iteration, self._plan, current_now, proposed, window, extra_gain_fraction=margin
+        )
         if decision.action == "apply" and decision.move_cost_s > 0 and math.isfinite(current_now.t_iter_s):
-            self.audit.moved(iteration, self._plan, proposed)
+            gain = decision.saving_per_iter_s / current_now.t_iter_s
+            self.audit.moved(iteration, self._plan, proposed, gain)
         self._plan = proposed if decision.action == "apply" else current_now
         return self._plan, decision

@@ -183,7 +183,9 @@ class Simulator:
         self.stats = RunStats()
         self.correction = StageCorrection()  # measured / predicted rollout time, fed at replans
         self.replanner = ReplanPolicy(self.s.min_gain_fraction, 50, self.s.engine_restart_s + self.join_s)
-        self.audit: MoveAudit = MoveAudit(AuditPolicy(self.s.audit_window, self.s.min_gain_fraction))
+        self.audit = MoveAudit(
+            AuditPolicy(self.s.audit_window, self.s.min_gain_fraction, self.replanner.expected_iterations)
+        )
         self.before_move: Deployment | None = None  # the deployment an audited move would go back to
         self.trajs = {j: workload.trajectories(j) for j in range(min(1, iterations))}
         self.windows: list[Workload] = []

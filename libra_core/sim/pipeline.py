@@ -224,12 +224,13 @@ def replan(sim: Simulator, j: int) -> bool:
     if not ranked:
         return False
     best, best_dep = ranked[0]
-    decision = sim.replanner.decide(j, dep.plan, now_plan, best, window)
+    margin = sim.audit.extra_margin(j)
+    decision = sim.replanner.decide(j, dep.plan, now_plan, best, window, extra_gain_fraction=margin)
     sim.stats.replans.append(decision.as_record())
     if decision.action != "apply":
         return False
     if decision.move_cost_s > 0 and math.isfinite(now_plan.t_iter_s):  # never back to a plan that cannot run
-        sim.audit.moved(j, dep.plan, best)
+        sim.audit.moved(j, dep.plan, best, decision.saving_per_iter_s / now_plan.t_iter_s)
         sim.before_move = dep
     _redeploy(sim, best_dep)
     return decision.move_cost_s > 0

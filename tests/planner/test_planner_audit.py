@@ -8,7 +8,7 @@ from libra_core.config import LibraConfig
 from libra_core.planner.audit import AuditPolicy, MoveAudit
 from libra_core.planner.presets import workload_preset
 from libra_core.planner.replan import ReplanPolicy, audit_decision
-from libra_core.planner.search import Plan, SearchSettings, search_plans
+from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, search_plans
 from libra_core.planner.service import LibraPlanner
 from libra_core.planner.specs import get_hardware, get_model
 
@@ -27,7 +27,7 @@ def audited(after_tokens_per_s: float, policy: AuditPolicy | None = None) -> tup
     audit = MoveAudit(policy or AuditPolicy(window=3, max_loss_fraction=0.05, refuse_iterations=10))
     for i in range(5):  # before the move at 5: 100 tok/s
         audit.record(i, tokens=1000.0, seconds=10.0)
-    audit.moved(5, old, new)
+    audit.moved(5, old, new, predicted_gain_fraction=0.08)
     audit.record(5, tokens=1000.0, seconds=30.0)  # the iteration that paid the move: not counted
     for i in (6, 7):
         audit.record(i, tokens=1000.0, seconds=1000.0 / after_tokens_per_s)
@@ -46,13 +46,15 @@ def test_a_move_that_lost_throughput_is_reverted_and_refused_for_a_while() -> No
     assert audit.verdict(10) is None  # one verdict per move
     assert audit.refuses(new, 10) and not audit.refuses(old, 10)
     assert audit.refuses(new, 18) and not audit.refuses(new, 19)  # refused for 10 iterations from 9
+    # The model's error on the move (predicted +8%, measured -10%) raises the hysteresis as long.
+    assert audit.extra_margin(18) == pytest.approx(0.18) and audit.extra_margin(19) == 0.0
 
 
 def test_a_move_within_the_margin_is_confirmed() -> None:
     audit, _, new = audited(after_tokens_per_s=97.0)  # -3% is within the 5% margin
     v = audit.verdict(9)
     assert v is not None and v.action == "confirm"
-    assert not audit.refuses(new, 10)
+    assert not audit.refuses(new, 10) and audit.extra_margin(10) == 0.0
 
 
 def test_window_zero_turns_the_audit_off() -> None:
@@ -112,3 +114,19 @@ def test_service_reverts_a_move_that_measured_worse() -> None:
     assert verdict is not None and verdict.action == "revert", verdict
     assert back is first  # the plan as it ran before the move
     assert planner.audit.refuses(moved, 5)
+    assert planner.audit.extra_margin(5) > 0.5  # the predicted saving plus the 50% measured loss
+
+
+def test_the_audit_margin_raises_the_hysteresis() -> None:
+    on_policy = SearchSettings(staleness=0)  # a length drift moves the best split (test_planner_replan)
+    m, hw = get_model("qwen3-8b"), get_hardware("A800")
+    short = workload_preset("math-short")
+    long = short.scaled(4.0)
+    current = search_plans(m, hw, 48, short, on_policy)[0]
+    now = evaluate_plan(current, m, hw, long, on_policy)
+    proposed = search_plans(m, hw, 48, long, on_policy)[0]
+    saving = (now.t_iter_s - proposed.t_iter_s) / now.t_iter_s
+    policy = ReplanPolicy(0.05, 50, move_cost_s=1.0)
+    assert policy.decide(3, current, now, proposed, long).action == "apply"
+    kept = policy.decide(3, current, now, proposed, long, extra_gain_fraction=saving)
+    assert kept.action == "keep" and kept.min_gain_fraction == pytest.approx(0.05 + saving)

@@ -1,7 +1,7 @@
 """The planner's price for one homogeneous rollout layout against the simulated rollout, per TP degree.
 
     .venv/bin/python benchmarks/sim_homogeneous_price.py [--scenario r2e-gym] [--rollout-gpus 24]
-        [--prompts-per-iteration 32]
+        [--prompts-per-iteration 32] [--queue-wait]
 
 For iteration 0 of a scenario on A800s, `greedy`'s half/half split of 2 x `rollout-gpus` GPUs with every
 TP degree in turn (`rollout-gpus / tp` instances, one bucket; until 2026-12-02 the simulated layout
@@ -30,6 +30,9 @@ def main() -> None:
     ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
     ap.add_argument("--rollout-gpus", type=int, default=24, help="greedy's half of 48 GPUs")
     ap.add_argument("--prompts-per-iteration", type=int, default=None)
+    ap.add_argument(
+        "--queue-wait", action="store_true", help="price the queue wait (SearchSettings.queue_wait)"
+    )
     args = ap.parse_args()
     spec = SCENARIOS[args.scenario]
     if args.prompts_per_iteration is not None:
@@ -60,7 +63,14 @@ def main() -> None:
         rec = sim.run().records[0]
         simulated = rec.rollout_end_s - rec.rollout_start_s
         cost = RolloutCostModel(model, cluster.hardware, sim.search.max_num_seqs)
-        table = build_segment_table(cost, sim.workload_of(0), (tp,), sim.search.num_bins, args.rollout_gpus)
+        table = build_segment_table(
+            cost,
+            sim.workload_of(0),
+            (tp,),
+            sim.search.num_bins,
+            args.rollout_gpus,
+            queue_wait=args.queue_wait,
+        )
         k, m = table.num_bins, min(n, table.max_instances) - 1
         crit, work = float(table.crit_s[0, m, 0, k]), float(table.work_s[0, m, 0, k]) / n
         group = table.group_time_s(0, n, 0, k)

@@ -159,6 +159,7 @@ def build_segment_table(
     num_bins: int,
     max_gpus: int,
     promote: bool = False,
+    queue_wait: bool = False,
 ) -> SegmentTable:
     """Price every contiguous range of length-sorted bins on n TP-t instances (assignment.py).
 
@@ -188,6 +189,13 @@ def build_segment_table(
     path if it ends there) at this range's step, plus the re-prefill: a lower bound on its time
     through the earlier (never larger-TP) ranges too. With one range over every bin it prices
     exactly as without `promote`.
+
+    `queue_wait` (a what-if, off by default): when a range's trajectories per instance q exceed
+    what the KV cache holds at its mean context (H), the critical path also pays the wait of a
+    slowest trajectory queued behind the others: `0.5 x (1 - H / q) x work per instance` (with
+    `promote` only in ranges that start at the first bin, where every trajectory starts). Without
+    it the path is priced at the capped batch whatever the instance count, so under load the price
+    of a split stops falling with more rollout GPUs (docs/simulator.md, "Pricing the queue").
     """
     order = np.argsort(w.total_tokens, kind="stable")
     prompts = w.prompt_tokens[order].astype(float)
@@ -303,6 +311,16 @@ def build_segment_table(
             path[m] = np.maximum(s_m * gen[0] + fixed[0], s_m * gen[1] + fixed[1]).max(axis=1)
         path = np.maximum(path, 0.0)  # a range no trajectory reaches (promotion) has no path
         crit[ti, :usable, iu, ju] = path.T
+        if queue_wait:
+            # Trajectories beyond what the KV cache holds at once wait for room: the slowest one
+            # starts, on average, halfway through the share of the work queued ahead of it.
+            held = cost.concurrency(tp, mean_ctx, np.inf)  # (K+1, K+1)
+            per_inst = np.nan_to_num(work[ti, :usable]) / np.arange(1, usable + 1)[:, None, None]
+            queued = np.clip(1.0 - held[None] / np.maximum(q[:usable], 1e-12), 0.0, 1.0)
+            wait = 0.5 * queued * per_inst
+            if promote:  # later ranges receive trajectories as they climb, not all at the start
+                wait[:, 1:, :] = 0.0
+            crit[ti, :usable] = np.where(np.isfinite(crit[ti, :usable]), crit[ti, :usable] + wait, np.inf)
         crit[ti, usable:] = crit[ti, usable - 1]  # counts no plan can use price like the last usable
         work[ti, usable:] = work[ti, usable - 1]
         crit[ti] = np.where(ok, crit[ti], np.inf)

@@ -101,6 +101,9 @@ class SearchSettings:
     # (spread.py; needs `Workload.group_index`), not for the mean workload: a balanced plan then
     # pays for the iterations that run long. Off: the planner's documented figures plan for the mean.
     plan_for_spread: bool = False
+    # Price the wait of a range's slowest trajectory queued behind others when the KV cache holds
+    # fewer than an instance is given (`build_segment_table(queue_wait=...)`); a what-if, off.
+    queue_wait: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,9 @@ def search_plans(
     s = settings or SearchSettings()
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = instance_tp_degrees(model, hw)
-    table = build_segment_table(cost, workload, tps, s.num_bins, num_gpus, promote=s.promote)
+    table = build_segment_table(
+        cost, workload, tps, s.num_bins, num_gpus, promote=s.promote, queue_wait=s.queue_wait
+    )
     shape = TrainShape.from_workload(workload)
     spread = _spread(cost, workload, tps, s)
     colocated = num_gpus == 1
@@ -383,7 +388,9 @@ def evaluate_plan(
     s = settings or SearchSettings()
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
-    table = build_segment_table(cost, workload, tps, s.num_bins, plan.rollout_gpus, promote=s.promote)
+    table = build_segment_table(
+        cost, workload, tps, s.num_bins, plan.rollout_gpus, promote=s.promote, queue_wait=s.queue_wait
+    )
     assignment = _assign(table, plan.rollout_gpus, s)
     shape = TrainShape.from_workload(workload)
     est = _best_same_topology(model, hw, plan.train.layout, shape)

@@ -84,6 +84,9 @@ class SimSettings:
     # Finished iterations measured on each side of an applied replan; the move is reverted when
     # their throughput fell by more than min_gain_fraction (planner/audit.py); 0: no audit.
     audit_window: int = 3
+    # The planner prices the wait of a slowest trajectory queued for KV room (SearchSettings
+    # .queue_wait); off: with it dapo-math's heterogeneous policies pick a layout that runs slower.
+    queue_wait: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
@@ -170,6 +173,7 @@ class Simulator:
             promote=policy.hetero and policy.scheduler in PROMOTING,
             one_range_per_degree=self.s.one_range_per_degree,
             plan_for_spread=self.s.plan_for_spread,
+            queue_wait=self.s.queue_wait,
         )
         from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 

@@ -120,7 +120,9 @@ def homogeneous_tp(
     """The TP degree the planner prices best for one group on `rollout_gpus` (a fixed split's)."""
     cost = RolloutCostModel(model, hw, settings.max_num_seqs)
     tps = tuple(t for t in instance_tp_degrees(model, hw) if t <= rollout_gpus)
-    table = build_segment_table(cost, workload, tps, settings.num_bins, rollout_gpus)
+    table = build_segment_table(
+        cost, workload, tps, settings.num_bins, rollout_gpus, queue_wait=settings.queue_wait
+    )
     best = homogeneous(table, rollout_gpus)
     return best.groups[0].tp if best else tps[0]
 

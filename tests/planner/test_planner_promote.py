@@ -121,3 +121,32 @@ def test_a_trajectory_without_tool_calls_never_leaves_the_first_range() -> None:
     assert table.work_s[0, 0, 1, 2] == 0.0 and table.crit_s[0, 0, 1, 2] == 0.0
     assert table.work_s[0, 0, 0, 1] == pytest.approx(plain.work_s[0, 0, 0, 2], rel=1e-9)
     assert table.crit_s[0, 0, 0, 1] == pytest.approx(plain.crit_s[0, 0, 0, 2], rel=1e-9)
+
+
+def test_queue_wait_prices_the_queue_behind_the_kv_cache() -> None:
+    """`queue_wait`: a slowest trajectory queued for KV room waits for half the work queued ahead."""
+    cost = RolloutCostModel(get_model("qwen3-14b"), A800)
+    w = workload_preset("swe-longtail", num_samples=400)
+    k = 16
+    plain = build_segment_table(cost, w, (1,), k, 32)
+    queued = build_segment_table(cost, w, (1,), k, 32, queue_wait=True)
+    assert np.array_equal(plain.work_s, queued.work_s)  # only the critical path changes
+    c0, c1 = plain.crit_s[0, :, 0, k], queued.crit_s[0, :, 0, k]
+    assert np.all(c1 >= c0 - 1e-9)
+    trajectories = w.trajectories_per_iteration
+    held = float(cost.concurrency(1, np.nan_to_num(w.total_tokens).mean(), np.inf))
+    loaded = [n for n in range(1, 33) if trajectories / n > 2 * held]
+    assert len(loaded) >= 2  # the workload overloads a few TP1 instances' KV cache
+    # Where the queue binds, the path's price falls with every instance added (flat without it).
+    assert np.all(np.diff(c1[[n - 1 for n in loaded]]) < 0)
+    assert np.all(c1[[n - 1 for n in loaded]] > c0[[n - 1 for n in loaded]])
+    # With promotion only the first range (where every trajectory starts) waits, so one range
+    # over every length still prices as without promotion.
+    promote = build_segment_table(cost, w, (1,), k, 32, promote=True, queue_wait=True)
+    assert np.allclose(promote.crit_s[..., 0, k], queued.crit_s[..., 0, k], rtol=1e-9)
+    assert np.allclose(
+        promote.crit_s[..., 1:, :],
+        build_segment_table(cost, w, (1,), k, 32, promote=True).crit_s[..., 1:, :],
+        rtol=1e-9,
+        equal_nan=True,
+    )

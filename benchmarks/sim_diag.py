@@ -18,9 +18,10 @@ import sys
 import time
 
 from libra_core.planner.specs import get_model, parse_cluster
-from libra_core.sim.engine import SimSettings, Simulator
+from libra_core.sim.engine import Simulator
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import Deployment, resolve_policies
+from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import ScenarioSpec, load_scenario, long_tail_share
 
 

@@ -17,9 +17,10 @@ import random
 import time
 
 from libra_core.planner.specs import get_model, parse_cluster
-from libra_core.sim.engine import SimSettings, Simulator
+from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import deployment_from_plan, resolve_policies
 from libra_core.sim.rerank import rerank, resimulated, sample_spread
+from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import SCENARIOS, load_scenario
 
 

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 from libra_core.sim import ABLATION, POLICIES, format_table, simulate, workloads
-from libra_core.sim.engine import SimSettings
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import CALIBRATION
+from libra_core.sim.settings import SimSettings
 
 
 def main() -> None:

@@ -4,9 +4,10 @@ Reuses the real planner (cost model, search, replanning) and the real schedulers
 Prefect. Entry point: `simulate(...) -> SimReport`; `format_table(report)` / `render_rich(report)`.
 """
 
-from libra_core.sim.engine import SimSettings, Simulator
+from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import ABLATION, POLICIES, resolve_policies
 from libra_core.sim.report import PolicyResult, SimReport, format_table, render_rich
+from libra_core.sim.settings import SimSettings
 from libra_core.sim.simulate import simulate
 from libra_core.sim.workloads import SCENARIOS, load_scenario
 

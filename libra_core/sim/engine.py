@@ -29,7 +29,7 @@ import gc
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,56 +50,12 @@ from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import CostTables, Instance
 from libra_core.sim.policies import PROMOTING, Deployment, PolicySpec, build_deployment
 from libra_core.sim.rerank import rerank
-from libra_core.sim.router import SPILL_FACTOR, Router
+from libra_core.sim.router import Router
+from libra_core.sim.settings import SimSettings
+from libra_core.sim.stats import IterationRecord, RunStats
 from libra_core.sim.training import Trainer
 from libra_core.sim.tree import SimPrefixTree
 from libra_core.sim.workloads import SimTrajectory
-
-
-@dataclass(frozen=True)
-class SimSettings:
-    max_num_seqs: int = 256
-    num_bins: int = 48
-    replan_every: int = 10
-    window_iterations: int = 5
-    min_gain_fraction: float = 0.05
-    engine_restart_s: float = 30.0  # restarting instances when a plan moves workers
-    wake_s: float = 5.0  # vLLM sleep/wake (colocated switch, hybrid entering rollout)
-    cmlfq_cost_ratio: float = 0.1  # C-MLFQ prefill_decode_cost_ratio for a wall-clock objective
-    spill_factor: float = SPILL_FACTOR  # router: spill when a bucket runs > this x the mean load per GPU
-    move_reprefill: bool = True  # a moved turn prefills its whole context (False: a what-if, KV moves free)
-    # A turn the scheduler did not move waits for the instance that holds its prefix, as the rollout
-    # router does (libra_core/rollout/router.py); False: it goes to the least-loaded instance with room.
-    sticky_turns: bool = True
-    # The planner plans for the expected iteration under the window's iteration-to-iteration spread
-    # (planner/spread.py, from the GRPO groups of the trajectories it plans on); False: for the mean.
-    plan_for_spread: bool = True
-    # The DP prices each TP degree as one length range, as deployment_from_plan deploys it (one
-    # bucket per degree). Off by default: with it the planner's still optimistic prices for
-    # heterogeneous layouts under promotion pick ones that lose on dapo-math (docs/simulator.md).
-    one_range_per_degree: bool = False
-    # Planner-driven policies simulate one iteration of the planning sample on each of the planner's
-    # `rerank_plans` best candidates and run the fastest (sim/rerank.py); 0: the planner's first.
-    rerank_plans: int = 0
-    # Finished iterations measured on each side of an applied replan; the move is reverted when
-    # their throughput fell by more than min_gain_fraction (planner/audit.py); 0: no audit.
-    audit_window: int = 3
-    # The planner prices the wait of a slowest trajectory queued for KV room (SearchSettings
-    # .queue_wait); off: with it dapo-math's heterogeneous policies pick a layout that runs slower.
-    queue_wait: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"SimSettings.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("rerank_plans", "audit_window"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("min_gain_fraction", "engine_restart_s", "wake_s", "cmlfq_cost_ratio"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
-        if not self.spill_factor > 0:
-            raise ValueError(f"SimSettings.spill_factor must be > 0, got {self.spill_factor}")
 
 
 @dataclass(slots=True, eq=False)
@@ -114,37 +70,6 @@ class Flight:
     pinned: Instance | None = None
     new_tokens: float = 0.0  # tokens appended since the previous turn (prompt, then payloads)
     moved: bool = False  # the scheduler moved it at the last tool return (leave the old instance)
-
-
-@dataclass
-class IterationRecord:
-    iteration: int
-    rollout_start_s: float = 0.0
-    rollout_end_s: float = 0.0
-    train_end_s: float = 0.0
-    tokens: int = 0
-    trajectories: int = 0
-    moves: int = 0
-    replan: str = ""
-    t90_s: float = 0.0  # when 90% of the iteration's trajectories had finished
-    # Per bucket, when the last trajectory whose final turn ran on one of its instances finished
-    # (diagnostics: compare with the planner's group times, benchmarks/sim_diag.py).
-    bucket_end_s: dict[int, float] = field(default_factory=dict)
-
-
-@dataclass
-class RunStats:
-    records: list[IterationRecord] = field(default_factory=list)
-    latencies_s: list[float] = field(default_factory=list)
-    replans: list[dict[str, Any]] = field(default_factory=list)
-    deployments: list[str] = field(default_factory=list)
-    roll_gpu_s: float = 0.0
-    train_gpu_s: float = 0.0
-    roll_busy_gpu_s: float = 0.0
-    train_busy_gpu_s: float = 0.0
-    events: int = 0
-    lent_joins: int = 0
-    hybrid_rollouts: int = 0
 
 
 class Simulator:

@@ -10,10 +10,12 @@ from typing import Any
 
 from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 from libra_core.planner.specs import get_model, parse_cluster
-from libra_core.sim.engine import IterationRecord, RunStats, SimSettings, Simulator
+from libra_core.sim.engine import Simulator
 from libra_core.sim.instance import CostTables
 from libra_core.sim.policies import resolve_policies
 from libra_core.sim.report import PolicyResult, SimReport, lower_bound_s, tail_share
+from libra_core.sim.settings import SimSettings
+from libra_core.sim.stats import IterationRecord, RunStats
 from libra_core.sim.workloads import load_scenario
 
 log = logging.getLogger(__name__)

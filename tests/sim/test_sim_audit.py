@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from libra_core.planner.specs import get_model, parse_cluster
-from libra_core.sim.engine import RunStats, SimSettings, Simulator
-from libra_core.sim.policies import resolve_policies
-from libra_core.sim.workloads import load_scenario
+from libra_core.sim.settings import SimSettings
+from libra_core.sim.stats import RunStats
+from tests.sim.builders import build_sim
 
 
 def _run(audit_window: int) -> RunStats:
     # Search-R1 at 6x the built-in load (192 prompts x 16), drift spread over 20 iterations: the
     # replan at iteration 10 moves from 13xTP1 to 6xTP2 rollout instances, which the cost model
     # prices 11% faster and which runs about 20% slower (measured at this commit).
-    wl = load_scenario("search-r1", 20, 0, spec_overrides={"prompts_per_iteration": 192})
-    cluster = parse_cluster("48xA800")
-    sim = Simulator(
-        resolve_policies(["+planning"])[0],
-        wl,
-        get_model(wl.model),
-        cluster.hardware,
-        cluster.num_gpus,
-        20,
-        random.Random(0),
-        settings=SimSettings(audit_window=audit_window),
-    )
-    return sim.run()
+    settings = SimSettings(audit_window=audit_window)
+    return build_sim("search-r1", "+planning", 20, settings=settings, prompts_per_iteration=192).run()
 
 
 def _tokens_per_s(st: RunStats) -> float:

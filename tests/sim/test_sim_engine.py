@@ -5,37 +5,26 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-import random
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from libra_core.planner.assignment import Assignment, Group
-from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.sim import POLICIES, pipeline, simulate
-from libra_core.sim.engine import IterationRecord, SimSettings, Simulator
+from libra_core.sim.engine import Simulator
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import Instance
-from libra_core.sim.policies import deployment_from_plan, resolve_policies
+from libra_core.sim.policies import deployment_from_plan
+from libra_core.sim.settings import SimSettings
+from libra_core.sim.stats import IterationRecord
 from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, long_tail_share
+from tests.sim.builders import build_sim
 
 
 def _sim(policy: str, iterations: int = 2, record: bool = False, gpus: str = "8xA800") -> Simulator:
-    cluster = parse_cluster(gpus)
-    wl = ScenarioWorkload(SCENARIOS["tiny"], iterations, seed=0)
-    spec = resolve_policies([policy])[0]
-    return Simulator(
-        spec,
-        wl,
-        get_model(wl.model),
-        cluster.hardware,
-        cluster.num_gpus,
-        iterations,
-        random.Random(0),
-        record_events=record,
-    )
+    return build_sim("tiny", policy, iterations, gpus=gpus, record_events=record)
 
 
 def test_event_order_is_time_then_priority_then_sequence() -> None:

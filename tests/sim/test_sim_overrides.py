@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from libra_core.sim.engine import SimSettings
 from libra_core.sim.overrides import editable_fields, parse_overrides
+from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import ScenarioSpec, load_scenario
 
 

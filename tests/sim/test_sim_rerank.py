@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
 
-from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim import pipeline
-from libra_core.sim.engine import SimSettings, Simulator
-from libra_core.sim.policies import build_deployment, resolve_policies
+from libra_core.sim.engine import Simulator
+from libra_core.sim.policies import build_deployment
 from libra_core.sim.rerank import rerank, simulated_rollout_s
-from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, load_scenario
+from libra_core.sim.settings import SimSettings
+from tests.sim.builders import build_sim
 
 
 def _sim(scenario: str, policy: str, settings: SimSettings, iterations: int = 1, **spec: int) -> Simulator:
-    cluster = parse_cluster("48xA800" if scenario != "tiny" else "8xA800")
-    if scenario == "tiny":
-        wl = ScenarioWorkload(SCENARIOS["tiny"], iterations, seed=0)
-    else:
-        wl = load_scenario(scenario, 100, 0, spec_overrides=spec or None)
-    return Simulator(
-        resolve_policies([policy])[0],
-        wl,
-        get_model(wl.model),
-        cluster.hardware,
-        cluster.num_gpus,
-        iterations,
-        random.Random(0),
-        settings=settings,
-    )
+    drift = None if scenario == "tiny" else 100  # the built-in scenarios drift over 100 iterations
+    return build_sim(scenario, policy, iterations, settings=settings, drift_iterations=drift, **spec)
 
 
 def test_negative_rerank_plans_is_rejected() -> None:

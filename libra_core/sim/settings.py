@@ -1,0 +1,56 @@
+"""`SimSettings`: the simulator's knobs (router, engine, planner what-ifs), frozen and checked.
+
+Built once per run (`libra simulate --setting FIELD=VALUE`, the `simulate` flow's `settings`,
+`benchmarks/sim_table.py --setting`; sim/overrides.py parses the pairs) and read by the
+`Simulator` (engine.py) and its pipeline; nothing mutates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libra_core.sim.router import SPILL_FACTOR
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    max_num_seqs: int = 256
+    num_bins: int = 48
+    replan_every: int = 10
+    window_iterations: int = 5
+    min_gain_fraction: float = 0.05
+    engine_restart_s: float = 30.0  # restarting instances when a plan moves workers
+    wake_s: float = 5.0  # vLLM sleep/wake (colocated switch, hybrid entering rollout)
+    cmlfq_cost_ratio: float = 0.1  # C-MLFQ prefill_decode_cost_ratio for a wall-clock objective
+    spill_factor: float = SPILL_FACTOR  # router: spill when a bucket runs > this x the mean load per GPU
+    move_reprefill: bool = True  # a moved turn prefills its whole context (False: a what-if, KV moves free)
+    # A turn the scheduler did not move waits for the instance that holds its prefix, as the rollout
+    # router does (libra_core/rollout/router.py); False: it goes to the least-loaded instance with room.
+    sticky_turns: bool = True
+    # The planner plans for the expected iteration under the window's iteration-to-iteration spread
+    # (planner/spread.py, from the GRPO groups of the trajectories it plans on); False: for the mean.
+    plan_for_spread: bool = True
+    # The DP prices each TP degree as one length range, as deployment_from_plan deploys it (one
+    # bucket per degree). Off by default: with it the planner's still optimistic prices for
+    # heterogeneous layouts under promotion pick ones that lose on dapo-math (docs/simulator.md).
+    one_range_per_degree: bool = False
+    # Planner-driven policies simulate one iteration of the planning sample on each of the planner's
+    # `rerank_plans` best candidates and run the fastest (sim/rerank.py); 0: the planner's first.
+    rerank_plans: int = 0
+    # Finished iterations measured on each side of an applied replan; the move is reverted when
+    # their throughput fell by more than min_gain_fraction (planner/audit.py); 0: no audit.
+    audit_window: int = 3
+    # The planner prices the wait of a slowest trajectory queued for KV room (SearchSettings
+    # .queue_wait); off: with it dapo-math's heterogeneous policies pick a layout that runs slower.
+    queue_wait: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SimSettings.{name} must be >= 1, got {getattr(self, name)}")
+        nonnegative = ("rerank_plans", "audit_window", "min_gain_fraction", "engine_restart_s", "wake_s")
+        for name in (*nonnegative, "cmlfq_cost_ratio"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.spill_factor > 0:
+            raise ValueError(f"SimSettings.spill_factor must be > 0, got {self.spill_factor}")

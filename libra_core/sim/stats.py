@@ -1,0 +1,39 @@
+"""What one simulated run records: per-iteration timings (`IterationRecord`) and run totals
+(`RunStats`). The `Simulator` (engine.py) and its pipeline write them as events happen;
+simulate.py and report.py read them once the run ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class IterationRecord:
+    iteration: int
+    rollout_start_s: float = 0.0
+    rollout_end_s: float = 0.0
+    train_end_s: float = 0.0
+    tokens: int = 0
+    trajectories: int = 0
+    moves: int = 0
+    replan: str = ""
+    t90_s: float = 0.0  # when 90% of the iteration's trajectories had finished
+    # Per bucket, when the last trajectory whose final turn ran on one of its instances finished
+    # (diagnostics: compare with the planner's group times, benchmarks/sim_diag.py).
+    bucket_end_s: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass
+class RunStats:
+    records: list[IterationRecord] = field(default_factory=list)
+    latencies_s: list[float] = field(default_factory=list)
+    replans: list[dict[str, Any]] = field(default_factory=list)
+    deployments: list[str] = field(default_factory=list)
+    roll_gpu_s: float = 0.0
+    train_gpu_s: float = 0.0
+    roll_busy_gpu_s: float = 0.0
+    train_busy_gpu_s: float = 0.0
+    events: int = 0
+    lent_joins: int = 0
+    hybrid_rollouts: int = 0

@@ -1,0 +1,39 @@
+"""Small builders for simulator tests: one seeded `Simulator` from a scenario name and a policy."""
+
+from __future__ import annotations
+
+import random
+
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.sim.engine import Simulator
+from libra_core.sim.policies import resolve_policies
+from libra_core.sim.settings import SimSettings
+from libra_core.sim.workloads import load_scenario
+
+
+def build_sim(
+    scenario: str,
+    policy: str,
+    iterations: int = 1,
+    *,
+    settings: SimSettings | None = None,
+    drift_iterations: int | None = None,
+    gpus: str | None = None,
+    record_events: bool = False,
+    **spec: int,
+) -> Simulator:
+    """Seed 0; `tiny` on 8xA800, the others on 48xA800. The workload's drift is spread over
+    `drift_iterations` (default: the iterations simulated); `spec` changes generator fields."""
+    cluster = parse_cluster(gpus or ("8xA800" if scenario == "tiny" else "48xA800"))
+    wl = load_scenario(scenario, drift_iterations or iterations, 0, spec_overrides=spec or None)
+    return Simulator(
+        resolve_policies([policy])[0],
+        wl,
+        get_model(wl.model),
+        cluster.hardware,
+        cluster.num_gpus,
+        iterations,
+        random.Random(0),
+        settings=settings,
+        record_events=record_events,
+    )

@@ -147,14 +147,18 @@ class LibraPlanner:
             workload = self.window.pooled() if len(self.window) else self._prior
             self._plan = self._search(workload)
             return self._plan, initial_decision(iteration, self._plan, workload, self.policy)
+        due = bool(self.replan_every) and iteration % self.replan_every == 0 and len(self.window) > 0
         verdict = self.audit.verdict(iteration) if len(self.window) else None
         if verdict is not None:
             window = self.window.pooled()
             decision = audit_decision(iteration, verdict, window, self.policy, self.policy.move_cost_s)
             if verdict.action == "revert":  # the plan as it ran (the next replan re-prices it)
                 self._plan = verdict.previous
-            return self._plan, decision
-        if self.replan_every == 0 or iteration % self.replan_every or not len(self.window):
+                return self._plan, decision
+            if not due:
+                return self._plan, decision
+            log.info("iteration %d: %s; the replan due now follows", iteration, decision.reason)
+        if not due:
             return self._plan, None
         window = self.window.pooled()
         current_now = evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())

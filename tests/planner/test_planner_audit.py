@@ -12,6 +12,8 @@ from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, searc
 from libra_core.planner.service import LibraPlanner
 from libra_core.planner.specs import get_hardware, get_model
 
+LONG = workload_preset("math-short").scaled(4.0)
+
 
 def two_plans() -> tuple[Plan, Plan]:
     """Two plans of different resources for one workload."""
@@ -80,7 +82,9 @@ def test_bad_audit_policy_is_rejected(kw: dict[str, float]) -> None:
         AuditPolicy(**kw)  # type: ignore[arg-type]
 
 
-def test_service_reverts_a_move_that_measured_worse() -> None:
+def _moved_service() -> tuple[LibraPlanner, Plan, Plan, float]:
+    """A service that applied a move at iteration 2 (audit window 1, replans every 2 iterations);
+    returns it, the first plan, the moved plan and the seconds iterations 0-1 measured."""
     cfg = LibraConfig.model_validate(
         {
             "planner": {
@@ -96,25 +100,39 @@ def test_service_reverts_a_move_that_measured_worse() -> None:
     )
     planner = LibraPlanner.from_config(cfg)
     first, _ = planner.step(0)
-    long = workload_preset("math-short").scaled(4.0)
     # Iterations 0 and 1 ran the first plan; the workload drifted 4x longer (the replan moves GPUs).
+    seconds = 4 * first.t_rollout_s + 4 * first.t_train_s
     for i in (0, 1):
         planner.observe(
-            long, 16, {"rollout": first.t_rollout_s * 4, "update": first.t_train_s * 4}, iteration=i
+            LONG, 16, {"rollout": first.t_rollout_s * 4, "update": first.t_train_s * 4}, iteration=i
         )
     assert planner.step(1)[1] is None
     moved, decision = planner.step(2)
     assert decision is not None and decision.action == "apply", decision
     assert not moved.same_resources(first)
+    return planner, first, moved, seconds
+
+
+def test_service_reverts_a_move_that_measured_worse() -> None:
+    planner, first, moved, seconds = _moved_service()
     # The moved plan measures twice as slow per token as before the move: reverted at iteration 4.
-    tokens_s_before = 4 * first.t_rollout_s + 4 * first.t_train_s
     for i in (2, 3):
-        planner.observe(long, 16, {"rollout": tokens_s_before * 2, "update": 0.0}, iteration=i)
+        planner.observe(LONG, 16, {"rollout": seconds * 2, "update": 0.0}, iteration=i)
     back, verdict = planner.step(4)
     assert verdict is not None and verdict.action == "revert", verdict
     assert back is first  # the plan as it ran before the move
     assert planner.audit.refuses(moved, 5)
     assert planner.audit.extra_margin(5) > 0.5  # the predicted saving plus the 50% measured loss
+
+
+def test_a_confirmed_move_does_not_skip_the_replan_due() -> None:
+    planner, _, moved, seconds = _moved_service()
+    for i in (2, 3):  # the moved plan measures as fast per token as before: confirmed at 4
+        planner.observe(LONG, 16, {"rollout": seconds, "update": 0.0}, iteration=i)
+    _, decision = planner.step(4)  # 4 is also a replan iteration: the replan's decision comes back
+    assert decision is not None and decision.action in ("keep", "apply"), decision
+    assert not planner.audit.refuses(moved, 5) and planner.audit.extra_margin(5) == 0.0
+    assert planner.audit.verdict(5) is None  # the move's one verdict was given
 
 
 def test_the_audit_margin_raises_the_hysteresis() -> None:

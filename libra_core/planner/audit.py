@@ -96,15 +96,15 @@ class MoveAudit:
         at, previous, applied, predicted = self._pending
         w = self.policy.window
         before = [self._throughput.get(i) for i in range(at - 1 - w, at - 1)]
-        after = [self._throughput.get(i) for i in range(at + 1, at + 1 + w)]
-        if any(x is None for x in after):
+        after = [x for i in range(at + 1, at + 1 + w) if (x := self._throughput.get(i)) is not None]
+        if len(after) < w:
             return None
         self._pending = None
         known = [x for x in before if x is not None]
         if not known:  # nothing measured before the move (it came early): nothing to compare
             return None
         b = sum(known) / len(known)
-        a = sum(x for x in after if x is not None) / w
+        a = sum(after) / w
         action: Literal["revert", "confirm"] = (
             "revert" if a < b * (1.0 - self.policy.max_loss_fraction) else "confirm"
         )

@@ -1,9 +1,13 @@
 """Per-policy diagnostics of one simulated scenario on 48xA800: tok/s, mean rollout and iteration
 time, moves, tail share, the first deployment and the plan's predicted times, and per bucket of
 the first deployment the planner's group time next to when its last trajectory finished in
-iteration 0.
+iteration 0; then every replan and audit decision (iteration, action, the two priced or measured
+figures, the splits, the reason). Flags: `--per-iteration` also prints each iteration's rollout
+seconds and period (train end to train end); `--candidates` the planner's 8 best plans for
+iteration 0 under the policy's search settings, with their rollout groups (degree, instances, bins).
 
 .venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...] [FIELD=VALUE ...]
+    [--per-iteration] [--candidates]
 e.g.  .venv/bin/python benchmarks/sim_diag.py r2e-gym 6 greedy,+planning,oracle-routing
       .venv/bin/python benchmarks/sim_diag.py dapo-math 2 oracle-routing spill_factor=1e9
       .venv/bin/python benchmarks/sim_diag.py r2e-gym 2 +planning spec.prompts_per_iteration=96
@@ -16,7 +20,10 @@ from __future__ import annotations
 import random
 import sys
 import time
+from dataclasses import replace
 
+from libra_core.planner.replan import split_label
+from libra_core.planner.search import search_plans
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import Simulator
 from libra_core.sim.overrides import parse_overrides
@@ -27,7 +34,11 @@ from libra_core.sim.workloads import ScenarioSpec, load_scenario, long_tail_shar
 
 def main() -> None:
     scenario, iters, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
-    extra = sys.argv[4:]
+    flags = {a for a in sys.argv[4:] if a.startswith("--")}
+    unknown = flags - {"--per-iteration", "--candidates"}
+    if unknown:
+        raise SystemExit(f"error: unknown flags {sorted(unknown)}; valid: --per-iteration, --candidates")
+    extra = [a for a in sys.argv[4:] if not a.startswith("--")]
     specs = [a.removeprefix("spec.") for a in extra if a.startswith("spec.")]
     settings = SimSettings(
         **parse_overrides([a for a in extra if not a.startswith("spec.")], SimSettings, "setting")
@@ -49,6 +60,8 @@ def main() -> None:
         )
         first_dep = sim.dep
         assert first_dep is not None
+        if "--candidates" in flags:
+            _print_candidates(sim)
         st = sim.run()
         end = st.records[-1].train_end_s
         tokens = sum(r.tokens for r in st.records)
@@ -68,6 +81,31 @@ def main() -> None:
             ended = first.bucket_end_s.get(bucket)
             sim_s = f"{ended - first.rollout_start_s:7.1f} s" if ended is not None else "  (none)"
             print(f"    bucket {bucket} ({tps}): iteration 0 priced {priced:7.1f} s, last finish {sim_s}")
+        for d in st.replans:
+            print(
+                f"    {d['iteration']:>4} {d['action']:7s} {d['current_t_iter_s']:8.1f} -> "
+                f"{d['proposed_t_iter_s']:8.1f}  {d['current_split']} => {d['proposed_split']}"
+                f"  ({d['reason']})"
+            )
+        if "--per-iteration" in flags:
+            ends = [r.train_end_s for r in st.records]
+            for r, prev in zip(st.records, [0.0, *ends[:-1]], strict=True):
+                roll = r.rollout_end_s - r.rollout_start_s
+                print(
+                    f"    iteration {r.iteration:>4}: rollout {roll:7.1f} s,"
+                    f" period {r.train_end_s - prev:7.1f} s"
+                )
+
+
+def _print_candidates(sim: Simulator) -> None:
+    """The planner's 8 best plans for iteration 0 under this policy's search settings."""
+    plans = search_plans(sim.model, sim.hw, sim.G, sim.workload_of(0), replace(sim.search, top_k=8))
+    print(
+        "    candidates for iteration 0 (iteration / rollout / train s, split, groups as TPxinstances[bins]):"
+    )
+    for p in plans:
+        groups = " ".join(f"TP{g.tp}x{g.instances}[{g.start_bin}:{g.end_bin}]" for g in p.rollout.groups)
+        print(f"      {p.t_iter_s:7.1f} {p.t_rollout_s:7.1f} {p.t_train_s:7.1f}  {split_label(p)}  {groups}")
 
 
 def _priced_buckets(dep: Deployment) -> list[tuple[int, float, str]]:

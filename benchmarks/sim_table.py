@@ -16,9 +16,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from libra_core.sim import ABLATION, POLICIES, format_table, simulate, workloads
+from libra_core.sim import POLICIES, format_table, simulate, workloads
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import CALIBRATION
+from libra_core.sim.report import format_verdicts
 from libra_core.sim.settings import SimSettings
 
 
@@ -59,20 +60,8 @@ def main() -> None:
         )
         print()
         print(format_table(report))
-        ran = {r.policy for r in report.results}
-        order = ["+elastic", "static-optimal", "greedy", "colocated"]
-        if set(ABLATION) <= ran:
-            chain = " -> ".join(f"{report.result(p).tokens_per_s:,.0f}" for p in ABLATION)
-            print(f"ablation ({' -> '.join(ABLATION)}): {chain} tok/s")
-            steps = [report.result(p).tokens_per_s for p in ABLATION]
-            rising = all(b > a for a, b in zip(steps, steps[1:], strict=False))
-            print(f"ablation increasing at every step: {rising}")
-        if set(order) <= ran:
-            ok = all(
-                report.result(a).tokens_per_s > report.result(b).tokens_per_s
-                for a, b in zip(order, order[1:], strict=False)
-            )
-            print(f"paper ordering Libra > static-optimal > greedy > colocated reproduced: {ok}")
+        for line in format_verdicts(report):
+            print(line)
         print("wall s per policy: " + ", ".join(f"{r.policy} {r.wall_s:.1f}" for r in report.results))
 
 

@@ -49,6 +49,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     from libra_core.sim import SimSettings, format_table, simulate
     from libra_core.sim.overrides import parse_overrides
+    from libra_core.sim.report import format_verdicts
     from libra_core.sim.workloads import ScenarioSpec
 
     if args.iterations < 1:
@@ -72,4 +73,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)
         return EXIT_INPUT_ERROR
     print(format_table(report))
+    for line in format_verdicts(report):
+        print(line)
     return 0

@@ -141,7 +141,7 @@ class Simulator:
     def _first_deployment(self) -> Deployment:
         w0 = self.workload_of(0)
         if self.s.rerank_plans and self.p.split == "planner":
-            ranked = rerank(self, self.rerank_candidates(w0), self.trajs[0])
+            ranked = rerank(self, self.rerank_candidates(w0), self.trajs[0], self.rerank_alternatives(w0))
             if not ranked:
                 raise ValueError(
                     f"the planner found no plan for {self.model.name} on {self.G}x{self.hw.name}"
@@ -152,6 +152,14 @@ class Simulator:
     def rerank_candidates(self, w: Workload) -> list[Plan]:
         """Every split's best plan for workload `w`, best priced first (what `rerank` draws from)."""
         return search_plans(self.model, self.hw, self.G, w, replace(self.search, top_k=self.G))
+
+    def rerank_alternatives(self, w: Workload) -> list[list[Plan]]:
+        """Candidate lists `rerank` also simulates: for a heterogeneous policy, with
+        `rerank_one_degree`, every split's best one-degree plan (what +planning would run)."""
+        if not (self.p.hetero and self.s.rerank_one_degree):
+            return []
+        one = replace(self.search, top_k=self.G, homogeneous=True, promote=False)
+        return [search_plans(self.model, self.hw, self.G, w, one)]
 
     def workload_of(self, j: int) -> Workload:
         ts = self.trajs.get(j) or self.wl.trajectories(j)

@@ -216,7 +216,8 @@ def replan(sim: Simulator, j: int) -> bool:
     if sim.s.rerank_plans and sim.sample:
         # Simulated prices need no calibration: the candidates and the running plan all run the
         # last rollout's trajectories (sim/rerank.py).
-        ranked = [(p, d) for p, d in rerank(sim, sim.rerank_candidates(window), sim.sample) if ok(p)]
+        candidates = rerank(sim, sim.rerank_candidates(window), sim.sample, sim.rerank_alternatives(window))
+        ranked = [(p, d) for p, d in candidates if ok(p)]
         now_plan = resimulated(sim, now_plan, dep, sim.sample, sample_spread(sim, sim.sample))
     else:
         proposed = [p for p in search_plans(sim.model, sim.hw, sim.G, window, settings) if ok(p)]

@@ -21,6 +21,7 @@ from typing import Any
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.train_cost import TrainShape, train_lower_bound_s
 from libra_core.sim.instance import CostTables
+from libra_core.sim.policies import ABLATION
 from libra_core.sim.workloads import SimTrajectory, long_tail_share
 
 PAPER = {
@@ -171,6 +172,46 @@ def format_table(report: SimReport) -> str:
     )
     paper = PAPER.get(report.scenario, "")
     return "\n".join([head, *rows, *([paper] if paper else [])])
+
+
+# The paper's ordering, best first: Libra (every part on) > static-optimal > greedy > colocated.
+PAPER_ORDER = ("+elastic", "static-optimal", "greedy", "colocated")
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """Whether a report reproduces the paper's two claims (issue 5's acceptance), strictly: a tie is
+    not a gain. None when the report lacks a policy the claim compares."""
+
+    ordering: bool | None  # Libra > static-optimal > greedy > colocated, in tok/s
+    ablation: bool | None  # greedy < +planning < +hetero-tp < +cmlfq < +elastic, in tok/s
+
+
+def _strictly_falling(report: SimReport, names: Iterable[str]) -> bool | None:
+    ran = {r.policy: r.tokens_per_s for r in report.results}
+    names = list(names)
+    if not set(names) <= set(ran):
+        return None
+    return all(ran[a] > ran[b] for a, b in zip(names, names[1:], strict=False))
+
+
+def verdicts(report: SimReport) -> Verdicts:
+    return Verdicts(_strictly_falling(report, PAPER_ORDER), _strictly_falling(report, reversed(ABLATION)))
+
+
+def format_verdicts(report: SimReport) -> list[str]:
+    """The ablation chain and both verdicts as lines (what `libra simulate` prints under the table)."""
+    v, ran = verdicts(report), {r.policy: r.tokens_per_s for r in report.results}
+    lines = []
+    if v.ablation is not None:
+        chain = " -> ".join(f"{ran[p]:,.0f}" for p in ABLATION)
+        lines += [
+            f"ablation ({' -> '.join(ABLATION)}): {chain} tok/s",
+            f"ablation increasing at every step: {v.ablation}",
+        ]
+    if v.ordering is not None:
+        lines.append(f"paper ordering Libra > static-optimal > greedy > colocated reproduced: {v.ordering}")
+    return lines
 
 
 def render_rich(report: SimReport) -> Any:

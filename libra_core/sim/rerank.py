@@ -22,7 +22,7 @@ behaves at the run's first iteration, not with the tree the run has grown.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +61,10 @@ def simulated_rollout_s(sim: Simulator, dep: Deployment, trajectories: list[SimT
 
 
 def rerank(
-    sim: Simulator, plans: list[Plan], trajectories: list[SimTrajectory]
+    sim: Simulator,
+    plans: list[Plan],
+    trajectories: list[SimTrajectory],
+    alternatives: Sequence[list[Plan]] = (),
 ) -> list[tuple[Plan, Deployment]]:
     """Simulated candidates from `plans` (every split's, best priced first), each with the
     deployment it runs, fastest iteration first; the planner's first stays first unless another is
@@ -72,16 +75,15 @@ def rerank(
     counts spread evenly over the cluster; then, twice, at the counts half the previous spacing
     either side of the fastest so far. Where the price does not change with the split (r2e-gym
     with 96 prompts: 1,098 s on 13 to 24 rollout GPUs), the planner's k best are the splits that
-    give training the most, and the split the simulation prefers is not among them."""
+    give training the most, and the split the simulation prefers is not among them.
+
+    `alternatives`: other candidate lists (every split's, best priced first) explored the same way
+    and ranked with the planner's own, e.g. the one-degree layouts for a heterogeneous policy
+    (`Simulator.rerank_alternatives`): its search prices its mixed layouts optimistically, so a
+    mixed layout that runs slower than one degree would otherwise win on price alone."""
     k, n = sim.s.rerank_plans, sim.G
     assert k >= 1, f"rerank needs SimSettings.rerank_plans >= 1, got {k}"
     spread = sample_spread(sim, trajectories)
-    best_at: dict[int, Plan] = {}
-    for plan in plans:
-        best_at.setdefault(plan.rollout_gpus, plan)
-    if not best_at:
-        return []
-    counts = sorted(best_at)
     done: dict[tuple[object, ...], tuple[Plan, Deployment]] = {}
 
     def run(batch: list[Plan]) -> None:
@@ -91,17 +93,31 @@ def rerank(
             if key not in done:  # a split the search reached twice is simulated once
                 done[key] = (resimulated(sim, plan, dep, trajectories, spread), dep)
 
-    def nearest(target: float) -> Plan:
-        return best_at[min(counts, key=lambda c: abs(c - target))]
+    def explore(family: list[Plan]) -> None:
+        best_at: dict[int, Plan] = {}
+        for plan in family:
+            best_at.setdefault(plan.rollout_gpus, plan)
+        if not best_at:
+            return
+        counts = sorted(best_at)
 
-    run(plans[:k])
+        def nearest(target: float) -> Plan:
+            return best_at[min(counts, key=lambda c: abs(c - target))]
+
+        run(family[:k])
+        spacing = n / (k + 1)
+        run([nearest(spacing * i) for i in range(1, k + 1)])
+        for _ in range(2):
+            spacing /= 2
+            centre = _ranked(done.values())[0][0].rollout_gpus
+            run([nearest(centre - spacing), nearest(centre + spacing)])
+
+    explore(plans)
+    if not done:
+        return []
     first = next(iter(done.values()))
-    spacing = n / (k + 1)
-    run([nearest(spacing * i) for i in range(1, k + 1)])
-    for _ in range(2):
-        spacing /= 2
-        centre = _ranked(done.values())[0][0].rollout_gpus
-        run([nearest(centre - spacing), nearest(centre + spacing)])
+    for family in alternatives:
+        explore(family)
     out = _ranked(done.values())
     if out[0][0].t_iter_s >= first[0].t_iter_s * (1.0 - sim.s.min_gain_fraction):
         out.remove(first)

@@ -37,6 +37,9 @@ class SimSettings:
     # Planner-driven policies simulate one iteration of the planning sample on each of the planner's
     # `rerank_plans` best candidates and run the fastest (sim/rerank.py); 0: the planner's first.
     rerank_plans: int = 0
+    # With rerank_plans, a heterogeneous policy also simulates the one-degree layouts (the ones
+    # +planning runs) beside its own candidates: its search prices mixed layouts optimistically.
+    rerank_one_degree: bool = True
     # Finished iterations measured on each side of an applied replan; the move is reverted when
     # their throughput fell by more than min_gain_fraction (planner/audit.py); 0: no audit.
     audit_window: int = 3

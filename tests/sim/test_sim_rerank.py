@@ -59,3 +59,23 @@ def test_rerank_runs_replans_and_is_deterministic(monkeypatch: pytest.MonkeyPatc
     assert calls, "replans priced their candidates by simulation"
     assert [r.train_end_s for r in runs[0].records] == [r.train_end_s for r in runs[1].records]
     assert runs[0].deployments == runs[1].deployments
+
+
+def test_heterogeneous_rerank_also_simulates_the_one_degree_layouts() -> None:
+    # r2e-gym with 96 prompts: +hetero-tp's own candidates are priced with promotion, and the
+    # fastest of them runs slower than a one-degree split its search never ranks first.
+    spec = {"prompts_per_iteration": 96}
+    own = _sim("r2e-gym", "+hetero-tp", SimSettings(rerank_plans=4, rerank_one_degree=False), **spec)
+    both = _sim("r2e-gym", "+hetero-tp", SimSettings(rerank_plans=4), **spec)
+    assert own.rerank_alternatives(own.workload_of(0)) == []
+    alternatives = both.rerank_alternatives(both.workload_of(0))
+    assert len(alternatives) == 1 and all(len(p.rollout.groups) == 1 for p in alternatives[0])
+    assert own.dep is not None and both.dep is not None and both.dep.instances != own.dep.instances
+    sample = both.trajs[0]
+    # Simulated again from scratch, the layout chosen with the alternatives is faster by the margin.
+    assert simulated_rollout_s(both, both.dep, sample) < simulated_rollout_s(both, own.dep, sample) * (
+        1.0 - both.s.min_gain_fraction
+    )
+    # Single-degree policies have nothing to add.
+    plain = _sim("tiny", "+planning", SimSettings(rerank_plans=2))
+    assert plain.rerank_alternatives(plain.workload_of(0)) == []

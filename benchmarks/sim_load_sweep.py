@@ -1,0 +1,90 @@
+"""Where each policy wins as the load grows: the simulator's table at several batch sizes.
+
+.venv/bin/python benchmarks/sim_load_sweep.py [--loads 32 64 96 128] [--iterations 10]
+    [--scenarios r2e-gym search-r1 dapo-math] [--setting FIELD=VALUE ...] [--spec FIELD=VALUE ...]
+
+One row per scenario and prompts per iteration (`ScenarioSpec.prompts_per_iteration`, GRPO groups of
+the scenario's size): every policy's tokens per second, the lower bound, and whether the run
+reproduces the paper's ordering (Libra > static-optimal > greedy > colocated) and its ablation
+(each part adds throughput), strictly (`report.verdicts`). The built-in scenarios run 32 prompts;
+public recipes run larger batches (verl's DAPO recipe: 512 prompts x 16 responses per step), and the
+built-in scenarios are bound by their slowest trajectory at 32 (docs/simulator.md), so this shows
+which claims hold once GPU work, not one trajectory, sets the iteration time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from libra_core.sim import POLICIES, simulate, workloads
+from libra_core.sim.overrides import parse_overrides
+from libra_core.sim.policies import CALIBRATION
+from libra_core.sim.report import verdicts
+from libra_core.sim.settings import SimSettings
+
+SHORT = {
+    "colocated": "coloc",
+    "static-uniform": "uniform",
+    "greedy": "greedy",
+    "static-optimal": "st-opt",
+    "+planning": "+plan",
+    "+hetero-tp": "+hetero",
+    "+cmlfq": "+cmlfq",
+    "+elastic": "+elastic",
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--loads", type=int, nargs="+", default=[32, 64, 96, 128], help="prompts per iteration")
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--scenarios", nargs="+", default=["r2e-gym", "search-r1", "dapo-math"])
+    ap.add_argument("--hardware", default="48xA800")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
+    ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the generator")
+    args = ap.parse_args()
+    if any(n < 1 for n in args.loads) or args.iterations < 1:
+        raise SystemExit("error: --loads and --iterations must be >= 1")
+    unknown = [s for s in args.scenarios if s not in workloads.SCENARIOS]
+    if unknown:
+        raise SystemExit(f"error: unknown scenarios {unknown}; valid: {sorted(workloads.SCENARIOS)}")
+    try:
+        settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
+        spec = parse_overrides(args.spec, workloads.ScenarioSpec, "--spec")
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    if "prompts_per_iteration" in spec:
+        raise SystemExit("error: set the load with --loads, not --spec prompts_per_iteration")
+    names = [p for p in POLICIES if p not in CALIBRATION]
+    print("command: .venv/bin/python benchmarks/sim_load_sweep.py " + " ".join(sys.argv[1:]))
+    for sc in args.scenarios:
+        print(f"\n{sc}, {args.hardware}, {args.iterations} iterations, seed {args.seed}; tok/s")
+        print(
+            "| prompts | " + " | ".join(SHORT[n] for n in names) + " | bound | ordering | ablation | wall s |"
+        )
+        print("|---:|" + "---:|" * (len(names) + 1) + "---|---|---:|")
+        for load in args.loads:
+            t0 = time.perf_counter()
+            report = simulate(
+                sc,
+                args.hardware,
+                args.iterations,
+                names,
+                seed=args.seed,
+                settings=settings,
+                spec_overrides={**spec, "prompts_per_iteration": load},
+            )
+            v = verdicts(report)
+            cells = " | ".join(f"{report.result(n).tokens_per_s:,.0f}" for n in names)
+            print(
+                f"| {load} | {cells} | {report.lower_bound_tokens_per_s:,.0f} | {v.ordering} | {v.ablation} "
+                f"| {time.perf_counter() - t0:.0f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""The report's verdicts on the paper's claims: strict (a tie is not a gain), None when a compared
+policy did not run; and what `libra simulate` prints under its table."""
+
+from __future__ import annotations
+
+from libra_core.sim.report import PolicyResult, SimReport, format_verdicts, verdicts
+
+
+def _report(tok_s: dict[str, float]) -> SimReport:
+    results = [
+        PolicyResult(name, v, 1.0, 1.0, 0.0, 0.0, 0, 0, 0.0, 0.0, "", "", 0, 0.0) for name, v in tok_s.items()
+    ]
+    return SimReport("tiny", "8xH100", "m", 1, 0, 1.0, 1.0, results)
+
+
+PAPER_LIKE = {
+    "colocated": 423.0,
+    "static-uniform": 430.0,
+    "greedy": 450.0,
+    "static-optimal": 510.0,
+    "+planning": 510.5,
+    "+hetero-tp": 551.0,
+    "+cmlfq": 666.0,
+    "+elastic": 763.0,
+}
+
+
+def test_paper_like_numbers_reproduce_both_claims() -> None:
+    v = verdicts(_report(PAPER_LIKE))
+    assert v.ordering is True and v.ablation is True
+    lines = format_verdicts(_report(PAPER_LIKE))
+    assert "450 -> 510 -> 551 -> 666 -> 763" in lines[0]
+    assert lines[1].endswith("True") and lines[2].endswith("True")
+
+
+def test_a_tie_is_not_a_gain() -> None:
+    tied = {**PAPER_LIKE, "+cmlfq": 551.0}  # C-MLFQ adds nothing
+    v = verdicts(_report(tied))
+    assert v.ablation is False and v.ordering is True
+    tied_top = {**PAPER_LIKE, "static-optimal": 763.0}  # Libra only ties static-optimal
+    v = verdicts(_report(tied_top))
+    assert v.ordering is False and v.ablation is True
+
+
+def test_a_baseline_above_libra_breaks_the_ordering_only() -> None:
+    v = verdicts(_report({**PAPER_LIKE, "colocated": 460.0}))  # colocated beats greedy
+    assert v.ordering is False and v.ablation is True
+
+
+def test_missing_policies_give_no_verdict() -> None:
+    v = verdicts(_report({"greedy": 1.0, "+cmlfq": 2.0}))
+    assert v.ordering is None and v.ablation is None
+    assert format_verdicts(_report({"greedy": 1.0})) == []

@@ -1,13 +1,14 @@
 """The planner's price of each split against the simulated rollout of the layout it deploys.
 
     .venv/bin/python benchmarks/sim_rerank.py [--scenario r2e-gym] [--prompts-per-iteration 96]
-        [--policy +planning] [--plans 12]
+        [--policy +planning] [--plans 12] [--per-split]
 
 For iteration 0 of a scenario on 48xA800: the planner's `--plans` best plans for the policy (every
 split searched, best priced first), each with its priced rollout and iteration time, and the rollout
 and iteration time when its deployment is simulated on iteration 0's trajectories (sim/rerank.py,
 as `SimSettings.rerank_plans` does). Then the plan `rerank_plans=4` chooses. A planner that prices
-well ranks the splits as the simulation does.
+well ranks the splits as the simulation does. `--per-split`: instead of the best `--plans`, the
+best-priced plan at each rollout-GPU count (the plans the re-ranking's grid draws from).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import random
 import time
 
+from libra_core.planner.search import Plan
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import deployment_from_plan, resolve_policies
@@ -30,6 +32,7 @@ def main() -> None:
     ap.add_argument("--prompts-per-iteration", type=int, default=None)
     ap.add_argument("--policy", default="+planning")
     ap.add_argument("--plans", type=int, default=12)
+    ap.add_argument("--per-split", action="store_true", help="the best-priced plan per rollout-GPU count")
     args = ap.parse_args()
     cluster = parse_cluster("48xA800")
     spec = {"prompts_per_iteration": args.prompts_per_iteration} if args.prompts_per_iteration else None
@@ -44,7 +47,13 @@ def main() -> None:
     print(f"{args.scenario}, {len(sample)} trajectories, policy {policy.name}, iteration 0")
     print("| deployment | priced rollout s | priced iteration s | simulated rollout s | iteration s |")
     print("|---|---:|---:|---:|---:|")
-    for plan in plans[: args.plans]:
+    shown = plans[: args.plans]
+    if args.per_split:
+        best_at: dict[int, Plan] = {}
+        for plan in plans:
+            best_at.setdefault(plan.rollout_gpus, plan)
+        shown = [best_at[n] for n in sorted(best_at)]
+    for plan in shown:
         dep = deployment_from_plan(policy, plan, model, cluster.hardware, sim.search)
         sim_plan = resimulated(sim, plan, dep, sample, spread)
         print(

@@ -17,6 +17,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from libra_core.sim import SimReport, SimSettings, format_table, resolve_policies, simulate
 from libra_core.sim.overrides import parse_overrides
+from libra_core.sim.report import format_verdicts
 from libra_core.sim.workloads import ScenarioSpec
 from tasks.common import TASK_OPTIONS
 
@@ -72,7 +73,9 @@ def simulate_flow(
         for png in sorted(out.resolve().glob("*.png"))
     ]
     create_markdown_artifact(
-        markdown="\n\n".join([format_table(report), *images, f"Outputs: `{out.resolve()}`"]),
+        markdown="\n\n".join(
+            [format_table(report), *format_verdicts(report), *images, f"Outputs: `{out.resolve()}`"]
+        ),
         description=f"Simulated {scenario} on {hardware}",
     )
     return str(out.resolve())

@@ -74,11 +74,12 @@ class SimReport:
         raise KeyError(f"policy {policy!r} was not simulated; have {[r.policy for r in self.results]}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, plus `verdicts`: the paper's ordering and ablation (None: not compared)."""
+        return {**asdict(self), "verdicts": asdict(verdicts(self))}
 
     def write(self, out_dir: Path) -> list[Path]:
-        """summary.json, iterations.csv (makespan per iteration and policy), policies.csv and the
-        PNG plots (`plots.write_plots`)."""
+        """summary.json (`to_dict`), iterations.csv (makespan per iteration and policy), policies.csv
+        and the PNG plots (`plots.write_plots`)."""
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = [out_dir / "summary.json", out_dir / "iterations.csv", out_dir / "policies.csv"]
         paths[0].write_text(json.dumps(self.to_dict(), indent=1, default=str))

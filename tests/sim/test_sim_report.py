@@ -3,6 +3,9 @@ policy did not run; and what `libra simulate` prints under its table."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from libra_core.sim.report import PolicyResult, SimReport, format_verdicts, verdicts
 
 
@@ -51,3 +54,12 @@ def test_missing_policies_give_no_verdict() -> None:
     v = verdicts(_report({"greedy": 1.0, "+cmlfq": 2.0}))
     assert v.ordering is None and v.ablation is None
     assert format_verdicts(_report({"greedy": 1.0})) == []
+
+
+def test_summary_json_carries_the_verdicts(tmp_path: Path) -> None:
+    report = _report({**PAPER_LIKE, "colocated": 460.0})
+    report.iterations = 0  # no per-iteration rows to write
+    report.write(tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["verdicts"] == {"ordering": False, "ablation": True}
+    assert [r["policy"] for r in summary["results"]] == list(PAPER_LIKE)

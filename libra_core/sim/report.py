@@ -202,10 +202,10 @@ def verdicts(report: SimReport) -> Verdicts:
 
 def format_verdicts(report: SimReport) -> list[str]:
     """The ablation chain and both verdicts as lines (what `libra simulate` prints under the table)."""
-    v, ran = verdicts(report), {r.policy: r.tokens_per_s for r in report.results}
+    v = verdicts(report)
     lines = []
     if v.ablation is not None:
-        chain = " -> ".join(f"{ran[p]:,.0f}" for p in ABLATION)
+        chain = " -> ".join(f"{report.result(p).tokens_per_s:,.0f}" for p in ABLATION)
         lines += [
             f"ablation ({' -> '.join(ABLATION)}): {chain} tok/s",
             f"ablation increasing at every step: {v.ablation}",

@@ -48,7 +48,7 @@ from libra_core.sim import pipeline
 from libra_core.sim.cmlfq import SimCMLFQScheduler
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import CostTables, Instance
-from libra_core.sim.policies import PROMOTING, Deployment, PolicySpec, build_deployment
+from libra_core.sim.policies import GREEDY_RESPLIT_AT, PROMOTING, Deployment, PolicySpec, build_deployment
 from libra_core.sim.rerank import rerank
 from libra_core.sim.router import Router
 from libra_core.sim.settings import SimSettings
@@ -283,13 +283,14 @@ class Simulator:
         return self.stats
 
     def on_rollout_start(self, j: int) -> None:
-        if (
+        replanned = (
             self.p.replan
             and j > 0
             and self.dep
             and self.dep.plan
             and (pipeline.audit_move(self, j) or (j % self.s.replan_every == 0 and pipeline.replan(self, j)))
-        ):
+        )
+        if replanned or (self.p.split == "measured" and j == GREEDY_RESPLIT_AT and pipeline.resplit(self, j)):
             self.q.push(self.q.now_s + self.replanner.move_cost_s, Kind.ROLLOUT_START, -j - 1)
             return
         j = -j - 1 if j < 0 else j

@@ -16,7 +16,7 @@ from libra_core.planner.train_cost import TrainShape
 from libra_core.planner.workload import concat
 from libra_core.sim.events import Kind
 from libra_core.sim.instance import Instance
-from libra_core.sim.policies import Deployment, deployment_from_plan
+from libra_core.sim.policies import Deployment, deployment_from_plan, measured_split
 from libra_core.sim.rerank import rerank, resimulated, sample_spread
 from libra_core.sim.training import update_time_s
 
@@ -95,6 +95,7 @@ def on_train_done(sim: Simulator, _: object = None) -> None:
     delay = sim.t_sync + (sim.switch_s if sim.p.colocated else 0.0)
     records = sim.stats.records
     records[j].train_end_s = now + delay
+    records[j].train_s = now - sim.trainer.started_s
     if j > 0 and records[j - 1].train_end_s > 0:  # one iteration's period of the pipeline
         sim.audit.record(j, records[j].tokens, records[j].train_end_s - records[j - 1].train_end_s)
     sim.q.push(now + delay, Kind.WEIGHTS_READY, j)
@@ -192,6 +193,40 @@ def maybe_lend(sim: Simulator, inst: Instance) -> None:
     inst.active = False
     sim.lent.append(inst)
     sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, inst)
+
+
+def resplit(sim: Simulator, j: int) -> bool:
+    """greedy's one re-split from measured stage times (policies.measured_split); True if it moved
+    workers (the rollout start then waits for the move, as after a replan)."""
+    dep = sim.dep
+    assert dep is not None
+    done = [r for r in sim.stats.records if r.rollout_end_s > 0]
+    trained = [r for r in done if r.train_s > 0]
+    if not done or not trained:
+        return False
+    rollout_s = sum(r.rollout_end_s - r.rollout_start_s for r in done) / len(done)
+    train_s = sum(r.train_s for r in trained) / len(trained)
+    window = concat([sim.workload_of(r.iteration) for r in done], name=f"measured@{j}")
+    roll_gpu_s, train_gpu_s = rollout_s * dep.rollout_gpus, train_s * dep.train_gpus
+    new = measured_split(sim.model, sim.hw, sim.G, window, sim.search, roll_gpu_s, train_gpu_s)
+    moves = new.train_gpus != dep.train_gpus
+    # The record has the replanner's keys (ReplanDecision), so reports and diagnostics read both.
+    guess_s = max(roll_gpu_s / new.rollout_gpus, train_gpu_s / new.train_gpus)  # linear scaling
+    sim.stats.replans.append(
+        {
+            "iteration": j,
+            "action": "apply" if moves else "keep",
+            "reason": f"greedy re-split: measured rollout {rollout_s:.1f}s, update {train_s:.1f}s",
+            "current_t_iter_s": max(rollout_s, train_s),
+            "proposed_t_iter_s": guess_s,
+            "move_cost_s": sim.replanner.move_cost_s if moves else 0.0,
+            "current_split": dep.label(),
+            "proposed_split": new.label(),
+        }
+    )
+    if moves:
+        _redeploy(sim, new)
+    return moves
 
 
 def replan(sim: Simulator, j: int) -> bool:

@@ -8,12 +8,15 @@ the real planner (`search_plans`, `best_train`, `build_segment_table`); nothing 
 |---|---|---|---|---|---|
 | colocated | all GPUs time-shared | homogeneous TP | least-load, 1 bucket | no | no |
 | static-uniform | half / half | homogeneous TP | round-robin pinned to an instance | no | no |
-| greedy | half / half | homogeneous TP | least-load (queue-driven), 1 bucket | no | no |
+| greedy | half / half, then measured (*) | homogeneous TP | least-load (queue-driven), 1 bucket | once | no |
 | static-optimal | planner, iteration 0 | planner's homogeneous TP | least-load, 1 bucket | no | no |
 | +planning | planner | planner's homogeneous TP | least-load, 1 bucket | yes | no |
 | +hetero-tp | planner | planner's TP multiset + length ranges | mlfq | yes | no |
 | +cmlfq | planner | planner's TP multiset + length ranges | cmlfq | yes | no |
 | +elastic (Libra) | planner | planner's TP multiset + length ranges | cmlfq | yes | yes |
+
+(*) greedy starts on the half split and, at rollout `GREEDY_RESPLIT_AT`, re-splits once in proportion
+to each stage's measured GPU-seconds (`measured_split`), then keeps that split.
 
 Homogeneous TP is the degree the planner's segment table prices best for one group serving every
 length on the rollout GPUs (`max(critical path, work / instances)`, `assignment.homogeneous`). The
@@ -47,7 +50,9 @@ OPEN_BOUND = 10**9  # one open bucket: every size is <= this
 class PolicySpec:
     name: str
     colocated: bool = False
-    split: Literal["all", "half", "planner"] = "planner"
+    # "measured": the half split, then once (at GREEDY_RESPLIT_AT) GPUs in proportion to each stage's
+    # measured GPU-seconds (`measured_split`), the rule of thumb of a greedy operator.
+    split: Literal["all", "half", "measured", "planner"] = "planner"
     hetero: bool = False
     scheduler: str = "static"  # libra_core.scheduling registry name
     placement: Literal["least_load", "round_robin"] = "least_load"
@@ -60,7 +65,7 @@ POLICIES: dict[str, PolicySpec] = {
     for p in (
         PolicySpec("colocated", colocated=True, split="all"),
         PolicySpec("static-uniform", split="half", placement="round_robin"),
-        PolicySpec("greedy", split="half"),
+        PolicySpec("greedy", split="measured"),
         PolicySpec("static-optimal"),
         PolicySpec("+planning", replan=True),
         PolicySpec("+hetero-tp", hetero=True, scheduler="mlfq", replan=True),
@@ -78,6 +83,9 @@ CALIBRATION = ("oracle-routing", "oracle-replan")
 PROMOTING = ("mlfq", "cmlfq")
 ABLATION = ("greedy", "+planning", "+hetero-tp", "+cmlfq", "+elastic")
 ALIASES = {"libra": "+elastic"}
+# greedy re-splits at this rollout start: rollouts 0 and 1 and update 0 have been measured by then
+# (rollout j needs update j - 2 with staleness 1).
+GREEDY_RESPLIT_AT = 2
 
 
 def resolve_policies(names: list[str] | tuple[str, ...]) -> list[PolicySpec]:
@@ -136,21 +144,55 @@ def build_deployment(
     settings: SearchSettings,
 ) -> Deployment:
     """The policy's layout for `workload` (iteration 0's trajectories, or a replanning window)."""
-    shape = TrainShape.from_workload(workload)
-    if policy.split in ("all", "half"):
+    if policy.split != "planner":
         n_train = num_gpus if policy.split == "all" else num_gpus // 2
         n_roll = num_gpus if policy.split == "all" else num_gpus - n_train
-        est = best_train(model, hw, n_train, shape)
-        if est is None:
-            raise ValueError(f"{model.name} does not train on {n_train} {hw.name} GPUs; use more GPUs")
-        tp = homogeneous_tp(model, hw, workload, n_roll, settings)
-        inst = tuple((tp, 0) for _ in range(n_roll // tp))
-        return Deployment(n_train, est.layout, inst, (OPEN_BOUND,), n_roll)
+        return fixed_split(model, hw, workload, settings, n_train, n_roll)
     plans = search_plans(model, hw, num_gpus, workload, settings)
     if not plans:
         raise ValueError(f"the planner found no plan for {model.name} on {num_gpus}x{hw.name}")
     plan = plans[0]
     return deployment_from_plan(policy, plan, model, hw, settings)
+
+
+def fixed_split(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    workload: Workload,
+    settings: SearchSettings,
+    n_train: int,
+    n_roll: int,
+) -> Deployment:
+    """`n_train` training GPUs (the best layout on them) and one-degree instances on `n_roll`."""
+    est = best_train(model, hw, n_train, TrainShape.from_workload(workload))
+    if est is None:
+        raise ValueError(f"{model.name} does not train on {n_train} {hw.name} GPUs; use more GPUs")
+    tp = homogeneous_tp(model, hw, workload, n_roll, settings)
+    inst = tuple((tp, 0) for _ in range(n_roll // tp))
+    return Deployment(n_train, est.layout, inst, (OPEN_BOUND,), n_roll)
+
+
+def measured_split(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    num_gpus: int,
+    workload: Workload,
+    settings: SearchSettings,
+    rollout_gpu_s: float,
+    train_gpu_s: float,
+) -> Deployment:
+    """greedy's re-split: training gets `num_gpus x train / (rollout + train)` GPUs (measured
+    GPU-seconds of one rollout and one update), rounded to the nearest count it trains on.
+
+    The rule assumes both stages scale linearly with their GPUs; a rollout bound by its slowest
+    trajectories does not, which is what the planner's split knows and this one does not.
+    """
+    assert rollout_gpu_s > 0 and train_gpu_s > 0, "measure one rollout and one update first"
+    shape = TrainShape.from_workload(workload)
+    want = num_gpus * train_gpu_s / (rollout_gpu_s + train_gpu_s)
+    counts = sorted(range(1, num_gpus), key=lambda n: (abs(n - want), n))
+    n_train = next((n for n in counts if best_train(model, hw, n, shape) is not None), num_gpus // 2)
+    return fixed_split(model, hw, workload, settings, n_train, num_gpus - n_train)
 
 
 def deployment_from_plan(

@@ -14,6 +14,7 @@ class IterationRecord:
     rollout_start_s: float = 0.0
     rollout_end_s: float = 0.0
     train_end_s: float = 0.0
+    train_s: float = 0.0  # the update's own wall time (start to end, before the weight sync)
     tokens: int = 0
     trajectories: int = 0
     moves: int = 0

@@ -37,6 +37,7 @@ class Trainer:
     core_time_s: float = 0.0  # the update's time on exactly `train_gpus`
     gpus: float = 0.0  # GPUs currently working on it
     last_s: float = 0.0
+    started_s: float = 0.0  # when the update in progress (or the last one) started
     version: int = 0
     busy_gpu_s: float = 0.0  # GPU-seconds spent training
 
@@ -58,7 +59,7 @@ class Trainer:
     def start(self, now_s: float, iteration: int, time_s: float, gpus: float) -> None:
         assert not self.busy, "an update is already running"
         self.iteration, self.remaining, self.core_time_s = iteration, 1.0, time_s
-        self.gpus, self.last_s = gpus, now_s
+        self.gpus, self.last_s, self.started_s = gpus, now_s, now_s
         self.version += 1
 
     def set_gpus(self, now_s: float, gpus: float) -> None:

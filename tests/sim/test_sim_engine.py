@@ -16,7 +16,7 @@ from libra_core.sim import POLICIES, pipeline, simulate
 from libra_core.sim.engine import Simulator
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import Instance
-from libra_core.sim.policies import deployment_from_plan
+from libra_core.sim.policies import GREEDY_RESPLIT_AT, deployment_from_plan, measured_split
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import IterationRecord
 from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, long_tail_share
@@ -318,3 +318,35 @@ def test_bucket_end_times_end_with_the_rollout() -> None:
         assert rec.bucket_end_s and max(rec.bucket_end_s.values()) == pytest.approx(rec.rollout_end_s)
         assert set(rec.bucket_end_s) <= set(range(sim.dep.num_buckets))
         assert all(rec.rollout_start_s < t <= rec.rollout_end_s for t in rec.bucket_end_s.values())
+
+
+def test_measured_split_gives_each_stage_gpus_in_proportion_to_its_gpu_seconds() -> None:
+    sim = _sim("greedy", gpus="48xA800")
+    w = sim.workload_of(0)
+    for roll, train, want in ((3.0, 1.0, 12), (1.0, 1.0, 24), (1.0, 3.0, 36)):
+        dep = measured_split(sim.model, sim.hw, 48, w, sim.search, roll, train)
+        # The nearest count the model trains on (the tiny scenario's model trains on any count).
+        assert dep.train_gpus == want and dep.rollout_gpus == 48 - want
+        (tp,) = {tp for tp, _ in dep.instances}
+        assert len(dep.instances) == dep.rollout_gpus // tp
+
+
+def test_greedy_resplits_once_from_measured_stage_times() -> None:
+    # greedy starts on the half split; at rollout GREEDY_RESPLIT_AT it splits the GPUs in proportion
+    # to the GPU-seconds it measured (rollouts 0-1, update 0), pays the move, and keeps that split.
+    sim = build_sim("dapo-math", "greedy", iterations=GREEDY_RESPLIT_AT + 2)
+    assert sim.dep is not None and sim.dep.train_gpus == 24
+    st = sim.run()
+    (decision,) = st.replans
+    assert decision["iteration"] == GREEDY_RESPLIT_AT and decision["action"] == "apply"
+    measured = st.records[:GREEDY_RESPLIT_AT]
+    rollout_s = sum(r.rollout_end_s - r.rollout_start_s for r in measured) / len(measured)
+    train_s = measured[0].train_s
+    assert decision["current_t_iter_s"] == pytest.approx(max(rollout_s, train_s))
+    want = 48 * train_s * 24 / (train_s * 24 + rollout_s * 24)
+    assert sim.dep is not None and abs(sim.dep.train_gpus - want) < 1.5
+    assert sim.dep.train_gpus < 24  # dapo-math's update is short next to its rollout
+    assert len(st.deployments) == 2 and st.deployments[-1] == decision["proposed_split"]
+    # The rollout after the re-split started only when the workers had moved.
+    start = st.records[GREEDY_RESPLIT_AT].rollout_start_s
+    assert start >= st.records[GREEDY_RESPLIT_AT - 1].rollout_end_s + sim.replanner.move_cost_s

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from libra_core.planner.assignment import Assignment, Group
 from libra_core.planner.search import Plan, iteration_spread, iteration_time_s
 from libra_core.planner.spread import Spread
 from libra_core.sim.policies import Deployment, deployment_from_plan
@@ -80,7 +81,10 @@ def rerank(
     `alternatives`: other candidate lists (every split's, best priced first) explored the same way
     and ranked with the planner's own, e.g. the one-degree layouts for a heterogeneous policy
     (`Simulator.rerank_alternatives`): its search prices its mixed layouts optimistically, so a
-    mixed layout that runs slower than one degree would otherwise win on price alone."""
+    mixed layout that runs slower than one degree would otherwise win on price alone.
+
+    With `SimSettings.rerank_degrees`, the two fastest one-degree candidates are also simulated on
+    every other TP degree at their split (`degree_variants`)."""
     k, n = sim.s.rerank_plans, sim.G
     assert k >= 1, f"rerank needs SimSettings.rerank_plans >= 1, got {k}"
     spread = sample_spread(sim, trajectories)
@@ -118,10 +122,30 @@ def rerank(
     first = next(iter(done.values()))
     for family in alternatives:
         explore(family)
+    if sim.s.rerank_degrees:
+        # The searches keep one degree per split (the best priced), and the one-group price is flat
+        # in the split under load (module docstring), so the degree the simulation prefers at the
+        # fastest splits may never be drawn: try every degree there.
+        one_degree = [p for p, _ in _ranked(done.values()) if len(p.rollout.groups) == 1]
+        run([v for p in one_degree[:2] for v in degree_variants(p, tuple(sim.tables.kv_capacity))])
     out = _ranked(done.values())
     if out[0][0].t_iter_s >= first[0].t_iter_s * (1.0 - sim.s.min_gain_fraction):
         out.remove(first)
         out.insert(0, first)
+    return out
+
+
+def degree_variants(plan: Plan, tps: Sequence[int]) -> list[Plan]:
+    """One-degree `plan` (one group, every length) on each other degree of `tps` that fits its
+    rollout GPUs, as many instances as fit; the rollout price is the original's (`resimulated`
+    replaces it)."""
+    (g,) = plan.rollout.groups
+    out = []
+    for tp in tps:
+        n = plan.rollout_gpus // tp
+        if tp != g.tp and n >= 1:
+            group = Group(tp, n, g.start_bin, g.end_bin, g.time_s)
+            out.append(replace(plan, rollout=Assignment(plan.rollout.makespan_s, n * tp, (group,))))
     return out
 
 

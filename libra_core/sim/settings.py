@@ -40,6 +40,9 @@ class SimSettings:
     # With rerank_plans, a heterogeneous policy also simulates the one-degree layouts (the ones
     # +planning runs) beside its own candidates: its search prices mixed layouts optimistically.
     rerank_one_degree: bool = True
+    # With rerank_plans, the two fastest one-degree candidates are also simulated on every other TP
+    # degree at their split: the searches keep only the best-priced degree per split.
+    rerank_degrees: bool = True
     # Finished iterations measured on each side of an applied replan; the move is reverted when
     # their throughput fell by more than min_gain_fraction (planner/audit.py); 0: no audit.
     audit_window: int = 3

@@ -9,7 +9,7 @@ import pytest
 from libra_core.sim import pipeline
 from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import build_deployment
-from libra_core.sim.rerank import rerank, simulated_rollout_s
+from libra_core.sim.rerank import degree_variants, rerank, simulated_rollout_s
 from libra_core.sim.settings import SimSettings
 from tests.sim.builders import build_sim
 
@@ -79,3 +79,30 @@ def test_heterogeneous_rerank_also_simulates_the_one_degree_layouts() -> None:
     # Single-degree policies have nothing to add.
     plain = _sim("tiny", "+planning", SimSettings(rerank_plans=2))
     assert plain.rerank_alternatives(plain.workload_of(0)) == []
+
+
+def test_degree_variants_keep_the_split_and_change_the_degree() -> None:
+    sim = _sim("tiny", "+planning", SimSettings())
+    assert sim.dep is not None and sim.dep.plan is not None
+    plan = sim.dep.plan
+    variants = degree_variants(plan, (1, 2, 4, 8, 16))
+    (g,) = plan.rollout.groups
+    tps = [v.rollout.groups[0].tp for v in variants]
+    assert g.tp not in tps and all(t <= plan.rollout_gpus for t in tps)
+    for v in variants:
+        (vg,) = v.rollout.groups
+        assert v.train_gpus == plan.train_gpus and v.rollout_gpus == plan.rollout_gpus
+        assert vg.instances == plan.rollout_gpus // vg.tp and v.rollout.gpus == vg.instances * vg.tp
+        assert (vg.start_bin, vg.end_bin) == (g.start_bin, g.end_bin)
+
+
+def test_rerank_tries_every_degree_at_the_fastest_splits() -> None:
+    # dapo-math with 96 prompts: the one-degree search keeps TP8 at every split from 32 to 43
+    # rollout GPUs (a flat price), but TP4 at those splits runs faster (docs/simulator.md).
+    spec = {"prompts_per_iteration": 96}
+    without = _sim("dapo-math", "+planning", SimSettings(rerank_plans=4, rerank_degrees=False), **spec)
+    with_ = _sim("dapo-math", "+planning", SimSettings(rerank_plans=4), **spec)
+    assert without.dep is not None and with_.dep is not None
+    assert {tp for tp, _ in with_.dep.instances} != {tp for tp, _ in without.dep.instances}
+    sample = with_.trajs[0]
+    assert simulated_rollout_s(with_, with_.dep, sample) < simulated_rollout_s(with_, without.dep, sample)

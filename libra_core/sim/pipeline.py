@@ -18,7 +18,7 @@ from libra_core.sim.events import Kind
 from libra_core.sim.instance import Instance
 from libra_core.sim.policies import Deployment, deployment_from_plan, measured_split
 from libra_core.sim.rerank import rerank, resimulated, sample_spread
-from libra_core.sim.training import update_time_s
+from libra_core.sim.training import HYBRID_EFFICIENCY, update_time_s
 
 if TYPE_CHECKING:
     from libra_core.sim.engine import Simulator
@@ -48,6 +48,33 @@ def on_rollout_done(sim: Simulator) -> None:
         sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, RETURN)
     try_start_train(sim)
     try_start_rollout(sim)
+    if sim.p.elastic and not sim.rollout_running:
+        _lend_while_rollout_waits(sim)
+
+
+def _lend_while_rollout_waits(sim: Simulator) -> None:
+    """The next rollout waits for an update (or none follows): every idle rollout instance joins
+    the update as a replica, if the time it saves the update pays for waking it again (`switch_s`).
+    They come back at the next rollout start, as instances lent in the tail do."""
+    tr = sim.trainer
+    if not tr.busy:
+        return
+    now = sim.q.now_s
+    idle = [i for i in sim.instances if i.active and i not in sim.hybrids]
+    lent_gpus = sum(i.tp for i in idle)
+    if not idle:
+        return
+    # The update's time left after the replicas join, shortened by their share of the work.
+    left_s = tr.done_s() - (now + sim.join_s)
+    extra = HYBRID_EFFICIENCY * lent_gpus
+    saving_s = left_s * extra / (tr.rate() * tr.core_time_s * tr.train_gpus + extra)
+    if saving_s <= sim.switch_s:
+        return
+    sim._account()
+    for inst in idle:
+        inst.active = False
+        sim.lent.append(inst)
+        sim.q.push(now + sim.join_s, Kind.HYBRID_READY, inst)
 
 
 def try_start_rollout(sim: Simulator) -> None:

@@ -350,3 +350,32 @@ def test_greedy_resplits_once_from_measured_stage_times() -> None:
     # The rollout after the re-split started only when the workers had moved.
     start = st.records[GREEDY_RESPLIT_AT].rollout_start_s
     assert start >= st.records[GREEDY_RESPLIT_AT - 1].rollout_end_s + sim.replanner.move_cost_s
+
+
+@pytest.mark.parametrize(
+    ("update_s", "next_rollout_waits", "lends"),
+    [(1000.0, True, True), (1000.0, False, False), (None, True, False)],
+)
+def test_elastic_lends_idle_instances_while_the_next_rollout_waits(
+    update_s: float | None, next_rollout_waits: bool, lends: bool
+) -> None:
+    # Rollout 1 ends while update 0 runs. If rollout 2 must wait for it (or none follows), every
+    # idle instance joins the update, provided the time it saves pays for waking it again later.
+    sim = _sim("+elastic", iterations=3, gpus="32xA800")
+    update_s = update_s if update_s is not None else sim.join_s + sim.switch_s  # saves < switch_s
+    sim.trainer.start(0.0, 0, update_s, sim.trainer.train_gpus)
+    sim.version = 0 if next_rollout_waits else 1  # rollout 2 needs update 0 (staleness 1)
+    sim.rollout_running, sim.rolled = True, 1
+    sim.cur = IterationRecord(1)
+    sim.stats.records.append(sim.cur)
+    instances = list(sim.instances)
+    pipeline.on_rollout_done(sim)
+    assert sim.rollout_running == (not next_rollout_waits)
+    assert sim.lent == (instances if lends else [])
+    assert all(i.active != lends for i in instances)
+    if lends:  # the update speeds up once they have loaded the snapshot
+        before = sim.trainer.done_s()
+        sim.q.now_s = sim.join_s
+        for inst in instances:
+            pipeline.on_hybrid_ready(sim, inst)
+        assert sim.trainer.done_s() < before - sim.switch_s

@@ -20,7 +20,9 @@ still running by then and the rollout's last trajectory has not ended; lent inst
 (`wake_s` + moving the weights) when the update ends while rollout runs and no update follows, else
 at the next rollout start. (2) When an update ends and rollout still runs, the
 training GPUs beyond the core half become rollout instances of the longest bucket after `wake_s`
-and serve the turns that follow; at rollout end they rejoin training `join_s` later.
+and serve the turns that follow; at rollout end they rejoin training `join_s` later. (3) When a
+rollout ends and the next must wait for an update (or none follows), every idle rollout instance
+joins the update if the time saved exceeds the wake it pays at the next rollout start.
 """
 
 from __future__ import annotations

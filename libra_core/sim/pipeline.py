@@ -59,6 +59,10 @@ def _lend_while_rollout_waits(sim: Simulator) -> None:
     tr = sim.trainer
     if not tr.busy:
         return
+    # Rollout n needs update n - 1 - staleness (version n - staleness); waiting only for the
+    # weights of an update that has ended, it starts within the sync: nothing to gain.
+    if sim.rolled < sim.iterations and tr.iteration >= sim.rolled - sim.staleness:
+        return
     now = sim.q.now_s
     idle = [i for i in sim.instances if i.active and i not in sim.hybrids]
     lent_gpus = sum(i.tp for i in idle)

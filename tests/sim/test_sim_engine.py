@@ -353,24 +353,29 @@ def test_greedy_resplits_once_from_measured_stage_times() -> None:
 
 
 @pytest.mark.parametrize(
-    ("update_s", "next_rollout_waits", "lends"),
-    [(1000.0, True, True), (1000.0, False, False), (None, True, False)],
+    ("update_s", "training", "weights_of", "lends"),
+    [
+        (1000.0, 0, 0, True),  # rollout 2 waits for update 0, which runs: lend
+        (1000.0, 1, 1, False),  # update 0's weights are in: rollout 2 starts now
+        (1000.0, 1, 0, False),  # update 0 has ended, rollout 2 waits only for its weights
+        (None, 0, 0, False),  # update 0 ends too soon to pay for the wake
+    ],
 )
 def test_elastic_lends_idle_instances_while_the_next_rollout_waits(
-    update_s: float | None, next_rollout_waits: bool, lends: bool
+    update_s: float | None, training: int, weights_of: int, lends: bool
 ) -> None:
-    # Rollout 1 ends while update 0 runs. If rollout 2 must wait for it (or none follows), every
-    # idle instance joins the update, provided the time it saves pays for waking it again later.
+    # Rollout 1 ends. If rollout 2 must wait for the running update (or none follows), every idle
+    # instance joins the update, provided the time it saves pays for waking it again later.
     sim = _sim("+elastic", iterations=3, gpus="32xA800")
     update_s = update_s if update_s is not None else sim.join_s + sim.switch_s  # saves < switch_s
-    sim.trainer.start(0.0, 0, update_s, sim.trainer.train_gpus)
-    sim.version = 0 if next_rollout_waits else 1  # rollout 2 needs update 0 (staleness 1)
+    sim.trainer.start(0.0, training, update_s, sim.trainer.train_gpus)
+    sim.version = weights_of  # rollout 2 needs version 1 (update 0's weights; staleness 1)
     sim.rollout_running, sim.rolled = True, 1
     sim.cur = IterationRecord(1)
     sim.stats.records.append(sim.cur)
     instances = list(sim.instances)
     pipeline.on_rollout_done(sim)
-    assert sim.rollout_running == (not next_rollout_waits)
+    assert sim.rollout_running == (weights_of == 1)
     assert sim.lent == (instances if lends else [])
     assert all(i.active != lends for i in instances)
     if lends:  # the update speeds up once they have loaded the snapshot

@@ -55,7 +55,8 @@ def on_rollout_done(sim: Simulator) -> None:
 def _lend_while_rollout_waits(sim: Simulator) -> None:
     """The next rollout waits for an update (or none follows): every idle rollout instance joins
     the update as a replica, if the time it saves the update pays for waking it again (`switch_s`).
-    They come back at the next rollout start, as instances lent in the tail do."""
+    They come back at the next rollout start, as instances lent in the tail do. Checked when a
+    rollout ends and when an update starts with no rollout running."""
     tr = sim.trainer
     if not tr.busy:
         return
@@ -63,22 +64,27 @@ def _lend_while_rollout_waits(sim: Simulator) -> None:
     # weights of an update that has ended, it starts within the sync: nothing to gain.
     if sim.rolled < sim.iterations and tr.iteration >= sim.rolled - sim.staleness:
         return
-    now = sim.q.now_s
     idle = [i for i in sim.instances if i.active and i not in sim.hybrids]
-    lent_gpus = sum(i.tp for i in idle)
-    if not idle:
-        return
-    # The update's time left after the replicas join, shortened by their share of the work.
-    left_s = tr.done_s() - (now + sim.join_s)
-    extra = HYBRID_EFFICIENCY * lent_gpus
-    saving_s = left_s * extra / (tr.rate() * tr.core_time_s * tr.train_gpus + extra)
-    if saving_s <= sim.switch_s:
+    if not idle or not loan_pays(sim, sum(i.tp for i in idle)):
         return
     sim._account()
     for inst in idle:
-        inst.active = False
-        sim.lent.append(inst)
-        sim.q.push(now + sim.join_s, Kind.HYBRID_READY, inst)
+        _lend(sim, inst)
+
+
+def loan_pays(sim: Simulator, gpus: int) -> bool:
+    """Whether `gpus` more replicas, ready `join_s` from now, save the running update more time
+    than the wake (`switch_s`) they will cost at the next rollout start."""
+    tr = sim.trainer
+    left_s = tr.done_s() - (sim.q.now_s + sim.join_s)  # the update's time left once they join
+    extra = HYBRID_EFFICIENCY * gpus
+    return left_s * extra / (tr.rate() * tr.core_time_s * tr.train_gpus + extra) > sim.switch_s
+
+
+def _lend(sim: Simulator, inst: Instance) -> None:
+    inst.active = False
+    sim.lent.append(inst)
+    sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, inst)
 
 
 def try_start_rollout(sim: Simulator) -> None:
@@ -138,6 +144,8 @@ def on_train_done(sim: Simulator, _: object = None) -> None:
         if not sim.hybrids and any(sim.router.queues):
             _hybrids_to_rollout(sim)
     try_start_train(sim)
+    if sim.p.elastic and not sim.rollout_running:  # the update just started may be worth a loan
+        _lend_while_rollout_waits(sim)
 
 
 def _lent_back_to_rollout(sim: Simulator) -> None:
@@ -218,12 +226,10 @@ def maybe_lend(sim: Simulator, inst: Instance) -> None:
     others = sim.router.active_in(b) - 1
     if others < 1 or sim.router.queues[b] or sim.bucket_flights[b] > others:
         return
-    if sim.trainer.done_s() <= sim.q.now_s + sim.join_s:
-        return  # the update ends before a replica could join: lending would only cost rollout
+    if not loan_pays(sim, inst.tp):
+        return  # the update ends too soon after a replica could join to pay for its wake
     sim._account()
-    inst.active = False
-    sim.lent.append(inst)
-    sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, inst)
+    _lend(sim, inst)
 
 
 def resplit(sim: Simulator, j: int) -> bool:

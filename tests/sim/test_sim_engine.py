@@ -219,13 +219,19 @@ def _lendable(sim: Simulator) -> Instance:
     return group[0]
 
 
-def test_elastic_lends_only_an_instance_that_can_join_before_the_update_ends() -> None:
+def test_elastic_lends_only_an_instance_whose_loan_pays_for_its_wake() -> None:
     sim = _sim("+elastic", gpus="32xA800")
-    inst = _lendable(sim)
+    inst = _lendable(sim)  # the update runs from 0 s to 100 s
     sim.q.now_s = 100.0 - sim.join_s  # the update ends exactly when a replica would be ready
     pipeline.maybe_lend(sim, inst)
     assert inst.active and not sim.lent
-    sim.q.now_s = 100.0 - 2 * sim.join_s  # it would train for join_s
+    # It would train for switch_s, saving the update less than the wake costs the next rollout.
+    sim.q.now_s = 100.0 - sim.join_s - sim.switch_s
+    assert not pipeline.loan_pays(sim, inst.tp)
+    pipeline.maybe_lend(sim, inst)
+    assert inst.active and not sim.lent
+    sim.q.now_s = 0.0  # from the start it would save more than the wake
+    assert pipeline.loan_pays(sim, inst.tp)
     sim.unfinished = 0  # but the last trajectory just ended (the next rollout may start now)
     pipeline.maybe_lend(sim, inst)
     assert inst.active and not sim.lent
@@ -384,3 +390,18 @@ def test_elastic_lends_idle_instances_while_the_next_rollout_waits(
         for inst in instances:
             pipeline.on_hybrid_ready(sim, inst)
         assert sim.trainer.done_s() < before - sim.switch_s
+
+
+def test_elastic_lends_idle_instances_to_the_last_updates(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every rollout has run; update 0 ends and update 1 starts: no rollout needs the instances, so
+    # they join it (the check runs when an update starts, not only when a rollout ends).
+    monkeypatch.setattr(pipeline, "update_time_s", lambda *args: 1000.0)
+    sim = _sim("+elastic", iterations=2, gpus="32xA800")
+    sim.stats.records.extend([IterationRecord(0), IterationRecord(1)])
+    sim.rolled, sim.pending_train = 2, [1]
+    sim.trainer.start(0.0, 0, 10.0, sim.trainer.train_gpus)
+    sim.q.now_s = 10.0
+    instances = list(sim.instances)
+    pipeline.on_train_done(sim)
+    assert sim.trainer.iteration == 1 and sim.lent == instances
+    assert not any(i.active for i in instances)

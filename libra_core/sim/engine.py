@@ -15,14 +15,15 @@ a new one; `ReplanPolicy` decides; an applied plan stalls that rollout start by 
 
 Elastic hybrid pool (`elastic`): (1) a rollout instance that is idle in the tail of an iteration (no
 queued turn in its bucket, at most one unfinished trajectory per other instance of the bucket) is lent
-to the running update as a data-parallel replica after `join_s` (snapshot load), if the update is
-still running by then and the rollout's last trajectory has not ended; lent instances come back
+to the running update as a data-parallel replica after `join_s` (snapshot load), if the update's
+time it saves exceeds the wake it costs later (`switch_s`) and the rollout's last trajectory has
+not ended; lent instances come back
 (`wake_s` + moving the weights) when the update ends while rollout runs and no update follows, else
 at the next rollout start. (2) When an update ends and rollout still runs, the
 training GPUs beyond the core half become rollout instances of the longest bucket after `wake_s`
 and serve the turns that follow; at rollout end they rejoin training `join_s` later. (3) When a
-rollout ends and the next must wait for an update (or none follows), every idle rollout instance
-joins the update if the time saved exceeds the wake it pays at the next rollout start.
+rollout ends, or an update starts with no rollout running, and the next rollout must wait for that
+update (or none follows), every idle rollout instance joins it on the same condition.
 """
 
 from __future__ import annotations

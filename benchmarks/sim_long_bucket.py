@@ -21,12 +21,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import Simulator
-from libra_core.sim.instance import CostTables
 from libra_core.sim.policies import Deployment, PolicySpec, resolve_policies
-from libra_core.sim.report import lower_bound_s
+from libra_core.sim.simulate import scenario_lower_bound
 from libra_core.sim.workloads import SCENARIOS, load_scenario
 
 
@@ -71,16 +69,8 @@ def main() -> None:
             dep = replace(base, instances=inst, bucket_bounds=(bound,), plan=None)
             for scheduler in ("oracle", "cmlfq"):
                 run(PolicySpec(f"{scheduler}, p{q}, {n_long} long", hetero=True, scheduler=scheduler), dep)
-    tps = instance_tp_degrees(model, cluster.hardware)
-    tables = CostTables(RolloutCostModel(model, cluster.hardware), tps)
-    bound_s, tokens, _, _ = lower_bound_s(
-        (wl.trajectories(j) for j in range(args.iterations)),
-        model,
-        cluster.hardware,
-        cluster.num_gpus,
-        tables,
-        tps,
-    )
+    hw, gpus = cluster.hardware, cluster.num_gpus
+    bound_s, tokens, _, _ = scenario_lower_bound(wl, args.iterations, model, hw, gpus)
     print(f"static-optimal layout: {base.label()}; lower bound {tokens / bound_s:,.0f} tok/s")
 
 

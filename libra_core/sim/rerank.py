@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from libra_core.planner.assignment import Assignment, Group
+from libra_core.planner.rollout_cost import instance_tp_degrees
 from libra_core.planner.search import Plan, iteration_spread, iteration_time_s
 from libra_core.planner.spread import Spread
 from libra_core.sim.policies import Deployment, deployment_from_plan
@@ -127,7 +128,7 @@ def rerank(
         # in the split under load (module docstring), so the degree the simulation prefers at the
         # fastest splits may never be drawn: try every degree there.
         one_degree = [p for p, _ in _ranked(done.values()) if len(p.rollout.groups) == 1]
-        run([v for p in one_degree[:2] for v in degree_variants(p, tuple(sim.tables.kv_capacity))])
+        run([v for p in one_degree[:2] for v in degree_variants(p, instance_tp_degrees(sim.model, sim.hw))])
     out = _ranked(done.values())
     if out[0][0].t_iter_s >= first[0].t_iter_s * (1.0 - sim.s.min_gain_fraction):
         out.remove(first)

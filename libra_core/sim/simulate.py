@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
-from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.planner.specs import HardwareSpec, ModelSpec, get_model, parse_cluster
 from libra_core.sim.engine import Simulator
 from libra_core.sim.instance import CostTables
 from libra_core.sim.policies import resolve_policies
@@ -59,6 +59,16 @@ def _result(name: str, st: RunStats, wall_s: float) -> PolicyResult:
     )
 
 
+def scenario_lower_bound(
+    wl: Any, iterations: int, model: ModelSpec, hw: HardwareSpec, num_gpus: int
+) -> tuple[float, int, float, float]:
+    """`report.lower_bound_s` over `iterations` of workload `wl` (seconds, tokens, work s, path s),
+    on the cost model's tables for every TP degree an instance can run."""
+    tps = instance_tp_degrees(model, hw)
+    tables = CostTables(RolloutCostModel(model, hw), tps)
+    return lower_bound_s((wl.trajectories(j) for j in range(iterations)), model, hw, num_gpus, tables, tps)
+
+
 def simulate(
     scenario: str | Path,
     hardware: str,
@@ -95,11 +105,7 @@ def simulate(
         # lower bound's pass over the workload, whose garbage collections would otherwise rescan it.
         del sim, stats
         log.info("%s: %.0f tok/s in %.1fs wall", spec.name, results[-1].tokens_per_s, results[-1].wall_s)
-    tps = instance_tp_degrees(mspec, hw)
-    tables = CostTables(RolloutCostModel(mspec, hw), tps)
-    lb_s, tokens, work_s, path_s = lower_bound_s(
-        (wl.trajectories(j) for j in range(iterations)), mspec, hw, cluster.num_gpus, tables, tps
-    )
+    lb_s, tokens, work_s, path_s = scenario_lower_bound(wl, iterations, mspec, hw, cluster.num_gpus)
     report = SimReport(
         str(scenario),
         cluster.label,

@@ -8,7 +8,12 @@ cancelled run resumes from its last checkpoint with `libra run --resume RUN_DIR`
 
 from __future__ import annotations
 
-from prefect import flow
+import logging
+import signal
+
+from prefect import flow, get_client
+from prefect.client.schemas.objects import StateType
+from prefect.context import FlowRunContext
 from prefect.exceptions import TerminationSignal
 
 from flows.rl_iteration import rl_iteration
@@ -16,6 +21,25 @@ from libra_core.pipeline.run_dir import load_run_config
 from tasks.artifacts import run_artifacts_task
 from tasks.setup import create_run_task, finish_run_task, prepare_policy_task
 from tasks.stages import stop_pool_task
+
+log = logging.getLogger(__name__)
+
+
+def cancel_requested() -> bool:
+    """Whether this flow run is being cancelled: a safety net, asked between iterations. The
+    runner's SIGTERM normally raises TerminationSignal in this flow; should it be lost (CI once saw
+    a run marked CANCELLED whose folder still said "running"; not reproduced since), the run would
+    go on until the runner's SIGKILL 30 s later, its state stale and its engines orphaned."""
+    ctx = FlowRunContext.get()
+    if ctx is None or ctx.flow_run is None:
+        return False
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(ctx.flow_run.id).state
+    except Exception as err:  # an API blip must not stop a run; the next iteration asks again
+        log.warning("could not read the flow run's state: %s", err)
+        return False
+    return state is not None and state.type in (StateType.CANCELLING, StateType.CANCELLED)
 
 
 @flow(name="rl-experiment", log_prints=False)
@@ -35,6 +59,8 @@ def rl_experiment(
             out = rl_iteration(run_dir, iteration, version, next_rollout)
             row, next_rollout = out["row"], out["next_rollout"]
             version = int(row["policy_version"])
+            if iteration < cfg.experiment.iterations and cancel_requested():
+                raise TerminationSignal(signal.SIGTERM)
         status = "finished"
     except (KeyboardInterrupt, TerminationSignal):
         status = "cancelled"
@@ -42,9 +68,13 @@ def rl_experiment(
     finally:
         if status == "cancelled":
             # Cancelled from the UI (SIGTERM) or Ctrl-C: no more task runs, just make the folder
-            # consistent: engines stopped, state says cancelled, resumable from its checkpoint.
-            stop_pool_task.fn(run_dir)
-            finish_run_task.fn(run_dir, status)
+            # consistent: state says cancelled, engines stopped, resumable from its checkpoint.
+            # The state goes first: it takes milliseconds, while stopping engines can outlast the
+            # runner's grace period (30 s, then SIGKILL) on a loaded machine.
+            try:
+                finish_run_task.fn(run_dir, status)
+            finally:
+                stop_pool_task.fn(run_dir)
         else:
             stop_pool_task(run_dir)
             finish_run_task(run_dir, status)

@@ -94,6 +94,8 @@ class RolloutPool:
         )
 
     def stop(self) -> None:
+        for server in self.servers:  # all at once: a cancelled run has a bounded grace period
+            server.terminate()
         for server in self.servers:
             server.stop()
         self.servers = []

@@ -8,6 +8,7 @@ command line is identical. Dev mode is switched on because weight sync uses the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -143,6 +144,12 @@ class VllmServer:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def terminate(self) -> None:
+        """Ask the instance to exit (SIGTERM to its session) without waiting; `stop()` waits."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         if self.process is None:

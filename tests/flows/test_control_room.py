@@ -80,8 +80,10 @@ class Served:
             if self.proc.poll() is not None:
                 break
             time.sleep(2)
-        tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
-        raise AssertionError(f"flow run {run_id} did not reach {states} in {timeout_s}s; serve log:\n{tail}")
+        raise AssertionError(f"flow run {run_id} did not reach {states} in {timeout_s}s; {self.log_tail()}")
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "serve log:\n" + "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def subflow(self, parent_id: str, name: str) -> dict[str, Any]:
         runs = self.post(
@@ -289,7 +291,7 @@ def test_run_cancelled_from_the_api_stops_engines_and_resumes(served: Served) ->
     served.wait_state(run_id, {"CANCELLED"}, 180)
 
     state = json.loads((run_dir / "state.json").read_text())
-    assert state["status"] == "cancelled"
+    assert state["status"] == "cancelled", served.log_tail()
     done = state["completed_iterations"]
     assert done >= 1
     deadline = time.monotonic() + 30

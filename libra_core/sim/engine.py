@@ -18,7 +18,8 @@ queued turn in its bucket, at most one unfinished trajectory per other instance 
 to the running update as a data-parallel replica after `join_s` (snapshot load), if the update's
 time it saves exceeds the wake it costs later (`switch_s`) and the rollout's last trajectory has
 not ended; lent instances come back
-(`wake_s` + moving the weights) when the update ends while rollout runs and no update follows, else
+(`wake_s` + moving the weights) when the update ends while rollout runs and no update follows, or
+when it ends and the next rollout waits only for its weights (the wake overlaps the sync), else
 at the next rollout start. (2) When an update ends and rollout still runs, the
 training GPUs beyond the core half become rollout instances of the longest bucket after `wake_s`
 and serve the turns that follow; at rollout end they rejoin training `join_s` later. (3) When a

@@ -137,6 +137,11 @@ def on_train_done(sim: Simulator, _: object = None) -> None:
         sim.audit.record(j, records[j].tokens, records[j].train_end_s - records[j - 1].train_end_s)
     sim.q.push(now + delay, Kind.WEIGHTS_READY, j)
     sim.trajs.pop(j, None)
+    if sim.p.elastic and not sim.rollout_running and _rollout_waits_for(sim, j):
+        # The next rollout starts when these weights are synced: lent instances start their wake
+        # now, overlapping the sync, instead of training the next update for the sync's length
+        # and waking at the rollout start.
+        _lent_back_to_rollout(sim)
     if sim.p.elastic and sim.rollout_running and not sim.pending_train:
         _lent_back_to_rollout(sim)
         # Hybrids take only new, moved or waiting turns (a turn stays with the instance holding
@@ -146,6 +151,11 @@ def on_train_done(sim: Simulator, _: object = None) -> None:
     try_start_train(sim)
     if sim.p.elastic and not sim.rollout_running:  # the update just started may be worth a loan
         _lend_while_rollout_waits(sim)
+
+
+def _rollout_waits_for(sim: Simulator, j: int) -> bool:
+    """Whether the next rollout can start once update `j`'s weights are synced (and not before)."""
+    return sim.rolled < sim.iterations and j + 1 >= sim.rolled - sim.staleness > sim.version
 
 
 def _lent_back_to_rollout(sim: Simulator) -> None:

@@ -405,3 +405,31 @@ def test_elastic_lends_idle_instances_to_the_last_updates(monkeypatch: pytest.Mo
     pipeline.on_train_done(sim)
     assert sim.trainer.iteration == 1 and sim.lent == instances
     assert not any(i.active for i in instances)
+
+
+@pytest.mark.parametrize(("rolled", "wakes"), [(2, True), (3, False)])
+def test_lent_instances_wake_during_the_weight_sync_the_next_rollout_waits_for(
+    monkeypatch: pytest.MonkeyPatch, rolled: int, wakes: bool
+) -> None:
+    # Update 0 ends with every rollout instance lent to it, and update 1 is waiting. If rollout 2
+    # waits for update 0's weights, the instances start waking now (ready switch_s from now, the
+    # sync overlapping) instead of training update 1 until the rollout starts; if every rollout has
+    # run, they stay with update 1.
+    monkeypatch.setattr(pipeline, "update_time_s", lambda *args: 1000.0)
+    sim = _sim("+elastic", iterations=3, gpus="32xA800")
+    sim.stats.records.extend([IterationRecord(0), IterationRecord(1)])
+    sim.rolled, sim.pending_train, sim.version = rolled, [1], 0
+    sim.trainer.start(0.0, 0, 10.0, sim.trainer.train_gpus)
+    instances = list(sim.instances)
+    for inst in instances:
+        pipeline._lend(sim, inst)
+        sim.lent_ready.add(inst.instance_id)
+    sim.q.now_s = 10.0
+    pipeline.on_train_done(sim)
+    assert sim.trainer.iteration == 1
+    assert sim.lent == ([] if wakes else instances)
+    assert all(i.active == wakes for i in instances)
+    lent_gpus = sum(i.tp for i in instances)
+    assert sim.trainer.gpus == sim.trainer.train_gpus + (0 if wakes else lent_gpus)
+    if wakes:
+        assert all(i.stall_until_s == pytest.approx(10.0 + sim.switch_s) for i in instances)

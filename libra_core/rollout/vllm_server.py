@@ -67,6 +67,7 @@ class VllmServer:
     dtype: str = "float32"
     port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _signalled: bool = field(default=False, repr=False)  # terminate() sent SIGTERM to this process
 
     @property
     def url(self) -> str:
@@ -146,21 +147,21 @@ class VllmServer:
         return self.process is not None and self.process.poll() is None
 
     def terminate(self) -> None:
-        """Ask the instance to exit (SIGTERM to its session) without waiting; `stop()` waits."""
-        if self.process is not None and self.process.poll() is None:
+        """Ask the instance to exit (SIGTERM to its session) without waiting; `stop()` waits. Sent
+        once per process, so `stop()` after `terminate()` only waits."""
+        if self.process is not None and self.process.poll() is None and not self._signalled:
+            self._signalled = True
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         if self.process is None:
             return
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
+        self.terminate()
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=timeout_s)
-            except ProcessLookupError:
-                pass
-        self.process = None
+            self.process.wait(timeout=timeout_s)
+        self.process, self._signalled = None, False

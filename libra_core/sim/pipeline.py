@@ -159,8 +159,9 @@ def _rollout_waits_for(sim: Simulator, j: int) -> bool:
 
 
 def _lent_back_to_rollout(sim: Simulator) -> None:
-    """No update follows: lent instances wake for the rest of this rollout after `switch_s`, so they
-    also start the next one ready, instead of idling until its start and waking then."""
+    """Lent instances wake now, ready `switch_s` later: when no update follows during a rollout (they
+    serve its rest and start the next one ready), or when the next rollout waits only for the
+    weights of the update that just ended (the wake overlaps the sync)."""
     if not sim.lent:
         return
     sim._account()

@@ -6,20 +6,29 @@ trajectories and measured stage times, and every `planner.replan_every` iteratio
 that is applied only when it pays for the move. Each decision (kept or applied, with the numbers)
 is appended to `<run>/planner/decisions.jsonl`, which the history and reports read.
 
-The planner keeps state across iterations (its window and current plan) in this process; a fresh
-process (a resumed run) rebuilds it by replaying the last `window_iterations` iterations from the
-trajectory lake and the history.
+The planner keeps state across iterations (its window, stage corrections, current plan and move
+audit) in this process. A fresh process (a resumed run) rebuilds that state by replaying the run's
+recorded iterations from the trajectory lake and the history (`LibraPlanner.catch_up`): the resumed
+run keeps the plan it was running, instead of planning from scratch (an `initial` decision, and a
+pool resize the replanning policy never weighed). A replayed decision that differs from the logged
+one (the lake or the config changed) is logged as a warning. Decisions logged for the iteration the
+run resumes at, or later, belong to an iteration that did not finish; they are dropped before it
+runs again, so the log keeps one record per decision.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from libra_core.config import LibraConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -42,17 +51,44 @@ def decisions_path(run_dir: str | Path) -> Path:
 
 
 def read_decisions(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = decisions_path(run_dir)
+    return _read_decisions(decisions_path(run_dir))[0]
+
+
+def _read_decisions(path: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The records, and whether the last line was torn (ignored)."""
     if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [], False
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for n, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if n < len(lines):
+                raise ValueError(f"{path}: line {n} is not a JSON decision record ({e})") from e
+            # the last line of a process killed while appending: the decision it was writing is
+            # remade when its iteration runs again
+            log.warning("%s: ignoring a torn last line (%d characters)", path, len(line))
+            return records, True
+    return records, False
 
 
-def _observe(planner: Any, cfg: LibraConfig, run_dir: str, iteration: int) -> None:
+def _history(run_dir: str) -> dict[int, dict[str, Any]]:
     from libra_core.data.history import read_history
+
+    return {h["iteration"]: h for h in read_history(run_dir)}
+
+
+def _observe(
+    planner: Any,
+    cfg: LibraConfig,
+    run_dir: str,
+    iteration: int,
+    history: dict[int, dict[str, Any]] | None = None,
+) -> None:
     from libra_core.data.io import lake_path, read_lake
 
-    history = {h["iteration"]: h for h in read_history(run_dir)}
+    history = _history(run_dir) if history is None else history
     if iteration not in history or not lake_path(run_dir, iteration).exists():
         return
     lake = read_lake(run_dir, iteration)
@@ -61,15 +97,46 @@ def _observe(planner: Any, cfg: LibraConfig, run_dir: str, iteration: int) -> No
     planner.observe(lake, cfg.training.grpo.group_size, measured, iteration=iteration)
 
 
+def _drop_unfinished_decisions(run_dir: str, iteration: int) -> list[dict[str, Any]]:
+    """Remove logged decisions of `iteration` and later (an iteration that did not finish) and a
+    torn last line; returns the records kept. The log is rewritten atomically."""
+    path = decisions_path(run_dir)
+    records, torn = _read_decisions(path)
+    kept = [r for r in records if r["iteration"] < iteration]
+    if torn or len(kept) < len(records):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(tmp, path)
+        log.info(
+            "dropped %d planner decisions of unfinished iterations >= %d", len(records) - len(kept), iteration
+        )
+    return kept
+
+
+def _catch_up(planner: Any, cfg: LibraConfig, run_dir: str, iteration: int) -> None:
+    logged = _drop_unfinished_decisions(run_dir, iteration)
+    history = _history(run_dir)
+    replayed = planner.catch_up(iteration, lambda k: _observe(planner, cfg, run_dir, k, history))
+    got = [(d.iteration, d.action) for d in replayed]
+    want = [(r["iteration"], r["action"]) for r in logged]
+    if got != want:
+        log.warning(
+            "planner replay of iterations 1-%d made decisions %s, the run logged %s; continuing "
+            "from the replayed state (did the trajectory lake, the history or the config change?)",
+            iteration - 1,
+            got,
+            want,
+        )
+
+
 def _planner_for(cfg: LibraConfig, run_dir: str, iteration: int) -> Any:
     from libra_core.planner import LibraPlanner
 
     planner = _PLANNERS.get(run_dir)
     if planner is None:
-        planner = _PLANNERS[run_dir] = LibraPlanner.from_config(cfg)
-        first = max(1, iteration - cfg.planner.window_iterations)
-        for past in range(first, iteration):
-            _observe(planner, cfg, run_dir, past)
+        planner = LibraPlanner.from_config(cfg)
+        _catch_up(planner, cfg, run_dir, iteration)
+        _PLANNERS[run_dir] = planner  # only once caught up: a failed replay is redone next call
         _OBSERVED[run_dir] = iteration - 1
     elif _OBSERVED.get(run_dir, 0) < iteration - 1:
         _observe(planner, cfg, run_dir, iteration - 1)

@@ -7,12 +7,17 @@ was due (every `planner.replan_every` iterations; never when it is 0). The plann
 its own state: the trajectory window, the stage corrections, the current plan and the audit of
 the last applied move (audit.py): when the throughput measured after a move fell, `step` returns
 the plan before it with a `revert` decision, and later replans skip the reverted plan's resources.
+
+That state lives in the process. A resumed run builds a fresh planner and calls `catch_up`, which
+repeats the calls the run made (observe the previous iteration, step the next) on the recorded
+iterations, so the resumed run continues with the plan, corrections and audit it had.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import pyarrow as pa
@@ -140,6 +145,29 @@ class LibraPlanner:
         for stage, seconds in measured_s.items():
             if stage in predicted and seconds > 0 and predicted[stage] > 0:
                 self.corrections.observe(stage, predicted[stage], seconds)
+
+    def catch_up(self, iteration: int, feed: Callable[[int], None], first: int = 1) -> list[ReplanDecision]:
+        """Bring a fresh planner to the state the run had when it was about to plan `iteration`.
+
+        Called once by the plan stage of a resumed run, before `step(iteration)`. It makes the calls
+        the run made, in order: `step(first)`, then for every later iteration k < `iteration`,
+        `feed(k - 1)` and `step(k)`; finally `feed(iteration - 1)`. `feed(k)` must call `observe`
+        with iteration k's recorded trajectories and stage times (or nothing, when k was not
+        recorded), exactly as the running plan stage did. Returns the decisions the replayed steps
+        made, which the caller may compare with the ones the run logged (they match when the
+        recorded data and the config are unchanged: the planner is deterministic).
+        """
+        assert self._plan is None and not len(self.window), "catch_up needs a fresh planner"
+        decisions = []
+        for k in range(first, iteration):
+            if k > first:
+                feed(k - 1)
+            _, decision = self.step(k)
+            if decision is not None:
+                decisions.append(decision)
+        if iteration > first:
+            feed(iteration - 1)
+        return decisions
 
     def step(self, iteration: int) -> tuple[Plan, ReplanDecision | None]:
         """The plan for `iteration`; a decision record when a (re)plan happened."""

@@ -3,7 +3,10 @@
 Started once per experiment by the flow (engine start-up costs seconds), resized by the plan
 stage's output, and stopped when the experiment ends or fails. Tasks never hold engine handles:
 they pass the pool id and instance URLs (plain strings); this module keeps the processes in a
-per-process registry and kills them at interpreter exit so no server outlives its run.
+per-process registry and kills them at interpreter exit so no server outlives its run. A process
+killed outright (SIGKILL) runs none of that: each instance's pid is also recorded under
+`<log_dir>/engines/` (rollout/engine_registry.py), and the next process that creates a pool on the
+same folder (a resumed run) first stops the engines whose owner is gone.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from libra_core.config.models import VllmEngineConfig
+from libra_core.rollout import engine_registry
 from libra_core.rollout.vllm_server import VllmServer
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,7 @@ class RolloutPool:
         self.pool_id, self.model_dir, self.engine, self.log_dir = pool_id, model_dir, engine, log_dir
         self.max_model_len, self.dtype = max_model_len, dtype
         self.servers: list[VllmServer] = []
+        self.pid_dir = log_dir / "engines"  # engine_registry's pid files of this pool's instances
         self._next_index = 0
         # Policy version the instances serve: set when the pool starts, advanced by each weight sync.
         # The agent loop reads it at the start of every turn to label the tokens it generates.
@@ -55,7 +60,7 @@ class RolloutPool:
         assert size >= 1, "a rollout pool needs at least one instance"
         start = time.monotonic()
         while len(self.servers) > size:
-            self.servers.pop().stop()
+            self._stop(self.servers.pop())
         new: list[VllmServer] = []
         while len(self.servers) + len(new) < size:
             iid = f"{self.pool_id}-{self._next_index}"
@@ -71,6 +76,8 @@ class RolloutPool:
                 port,
             )
             server.start()
+            assert server.process is not None
+            engine_registry.record(self.pid_dir, iid, server.process.pid)
             new.append(server)
         deadline = time.monotonic() + self.engine.startup_timeout_s
         try:
@@ -80,10 +87,14 @@ class RolloutPool:
             # Also on KeyboardInterrupt or a termination signal (a run cancelled while its engines
             # start): these processes are not in the pool yet, so nothing else would stop them.
             for server in new:
-                server.stop()
+                self._stop(server)
             raise
         self.servers += new
         return time.monotonic() - start
+
+    def _stop(self, server: VllmServer) -> None:
+        server.stop()
+        engine_registry.forget(self.pid_dir, server.instance_id)
 
     def info(self, resize_s: float) -> PoolInfo:
         return PoolInfo(
@@ -97,7 +108,7 @@ class RolloutPool:
         for server in self.servers:  # all at once: a cancelled run has a bounded grace period
             server.terminate()
         for server in self.servers:
-            server.stop()
+            self._stop(server)
         self.servers = []
 
 
@@ -111,6 +122,7 @@ def _drop_dead(pool: RolloutPool) -> int:
     for server in dead:
         log.warning("rollout instance %s died; replacing it\n%s", server.instance_id, server.log_tail(10))
         pool.servers.remove(server)
+        pool._stop(server)  # reaps the exited process, drops its pid file
     return len(dead)
 
 
@@ -134,6 +146,10 @@ def ensure_rollout_pool(
                 pool_id, model_dir, engine, log_dir, max_model_len=max_model_len, dtype=dtype
             )
             pool.served_version = version
+            # engines of an earlier process on this folder that was killed before it could stop them
+            reaped = engine_registry.reap_orphans(pool.pid_dir)
+            if reaped:
+                log.warning("stopped %d orphaned engines of an earlier process: %s", len(reaped), reaped)
         _drop_dead(pool)
         resize_s = pool.resize(size)
         return pool.info(resize_s)

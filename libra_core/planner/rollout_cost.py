@@ -84,8 +84,13 @@ class RolloutCostModel:
         return np.asarray(m.num_layers * layer + head)
 
     def decode_step_s(self, tp: int, batch: ArrayLike, ctx: ArrayLike) -> np.ndarray:
-        """Inter-token latency of a decode step with `batch` sequences of mean context `ctx`."""
-        return self.forward_s(tp, batch, batch, ctx)
+        """Inter-token latency of a decode step with `batch` sequences of mean context `ctx`: the
+        forward pass plus the serving engine's CPU time per step (0 unless the hardware sets it)."""
+        hw = self.hw
+        cpu_s = (
+            hw.serving_step_overhead_us + hw.serving_seq_overhead_us * np.asarray(batch, dtype=float)
+        ) * 1e-6
+        return self.forward_s(tp, batch, batch, ctx) + cpu_s
 
     def prefill_s_per_token(self, tp: int, ctx: ArrayLike) -> np.ndarray:
         """Seconds per prefilled token in full chunks whose tokens attend `ctx` tokens on average."""

@@ -48,6 +48,16 @@ class HardwareSpec(_Spec):
     inter_allreduce_eff: float = Field(gt=0, le=1, description="Bus-bandwidth share across nodes.")
     inter_latency_us: float = Field(ge=0, description="Fixed cost of an inter-node collective.")
     train_mfu: float = Field(gt=0, le=1, description="Share of peak reached by training compute.")
+    # Per decode step of a rollout instance, outside the GPU kernels (the serving engine's CPU work:
+    # scheduling, input preparation, sampling, detokenizing). The Vidur profiles the efficiencies
+    # were fitted on time kernels only, so hardware.yaml leaves both at 0; the simulator sets them
+    # as a what-if (SimSettings). benchmarks/rollout_tp_economics.py compares with vLLM's ITL.
+    serving_step_overhead_us: float = Field(
+        0.0, ge=0, description="Fixed CPU time per decode step of a rollout instance, microseconds."
+    )
+    serving_seq_overhead_us: float = Field(
+        0.0, ge=0, description="CPU time per decode step per sequence in the batch, microseconds."
+    )
     source: str
 
     def peak_flops_per_s(self, dtype: str) -> float:

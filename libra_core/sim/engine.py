@@ -90,9 +90,10 @@ class Simulator:
         record_events: bool = False,
         deployment: Deployment | None = None,
     ) -> None:
+        self.s = settings or SimSettings()
+        hw = self.s.hardware(hw)
         self.p, self.wl, self.model, self.hw, self.G = policy, workload, model, hw, num_gpus
         self.iterations, self.rng = iterations, rng
-        self.s = settings or SimSettings()
         self.staleness = 0 if policy.colocated else 1
         self.search = SearchSettings(
             staleness=self.staleness,

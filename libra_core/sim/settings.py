@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from libra_core.planner.specs import HardwareSpec
 from libra_core.sim.router import SPILL_FACTOR
 
 
@@ -49,12 +50,36 @@ class SimSettings:
     # The planner prices the wait of a slowest trajectory queued for KV room (SearchSettings
     # .queue_wait); off: with it dapo-math's heterogeneous policies pick a layout that runs slower.
     queue_wait: bool = False
+    # The serving engine's CPU time per decode step, fixed and per sequence in the batch
+    # (HardwareSpec.serving_*_overhead_us; 0 there): a what-if for a serving stack whose step is
+    # not GPU-bound. The simulated instances and every planner call see the same costs.
+    serving_step_overhead_us: float = 0.0
+    serving_seq_overhead_us: float = 0.0
+
+    def hardware(self, hw: HardwareSpec) -> HardwareSpec:
+        """`hw` with these settings' serving overheads (itself when both are 0)."""
+        if not (self.serving_step_overhead_us or self.serving_seq_overhead_us):
+            return hw
+        return hw.model_copy(
+            update={
+                "serving_step_overhead_us": self.serving_step_overhead_us,
+                "serving_seq_overhead_us": self.serving_seq_overhead_us,
+            }
+        )
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SimSettings.{name} must be >= 1, got {getattr(self, name)}")
-        nonnegative = ("rerank_plans", "audit_window", "min_gain_fraction", "engine_restart_s", "wake_s")
+        nonnegative = (
+            "rerank_plans",
+            "audit_window",
+            "min_gain_fraction",
+            "engine_restart_s",
+            "wake_s",
+            "serving_step_overhead_us",
+            "serving_seq_overhead_us",
+        )
         for name in (*nonnegative, "cmlfq_cost_ratio"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")

@@ -92,7 +92,9 @@ def simulate(
     specs = resolve_policies(policies)
     wl = load_scenario(scenario, iterations, seed, model, spec_overrides)
     mspec = get_model(wl.model)
-    hw = cluster.hardware
+    hw = (settings or SimSettings()).hardware(
+        cluster.hardware
+    )  # the lower bound's; Simulator applies its own
     results = []
     for i, spec in enumerate(specs):
         t0 = time.perf_counter()

@@ -154,3 +154,30 @@ def test_moe_training_flops_use_active_params() -> None:
     dense_equiv = 6 * moe.num_params * shape.tokens
     assert flops < dense_equiv / 5  # ~3.3B active of 30.5B
     assert flops > 6 * moe.flops_params * shape.tokens
+
+
+def test_serving_overhead_adds_cpu_time_per_step_and_per_sequence() -> None:
+    m = get_model("qwen3-14b")
+    gpu_only = RolloutCostModel(m, A800)
+    cpu = RolloutCostModel(
+        m, A800.model_copy(update={"serving_step_overhead_us": 2000.0, "serving_seq_overhead_us": 300.0})
+    )
+    for tp, batch, ctx in ((1, 1, 1000), (2, 64, 8000), (8, 256, 30000)):
+        extra = float(cpu.decode_step_s(tp, batch, ctx)) - float(gpu_only.decode_step_s(tp, batch, ctx))
+        assert extra == pytest.approx(2e-3 + 300e-6 * batch, rel=1e-9)
+    # Prefill is priced per chunk of the forward pass only.
+    assert float(cpu.prefill_s_per_token(2, 8000)) == float(gpu_only.prefill_s_per_token(2, 8000))
+
+    # The per-sequence term costs a high degree more per GPU at equal sequences per GPU: per-GPU
+    # decode throughput at 32 sequences per GPU, 2K context, falls from TP1 to TP8 with it.
+    def per_gpu(cost: RolloutCostModel, tp: int) -> float:
+        return 32 / float(cost.decode_step_s(tp, 32 * tp, 2000))
+
+    assert per_gpu(gpu_only, 4) > per_gpu(gpu_only, 1)  # GPU kernels alone: TP4 is not worse
+    cpu_bound = RolloutCostModel(m, A800.model_copy(update={"serving_seq_overhead_us": 400.0}))
+    assert per_gpu(cpu_bound, 1) > per_gpu(cpu_bound, 4) > per_gpu(cpu_bound, 8)
+
+
+def test_negative_serving_overhead_is_rejected() -> None:
+    with pytest.raises(ValueError, match="serving_seq_overhead_us"):
+        type(A800).model_validate({**A800.model_dump(), "serving_seq_overhead_us": -1.0})

@@ -40,7 +40,17 @@ def test_kv_heads_replicate_beyond_their_count() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["qwen2.5-3b", "qwen2.5-7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b", "qwen3-30b-a3b"]
+    "name",
+    [
+        "qwen2.5-3b",
+        "qwen2.5-7b",
+        "qwen3-4b",
+        "qwen3-8b",
+        "qwen3-14b",
+        "qwen3-32b",
+        "qwen3-30b-a3b",
+        "mistral-7b-v0.3",
+    ],
 )
 def test_param_counts_match_model_cards(name: str) -> None:
     m = get_model(name)

@@ -433,3 +433,27 @@ def test_lent_instances_wake_during_the_weight_sync_the_next_rollout_waits_for(
     assert sim.trainer.gpus == sim.trainer.train_gpus + (0 if wakes else lent_gpus)
     if wakes:
         assert all(i.stall_until_s == pytest.approx(10.0 + sim.switch_s) for i in instances)
+
+
+def test_serving_overhead_setting_reaches_the_instances_the_planner_and_the_bound() -> None:
+    """The what-if's CPU time per decode step is seen by the simulated instances, by the planner the
+    policy calls (it prices on the same hardware) and by the lower bound."""
+    setting = SimSettings(serving_step_overhead_us=5_000.0, serving_seq_overhead_us=200.0)
+    base = build_sim("tiny", "static-optimal", 2)
+    slow = build_sim("tiny", "static-optimal", 2, settings=setting)
+    assert slow.hw.serving_seq_overhead_us == 200.0 and base.hw.serving_seq_overhead_us == 0.0
+    assert float(slow.tables.cost.decode_step_s(1, 4, 500)) == pytest.approx(
+        float(base.tables.cost.decode_step_s(1, 4, 500)) + 5e-3 + 4 * 200e-6
+    )
+    a, b = base.run(), slow.run()
+    assert base.dep is not None and slow.dep is not None
+    assert base.dep.plan is not None and slow.dep.plan is not None
+    assert slow.dep.plan.t_rollout_s > base.dep.plan.t_rollout_s  # the planner priced the overhead
+    assert sum(r.rollout_end_s - r.rollout_start_s for r in b.records) > sum(
+        r.rollout_end_s - r.rollout_start_s for r in a.records
+    )
+    fast_rep = simulate("tiny", "8xA800", 2, ["static-optimal"], seed=0)
+    slow_rep = simulate("tiny", "8xA800", 2, ["static-optimal"], seed=0, settings=setting)
+    assert slow_rep.lower_bound_s > fast_rep.lower_bound_s
+    with pytest.raises(ValueError, match="serving_seq_overhead_us"):
+        SimSettings(serving_seq_overhead_us=-1.0)

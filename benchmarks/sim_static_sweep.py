@@ -1,0 +1,85 @@
+"""Every static one-degree layout simulated: the best split and TP degree found by brute force.
+
+    .venv/bin/python benchmarks/sim_static_sweep.py [--scenario r2e-gym] [--iterations 10]
+        [--setting FIELD=VALUE ...] [--top 6]
+
+`static-optimal` runs the layout the planner prices best for iteration 0 (one TP degree, no
+replanning). This runs the same policy on every layout it could have chosen instead: rollout GPUs
+20, 22, ..., 40 of 48xA800 (training gets the rest, with the training layout the planner's cost
+model prices best on them), times every TP degree that divides them, and prints the fastest. When
+the sweep's best beats `static-optimal` by much, the planner's price ranks layouts wrongly under
+these settings, and a policy that beats `static-optimal` has not necessarily beaten the best static
+layout. Seed 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+from libra_core.planner.search import best_train
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.planner.train_cost import TrainShape
+from libra_core.sim.engine import Simulator
+from libra_core.sim.overrides import parse_overrides
+from libra_core.sim.policies import OPEN_BOUND, Deployment, resolve_policies
+from libra_core.sim.settings import SimSettings
+from libra_core.sim.workloads import SCENARIOS, load_scenario
+
+
+def tokens_per_s(sim: Simulator) -> float:
+    stats = sim.run()
+    return sum(r.tokens for r in stats.records) / stats.records[-1].train_end_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
+    ap.add_argument("--top", type=int, default=6)
+    args = ap.parse_args()
+    settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
+    cluster = parse_cluster("48xA800")
+    wl = load_scenario(args.scenario, args.iterations, 0)
+    model = get_model(wl.model)
+    policy = resolve_policies(["static-optimal"])[0]
+
+    def sim(deployment: Deployment | None = None) -> Simulator:
+        gpus, rng = cluster.num_gpus, random.Random(0)
+        return Simulator(
+            policy, wl, model, cluster.hardware, gpus, args.iterations, rng, settings, deployment=deployment
+        )
+
+    planner = sim()
+    planned = tokens_per_s(planner)
+    assert planner.dep is not None
+    shape = TrainShape.from_workload(planner.workload_of(0))
+    rows = []
+    for rollout_gpus in range(20, 42, 2):
+        train = best_train(model, planner.hw, cluster.num_gpus - rollout_gpus, shape)
+        if train is None:
+            continue
+        for tp in (1, 2, 4, 8):
+            if rollout_gpus % tp:
+                continue
+            instances = tuple((tp, 0) for _ in range(rollout_gpus // tp))
+            dep = Deployment(
+                cluster.num_gpus - rollout_gpus, train.layout, instances, (OPEN_BOUND,), rollout_gpus
+            )
+            rows.append((tokens_per_s(sim(dep)), dep.label()))
+    rows.sort(reverse=True)
+    what = " ".join(args.setting) or "default"
+    print(f"{args.scenario}, 48xA800, {args.iterations} iterations, seed 0, settings: {what}")
+    print("| layout | tok/s |")
+    print("|---|---:|")
+    for rate, label in rows[: args.top]:
+        print(f"| {label} | {rate:,.0f} |")
+    print(f"| static-optimal (the planner's): {planner.dep.label()} | {planned:,.0f} |")
+    print(
+        f"{len(rows)} layouts simulated; the best is {rows[0][0] / planned - 1:+.1%} against static-optimal"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,7 @@
 """The planner's price for one homogeneous rollout layout against the simulated rollout, per TP degree.
 
     .venv/bin/python benchmarks/sim_homogeneous_price.py [--scenario r2e-gym] [--rollout-gpus 24]
-        [--prompts-per-iteration 32] [--queue-wait]
+        [--prompts-per-iteration 32] [--queue-wait] [--setting FIELD=VALUE ...]
 
 For iteration 0 of a scenario on A800s, `greedy`'s half/half split of 2 x `rollout-gpus` GPUs with every
 TP degree in turn (`rollout-gpus / tp` instances, one bucket; until 2026-12-02 the simulated layout
@@ -22,6 +22,8 @@ from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_tabl
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim import policies
 from libra_core.sim.engine import Simulator
+from libra_core.sim.overrides import parse_overrides
+from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload
 
 
@@ -33,7 +35,9 @@ def main() -> None:
     ap.add_argument(
         "--queue-wait", action="store_true", help="price the queue wait (SearchSettings.queue_wait)"
     )
+    ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
     args = ap.parse_args()
+    settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
     spec = SCENARIOS[args.scenario]
     if args.prompts_per_iteration is not None:
         spec = replace(spec, prompts_per_iteration=args.prompts_per_iteration)
@@ -59,10 +63,12 @@ def main() -> None:
         # greedy builds its layout with homogeneous_tp: force the degree under test.
         with mock.patch.object(policies, "homogeneous_tp", lambda *a, tp=tp, **k: tp):
             # greedy gives rollout half the cluster: a cluster of twice `rollout_gpus` gives it those.
-            sim = Simulator(greedy, wl, model, cluster.hardware, 2 * args.rollout_gpus, 1, random.Random(0))
+            sim = Simulator(
+                greedy, wl, model, cluster.hardware, 2 * args.rollout_gpus, 1, random.Random(0), settings
+            )
         rec = sim.run().records[0]
         simulated = rec.rollout_end_s - rec.rollout_start_s
-        cost = RolloutCostModel(model, cluster.hardware, sim.search.max_num_seqs)
+        cost = RolloutCostModel(model, sim.hw, sim.search.max_num_seqs)  # with the settings' overheads
         table = build_segment_table(
             cost,
             sim.workload_of(0),

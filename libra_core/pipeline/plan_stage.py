@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,15 @@ def _drop_unfinished_decisions(run_dir: str, iteration: int) -> list[dict[str, A
 def _catch_up(planner: Any, cfg: LibraConfig, run_dir: str, iteration: int) -> None:
     logged = _drop_unfinished_decisions(run_dir, iteration)
     history = _history(run_dir)
+    start = time.perf_counter()
     replayed = planner.catch_up(iteration, lambda k: _observe(planner, cfg, run_dir, k, history))
+    if iteration > 1:
+        log.info(
+            "planner caught up on iterations 1-%d (%d decisions) in %.1fs",
+            iteration - 1,
+            len(replayed),
+            time.perf_counter() - start,
+        )
     got = [(d.iteration, d.action) for d in replayed]
     want = [(r["iteration"], r["action"]) for r in logged]
     if got != want:

@@ -1,6 +1,7 @@
 """What the rollout cost model says one GPU gets from each TP degree, and what vLLM measured.
 
     .venv/bin/python benchmarks/rollout_tp_economics.py [--hardware A800] [--lambda-csv PATH]
+        [--step-overhead-us US] [--seq-overhead-us US]
 
 Part 1, the cost model (`RolloutCostModel.decode_step_s`): for each built-in scenario's model, at a
 few contexts and a fixed number of sequences *per GPU* (so a TP-k instance decodes k times as many),
@@ -50,9 +51,12 @@ def per_gpu_table(cm: RolloutCostModel, per_gpu: int, ctx: int) -> list[tuple[in
     return rows
 
 
-def part_one(hardware: str) -> None:
+def part_one(hardware: str, step_us: float = 0.0, seq_us: float = 0.0) -> None:
     hw = get_hardware(hardware)
-    print(f"## The cost model on {hw.name}: decode step and tokens/s per GPU at equal sequences per GPU\n")
+    if step_us or seq_us:  # the simulator's what-if (SimSettings.hardware does the same)
+        hw = hw.model_copy(update={"serving_step_overhead_us": step_us, "serving_seq_overhead_us": seq_us})
+    print(f"## The cost model on {hw.name}: decode step and tokens/s per GPU at equal sequences per GPU")
+    print(f"(serving CPU time per step: {step_us:g} us + {seq_us:g} us per sequence)\n")
     print("| model | context | seqs per GPU | " + " | ".join(f"TP{t} ms / tok/s/GPU" for t in DEGREES) + " |")
     print("|---|---:|---:|" + "---:|" * len(DEGREES))
     for name in sorted({s.model for s in SCENARIOS.values() if s.name != "tiny"}):
@@ -99,9 +103,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", default="A800")
     ap.add_argument("--lambda-csv", type=Path, default=DEFAULT_CSV)
+    ap.add_argument("--step-overhead-us", type=float, default=0.0, help="serving CPU time per decode step")
+    ap.add_argument(
+        "--seq-overhead-us", type=float, default=0.0, help="serving CPU time per sequence and step"
+    )
     args = ap.parse_args()
-    print(f"Command: .venv/bin/python benchmarks/rollout_tp_economics.py --hardware {args.hardware}\n")
-    part_one(args.hardware)
+    print(
+        f"Command: .venv/bin/python benchmarks/rollout_tp_economics.py --hardware {args.hardware} "
+        f"--step-overhead-us {args.step_overhead_us:g} --seq-overhead-us {args.seq_overhead_us:g}\n"
+    )
+    part_one(args.hardware, args.step_overhead_us, args.seq_overhead_us)
     part_two(args.lambda_csv)
 
 

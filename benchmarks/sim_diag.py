@@ -3,7 +3,7 @@ time, moves, tail share, the first deployment and the plan's predicted times, an
 the first deployment the planner's group time next to when its last trajectory finished in
 iteration 0; then every replan and audit decision (iteration, action, the two priced or measured
 figures, the splits, the reason). Flags: `--per-iteration` also prints each iteration's rollout
-seconds and period (train end to train end); `--candidates` the planner's 8 best plans for
+seconds, update seconds and period (train end to train end); `--candidates` the planner's 8 best plans for
 iteration 0 under the policy's search settings, with their rollout groups (degree, instances, bins).
 
 .venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...] [FIELD=VALUE ...]
@@ -93,7 +93,7 @@ def main() -> None:
                 roll = r.rollout_end_s - r.rollout_start_s
                 print(
                     f"    iteration {r.iteration:>4}: rollout {roll:7.1f} s,"
-                    f" period {r.train_end_s - prev:7.1f} s"
+                    f" update {r.train_s:7.1f} s, period {r.train_end_s - prev:7.1f} s"
                 )
 
 

@@ -1,7 +1,8 @@
-"""The GPU timing script computes the forward pass it claims to (checked on the CPU, small shape).
+"""The GPU timing scripts compute what they claim to (checked on the CPU, small shapes).
 
-Its timings are compared with the cost model in docs/planner.md, so a wrong step (attention over
-the wrong cache rows, a prefill chunk that ignores its past) would make that comparison wrong.
+Their timings are compared with the cost model in docs/planner.md, so a wrong step (attention over
+the wrong cache rows, a prefill chunk that ignores its past, a FLOP count off by a factor) would
+make that comparison wrong.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_decode_step.py"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SHAPE = dict(
     num_layers=2,
     hidden_size=64,
@@ -27,14 +28,18 @@ SHAPE = dict(
 )
 
 
-@pytest.fixture(scope="module")
-def mod():
-    spec = importlib.util.spec_from_file_location("gpu_decode_step", SCRIPT)
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_decode_step"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return _load("gpu_decode_step")
 
 
 def _reference_decode(m, x: torch.Tensor, ctx: int) -> torch.Tensor:
@@ -101,3 +106,41 @@ def test_compare_prints_the_cost_model_next_to_each_point(mod, tmp_path, capsys)
     model_ms = float(row.split("|")[3])
     assert 3.0 < model_ms < 12.0  # the H200 model of an 8B decode step at batch 8
     assert float(row.split("|")[5]) == pytest.approx(6.0 / model_ms, abs=0.01)
+
+
+def test_train_step_compare_reports_the_mfu_of_the_planners_flop_count(tmp_path, capsys) -> None:
+    from libra_core.planner.specs import get_hardware, get_model
+
+    train = _load("gpu_train_step")
+    out = tmp_path / "train.json"
+    out.write_text(
+        json.dumps(
+            {
+                "device": "X",
+                "torch": "t",
+                "models": {
+                    "qwen3-4b": {
+                        "params": 4e9,
+                        "optimizer_ms": 30.0,
+                        "fwd_bwd": [{"tokens": 8192, "recompute": False, "ms": 500.0, "peak_gb": 1.0}],
+                    }
+                },
+            }
+        )
+    )
+    train.compare(out, "H200")
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| 8,192 |"))
+    m, hw = get_model("qwen3-4b"), get_hardware("H200")
+    # By hand: 6 x params that cost FLOPs x tokens, plus causal attention 6 x layers x q_dim x s^2.
+    flops = 6 * m.flops_params * 8192 + 6 * m.num_layers * m.q_dim * 8192**2
+    assert float(row.split("|")[5]) == pytest.approx(flops / 0.5 / hw.peak_flops_per_s("bfloat16"), abs=0.006)
+
+
+def test_train_step_runs_forward_and_backward_on_the_cpu(tmp_path) -> None:
+    train = _load("gpu_train_step")
+    out = tmp_path / "t.json"
+    res = train.measure(["tiny"], out, "cpu", 1, ((32, False), (32, True)))
+    rec = res["models"]["tiny"]
+    assert [r["recompute"] for r in rec["fwd_bwd"]] == [False, True]
+    assert all(r["ms"] > 0 for r in rec["fwd_bwd"]) and rec["optimizer_ms"] > 0
+    assert json.loads(out.read_text()) == res

@@ -3,7 +3,8 @@
 Each worker is a `multiprocessing` process (spawn by default) running a small call loop over a
 private pipe; a reader thread in the driver resolves the futures. A worker that dies fails its
 pending futures with WorkerDiedError at once (the pipe closes), so a caller waiting on a crashed
-worker is never left hanging.
+worker is never left hanging. A worker whose driver dies exits within `PARENT_POLL_S`, mid-call
+too, so it never writes into a run folder that a resumed run is using.
 """
 
 from __future__ import annotations
@@ -36,10 +37,31 @@ log = logging.getLogger(__name__)
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def _worker_main(conn: Connection, threads: int) -> None:
+# How often a worker checks that the process that started it is still alive.
+PARENT_POLL_S = 0.5
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit the worker as soon as its parent is gone (SIGKILL, OOM kill), even mid-call.
+
+    An idle worker notices a dead parent by its pipe closing, but one busy in a long call (an
+    update of several minutes) would otherwise finish it and write its results into the run folder
+    while a resumed run works there. Orphans are re-parented, so `getppid()` changing is the sign.
+    """
+    while True:
+        time.sleep(PARENT_POLL_S)
+        if os.getppid() != parent_pid:
+            os._exit(70)  # no clean-up: nothing the worker holds may outlive a dead parent
+
+
+def _worker_main(conn: Connection, threads: int, parent_pid: int | None = None) -> None:
     """The worker's call loop: receive (call_id, fn, args, kwargs), send (call_id, ok, value)."""
     for name in _THREAD_ENV:
         os.environ[name] = str(threads)
+    if parent_pid is not None:
+        threading.Thread(
+            target=_exit_with_parent, args=(parent_pid,), name="parent-watch", daemon=True
+        ).start()
     while True:
         try:
             message = conn.recv()
@@ -116,7 +138,7 @@ class LocalPool(WorkerPool):
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child, self.cfg.threads_per_worker),
+            args=(child, self.cfg.threads_per_worker, os.getpid()),
             name=f"libra-{worker_id}",
             daemon=True,
         )

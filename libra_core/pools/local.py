@@ -31,6 +31,7 @@ from libra_core.pools.base import (
     timed_resize,
     worker_ping,
 )
+from libra_core.rollout.engine_registry import process_start
 
 log = logging.getLogger(__name__)
 
@@ -41,27 +42,28 @@ _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PARENT_POLL_S = 0.5
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """Exit the worker as soon as its parent is gone (SIGKILL, OOM kill), even mid-call.
+def _exit_with_parent(parent: int, driver: int, driver_start: int | None) -> None:
+    """Exit the worker as soon as its driver is gone (SIGKILL, OOM kill), even mid-call.
 
-    An idle worker notices a dead parent by its pipe closing, but one busy in a long call (an
-    update of several minutes) would otherwise finish it and write its results into the run folder
-    while a resumed run works there. Orphans are re-parented, so `getppid()` changing is the sign.
+    An idle worker notices a dead driver by its pipe closing, but one busy in a long call (an update
+    of several minutes) would otherwise finish it and write its results into the run folder while a
+    resumed run works there. Under spawn the driver is the parent, and an orphan is re-parented
+    (`getppid()` changes); under forkserver the parent is the fork server, which outlives the
+    driver, so the driver's own pid and start time are watched too (Linux /proc; a recycled pid has
+    another start time).
     """
     while True:
         time.sleep(PARENT_POLL_S)
-        if os.getppid() != parent_pid:
-            os._exit(70)  # no clean-up: nothing the worker holds may outlive a dead parent
+        if os.getppid() != parent or (driver_start is not None and process_start(driver) != driver_start):
+            os._exit(70)  # no clean-up: nothing the worker holds may outlive its driver
 
 
-def _worker_main(conn: Connection, threads: int, parent_pid: int | None = None) -> None:
+def _worker_main(conn: Connection, threads: int, driver: int, driver_start: int | None) -> None:
     """The worker's call loop: receive (call_id, fn, args, kwargs), send (call_id, ok, value)."""
     for name in _THREAD_ENV:
         os.environ[name] = str(threads)
-    if parent_pid is not None:
-        threading.Thread(
-            target=_exit_with_parent, args=(parent_pid,), name="parent-watch", daemon=True
-        ).start()
+    args = (os.getppid(), driver, driver_start)
+    threading.Thread(target=_exit_with_parent, args=args, name="driver-watch", daemon=True).start()
     while True:
         try:
             message = conn.recv()
@@ -138,7 +140,7 @@ class LocalPool(WorkerPool):
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child, self.cfg.threads_per_worker, os.getpid()),
+            args=(child, self.cfg.threads_per_worker, os.getpid(), process_start(os.getpid())),
             name=f"libra-{worker_id}",
             daemon=True,
         )

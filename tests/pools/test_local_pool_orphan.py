@@ -33,8 +33,9 @@ DRIVER = (
     "import sys, threading, time\n"
     "sys.path.insert(0, sys.argv[1])\n"
     "import orphan_helper\n"
+    "from libra_core.config.pools import LocalPoolConfig\n"
     "from libra_core.pools.local import LocalPool\n"
-    "pool = LocalPool()\n"
+    "pool = LocalPool(LocalPoolConfig(start_method=sys.argv[4]))\n"
     "pool.start(1)\n"
     "wid = pool.worker_ids[0]\n"
     "args = (wid, orphan_helper.long_call, sys.argv[2], float(sys.argv[3]))\n"
@@ -53,11 +54,12 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
-def test_worker_exits_mid_call_when_its_driver_is_killed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_worker_exits_mid_call_when_its_driver_is_killed(tmp_path: Path, start_method: str) -> None:
     (tmp_path / "orphan_helper.py").write_text(HELPER)
     marker = str(tmp_path / "call")
     driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(tmp_path), marker, str(CALL_S)],
+        [sys.executable, "-c", DRIVER, str(tmp_path), marker, str(CALL_S), start_method],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -1,6 +1,7 @@
 """Time a real decode step and prefill chunk of a model's shape on one GPU, for the cost model.
 
-    python benchmarks/gpu_decode_step.py --out step.json [--models qwen3-14b,qwen3-8b]
+    python benchmarks/gpu_decode_step.py --out step.json [--models qwen3-14b,qwen3-8b] [--only decode]
+    python benchmarks/gpu_decode_step.py --out shards.json --models qwen3-14b --tp-shards
     .venv/bin/python benchmarks/gpu_decode_step.py --compare step.json --hardware H200
 
 The first form runs on a machine with a CUDA GPU and needs torch and pyyaml only (it reads
@@ -12,7 +13,12 @@ cost). Attention is a batched matmul over the cache with the query heads of each
 (GQA), so it reads each sequence's K and V once: close to what a paged decode kernel moves, not
 vLLM's kernel itself. It also times prefill chunks (causal attention by SDPA). One GPU, so TP 1 only.
 
-The second form (here, no GPU) puts `RolloutCostModel.decode_step_s` / `prefill_s_per_token` for the
+`--tp-shards` times instead what one GPU of a TP 1/2/4/8 instance computes (a k-th of the heads,
+MLP and vocabulary, the hidden size whole) at equal sequences per GPU, so a TP-k shard decodes k
+times as many: the kernel half of `benchmarks/rollout_tp_economics.py`. `--compare` adds the cost
+model's all-reduces (which one GPU cannot run) and prints tokens per second per GPU.
+
+The comparison form (here, no GPU) puts `RolloutCostModel.decode_step_s` / `prefill_s_per_token` for the
 named hardware at TP 1 next to each measured point: the ratio says where the fitted model is off.
 """
 
@@ -29,6 +35,7 @@ from pathlib import Path
 MODELS_YAML = Path(__file__).resolve().parents[1] / "libra_core" / "planner" / "models.yaml"
 # (context, largest batch): batch x context stays under 512k tokens of KV cache (84 GB for qwen3-14b).
 GRID = {1_000: (1, 8, 32, 64, 128, 256), 4_000: (1, 8, 32, 64, 128), 16_000: (1, 8, 16, 32)}
+SHARD_POINTS = ((2_000, 8), (2_000, 32), (8_000, 8))  # (context, sequences per GPU)
 PREFILL = ((512, 4_000), (2_048, 0), (2_048, 8_000), (8_192, 0))  # (chunk tokens, tokens already in context)
 
 
@@ -165,6 +172,85 @@ def _time_ms(fn, reps: int, sync) -> float:
     return out[len(out) // 2]
 
 
+def _graph_ms(m: Model, x, ctx: int, reps: int, sync) -> float:
+    """Median ms of one decode step captured in a CUDA graph and replayed (the kernels alone)."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            m.decode(x, ctx)
+    torch.cuda.current_stream().wait_stream(s)
+    gr = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(gr):
+        m.decode(x, ctx)
+    return _time_ms(gr.replay, reps, sync)
+
+
+def shard(shape: dict, tp: int) -> dict:
+    """What one GPU of a TP-`tp` instance holds: heads, KV heads (at least one), MLP and vocabulary
+    split `tp` ways, the hidden size whole (Megatron-style tensor parallelism)."""
+    if shape["num_heads"] % tp or shape["intermediate_size"] % tp:
+        raise ValueError(
+            f"TP {tp} does not divide {shape['num_heads']} heads and {shape['intermediate_size']} MLP"
+        )
+    return {
+        **shape,
+        "num_heads": shape["num_heads"] // tp,
+        "num_kv_heads": max(1, shape["num_kv_heads"] // tp),
+        "intermediate_size": shape["intermediate_size"] // tp,
+        "vocab_size": shape["vocab_size"] // tp,
+    }
+
+
+def measure_shards(name: str, out: Path, device: str, reps: int, points: tuple, degrees=(1, 2, 4, 8)) -> dict:
+    """Decode steps of one GPU's shard of TP 1/2/4/8 instances at equal sequences per GPU (a TP-k
+    instance decodes k times as many): the kernel half of the TP economics. The all-reduces a
+    real TP-k step adds cannot run on one GPU; `--compare` adds the cost model's for them."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    result: dict = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "tp_shards": [],
+    }
+    full = _shape(name)
+    for tp in degrees:
+        sh = shard(full, tp)
+        cache = max(per_gpu * tp * ctx for ctx, per_gpu in points)
+        m = Model(sh, cache, device)
+        for ctx, per_gpu in points:
+            x = torch.randn(per_gpu * tp, sh["hidden_size"], device=device, dtype=torch.bfloat16)
+            with torch.no_grad():
+                ms = (
+                    _graph_ms(m, x, ctx, reps, sync)
+                    if cuda
+                    else _time_ms(partial(m.decode, x, ctx), reps, sync)
+                )
+            result["tp_shards"].append(
+                {
+                    "model": name,
+                    "tp": tp,
+                    "ctx": ctx,
+                    "per_gpu": per_gpu,
+                    "ms": round(ms, 3),
+                    "cuda_graph": cuda,
+                }
+            )
+            print(
+                f"{name} TP{tp} shard, {per_gpu}/GPU (batch {per_gpu * tp}), ctx {ctx}: {ms:.2f} ms",
+                flush=True,
+            )
+            out.write_text(json.dumps(result, indent=1))
+        del m
+        if cuda:
+            torch.cuda.empty_cache()
+    return result
+
+
 def measure(models: list[str], out: Path, device: str, reps: int, grid: dict, prefill: tuple) -> dict:
     """Time every (context, batch) decode point of `grid` and every (tokens, past) chunk of `prefill`."""
     import torch
@@ -195,19 +281,7 @@ def measure(models: list[str], out: Path, device: str, reps: int, grid: dict, pr
                 x = torch.randn(B, shape["hidden_size"], device=device, dtype=torch.bfloat16)
                 with torch.no_grad():
                     eager = _time_ms(partial(m.decode, x, ctx), reps, sync)
-                    graph_ms = None
-                    if cuda:
-                        s = torch.cuda.Stream()
-                        s.wait_stream(torch.cuda.current_stream())
-                        with torch.cuda.stream(s):
-                            for _ in range(2):
-                                m.decode(x, ctx)
-                        torch.cuda.current_stream().wait_stream(s)
-                        gr = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(gr):
-                            m.decode(x, ctx)
-                        graph_ms = _time_ms(gr.replay, reps, sync)
-                        del gr
+                    graph_ms = _graph_ms(m, x, ctx, reps, sync) if cuda else None
                 row = {
                     "batch": B,
                     "ctx": ctx,
@@ -230,12 +304,37 @@ def measure(models: list[str], out: Path, device: str, reps: int, grid: dict, pr
     return result
 
 
+def _compare_shards(data: dict, hw) -> None:
+    """Per TP degree: the shard's measured step, the model's all-reduces added, tokens/s per GPU."""
+    from libra_core.planner.ops import all_reduce_s
+    from libra_core.planner.rollout_cost import RolloutCostModel
+    from libra_core.planner.specs import get_model
+
+    print(f"measured on {data['device']} (torch {data['torch']}); model: {hw.name}")
+    print("one GPU's shard of a TP-k instance (CUDA graph on a GPU); + the model's 2 all-reduces per layer")
+    print("| model | ctx | seqs per GPU | TP | shard ms | model shard ms | + all-reduce ms | tok/s per GPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in data["tp_shards"]:
+        m = get_model(r["model"])
+        tp, batch = r["tp"], r["per_gpu"] * r["tp"]
+        ar = m.num_layers * 2 * float(all_reduce_s(hw, batch * m.hidden_size * m.bytes_per_param, tp)) * 1e3
+        full = float(RolloutCostModel(m, hw).forward_s(tp, batch, batch, r["ctx"])) * 1e3
+        step = r["ms"] + ar
+        print(
+            f"| {r['model']} | {r['ctx']:,} | {r['per_gpu']} | {tp} | {r['ms']:.2f} | {full - ar:.2f} "
+            f"| {ar:.2f} | {batch / (step / 1e3) / tp:,.0f} |"
+        )
+
+
 def compare(path: Path, hardware: str) -> None:
     from libra_core.planner.rollout_cost import RolloutCostModel
     from libra_core.planner.specs import get_hardware, get_model
 
     data = json.loads(path.read_text())
     hw = get_hardware(hardware)
+    if "tp_shards" in data:
+        _compare_shards(data, hw)
+        return
     print(f"measured on {data['device']} (torch {data['torch']}); model: {hw.name}, TP 1")
     for name, rec in data["models"].items():
         cm = RolloutCostModel(get_model(name), hw)
@@ -266,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--smoke", action="store_true", help="tiny grid (checks the script on a CPU)")
     ap.add_argument("--only", choices=("decode", "prefill"), help="time one kind of forward pass")
+    ap.add_argument(
+        "--tp-shards", action="store_true", help="time one GPU's shard of TP 1/2/4/8 (first of --models)"
+    )
     ap.add_argument("--compare", type=Path, help="a JSON written by --out: print it next to the cost model")
     ap.add_argument("--hardware", default="H200")
     a = ap.parse_args(argv)
@@ -274,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not a.out:
         ap.error("give --out PATH (measure) or --compare PATH")
+    if a.tp_shards:
+        points, degrees = (((32, 2),), (1, 2)) if a.smoke else (SHARD_POINTS, (1, 2, 4, 8))
+        measure_shards(a.models.split(",")[0], a.out, a.device, a.reps, points, degrees)
+        return 0
     grid = {64: (1, 2)} if a.smoke else GRID
     prefill = ((16, 0), (16, 32)) if a.smoke else PREFILL
     measure(

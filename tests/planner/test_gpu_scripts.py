@@ -144,3 +144,17 @@ def test_train_step_runs_forward_and_backward_on_the_cpu(tmp_path) -> None:
     assert [r["recompute"] for r in rec["fwd_bwd"]] == [False, True]
     assert all(r["ms"] > 0 for r in rec["fwd_bwd"]) and rec["optimizer_ms"] > 0
     assert json.loads(out.read_text()) == res
+
+
+def test_tp_shards_hold_a_kth_of_the_heads_and_decode_k_times_the_sequences(mod, tmp_path) -> None:
+    full = mod._shape("qwen3-14b")
+    s8 = mod.shard(full, 8)
+    assert (s8["num_heads"], s8["num_kv_heads"], s8["intermediate_size"]) == (5, 1, 2176)
+    assert s8["hidden_size"] == full["hidden_size"]
+    with pytest.raises(ValueError, match="does not divide"):
+        mod.shard(full, 3)
+    res = mod.measure_shards("tiny", tmp_path / "s.json", "cpu", 1, ((32, 2),), degrees=(1, 2, 4))
+    rows = res["tp_shards"]
+    assert [(r["tp"], r["per_gpu"]) for r in rows] == [(1, 2), (2, 2), (4, 2)]
+    assert all(r["ms"] > 0 and r["cuda_graph"] is False for r in rows)
+    assert json.loads((tmp_path / "s.json").read_text()) == res

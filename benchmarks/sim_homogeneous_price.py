@@ -8,7 +8,9 @@ TP degree in turn (`rollout-gpus / tp` instances, one bucket; until 2026-12-02 t
 always had 24 rollout GPUs, whatever `--rollout-gpus` said): the simulated rollout time, and the segment
 table's critical path, work per instance and group time (max of the two) for the same layout, the price
 `homogeneous_tp` and the planner compare layouts by. A planner that prices well ranks the degrees as the
-simulator does.
+simulator does. The last columns price the same instances by the heterogeneous search's DP restricted
+to that one degree (`assignment.solve` on a one-degree table: several length ranges, each at its own
+batch), which is how the DP prices a one-degree layout that it finds.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import random
 from dataclasses import replace
 from unittest import mock
 
+from libra_core.planner.assignment import solve
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim import policies
@@ -53,9 +56,11 @@ def main() -> None:
         "work / instances s",
         "group time s",
         "price / sim",
+        "one-degree DP s",
+        "DP / sim",
     )
     print("| " + " | ".join(cols) + " |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for tp in instance_tp_degrees(model, cluster.hardware):
         n = args.rollout_gpus // tp
         if n < 1:
@@ -80,9 +85,11 @@ def main() -> None:
         k, m = table.num_bins, min(n, table.max_instances) - 1
         crit, work = float(table.crit_s[0, m, 0, k]), float(table.work_s[0, m, 0, k]) / n
         group = table.group_time_s(0, n, 0, k)
+        dp = solve(table, n * tp, 1e-3, True, False)
+        dp_s = dp.makespan_s if dp is not None else float("inf")
         print(
             f"| {n}xTP{tp} | {simulated:,.0f} | {crit:,.0f} | {work:,.0f} | {group:,.0f} | "
-            f"{group / simulated:.2f} |"
+            f"{group / simulated:.2f} | {dp_s:,.0f} | {dp_s / simulated:.2f} |"
         )
 
 

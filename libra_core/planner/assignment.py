@@ -221,6 +221,31 @@ def homogeneous(table: SegmentTable, gpu_budget: int) -> Assignment | None:
     return best
 
 
+def one_degree(table: SegmentTable, ti: int) -> SegmentTable:
+    """`table` restricted to its degree `tps[ti]` (same bins and instance counts)."""
+    sl = slice(ti, ti + 1)
+    return SegmentTable(
+        (table.tps[ti],), table.work_s[sl], table.crit_s[sl], table.bin_edges, table.bin_max_len
+    )
+
+
+def homogeneous_dp(table: SegmentTable, gpu_budget: int, rel_tol: float = 1e-3) -> Assignment | None:
+    """Like `homogeneous` (every instance of one degree that fits, one bucket), but each degree's
+    layout is priced by the DP restricted to that degree: several length ranges, each at the batch
+    its share of the instances runs, as one least-load bucket spreads them. The one-range price
+    takes the whole range's slowest trajectory at the full range's batch and is 1.0-1.5x the
+    simulated rollout (`benchmarks/sim_homogeneous_price.py`)."""
+    best: Assignment | None = None
+    for ti, tp in enumerate(table.tps):
+        n = gpu_budget // tp
+        if n < 1:
+            continue
+        a = solve(one_degree(table, ti), n * tp, rel_tol)
+        if a is not None and (best is None or a.makespan_s < best.makespan_s):
+            best = Assignment(a.makespan_s, n * tp, (Group(tp, n, 0, table.num_bins, a.makespan_s),))
+    return best
+
+
 def _counts_over(table: SegmentTable, ti: int, targets: np.ndarray) -> np.ndarray:
     """(K+1, K+1, L) int: for each range, how many of n = 1..N miss each (ascending) target
     with every count up to n; the fewest instances meeting target l is that count + 1 when some

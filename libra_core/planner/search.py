@@ -33,7 +33,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from libra_core.planner.assignment import Assignment, SegmentTable, frontier, homogeneous, solve
+from libra_core.planner.assignment import (
+    Assignment,
+    SegmentTable,
+    frontier,
+    homogeneous,
+    homogeneous_dp,
+    one_degree,
+    solve,
+)
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.spread import Spread, balanced_groups_factor, estimate_spread, expected_max
@@ -92,6 +100,9 @@ class SearchSettings:
     # layouts a system without heterogeneous instances can deploy (verl, AReaL). The search then
     # prices each (split, TP) exactly instead of running the DP.
     homogeneous: bool = False
+    # With `homogeneous`: price each degree's layout by the DP restricted to that degree (several
+    # length ranges in one bucket, `assignment.homogeneous_dp`) instead of as one range.
+    one_degree_dp: bool = False
     # Price the routing that promotes requests from the shortest bucket as their context grows
     # (mlfq; C-MLFQ when its tree is unsure) instead of admitting each to the range of its final
     # length (`build_segment_table(promote=...)`). Off: the planner's documented figures assume
@@ -298,14 +309,14 @@ def _spread(cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], s: Search
 def _assign(table: SegmentTable, gpus: int, s: SearchSettings) -> Assignment | None:
     """The rollout layout on `gpus` GPUs: the DP's (heterogeneous) or one TP degree's."""
     if s.homogeneous:
-        return homogeneous(table, gpus)
+        return homogeneous_dp(table, gpus, s.rel_tol) if s.one_degree_dp else homogeneous(table, gpus)
     return solve(table, gpus, s.rel_tol, s.monotone_tp, s.one_range_per_degree)
 
 
 def _rollout_frontier(table: SegmentTable, s: SearchSettings) -> Callable[[int], float]:
     """Predicted rollout seconds (uncorrected) on n rollout GPUs, inf where nothing fits; the
     heterogeneous one reads the DP's frontier over a grid of makespans, evaluated once."""
-    if s.homogeneous:
+    if s.homogeneous and not s.one_degree_dp:
 
         def one_tp(n: int) -> float:
             a = homogeneous(table, n)
@@ -317,6 +328,18 @@ def _rollout_frontier(table: SegmentTable, s: SearchSettings) -> Callable[[int],
     one = table.work_s[:, 0, 0, k]  # the whole range on a single instance
     hi = max(float(np.nanmax(np.where(np.isfinite(one), one, 0))), float(finite.max()))
     grid = np.geomspace(max(float(finite.min()) * 0.5, 1e-6), hi * 1.01, 1500)
+    if s.homogeneous:  # one degree at a time, every instance that fits deployed
+        needs = [frontier(one_degree(table, ti), grid) for ti in range(len(table.tps))]
+
+        def one_tp_dp(n: int) -> float:
+            best = math.inf
+            for tp, need in zip(table.tps, needs, strict=True):
+                ok = need <= (n // tp) * tp
+                if ok.any():
+                    best = min(best, float(grid[int(np.argmax(ok))]))
+            return best
+
+        return one_tp_dp
     need = frontier(table, grid, s.monotone_tp, s.one_range_per_degree)
 
     def dp(n: int) -> float:

@@ -102,6 +102,7 @@ class Simulator:
             homogeneous=not policy.hetero,
             promote=policy.hetero and policy.scheduler in PROMOTING,
             one_range_per_degree=self.s.one_range_per_degree,
+            one_degree_dp=self.s.one_degree_dp,
             plan_for_spread=self.s.plan_for_spread,
             queue_wait=self.s.queue_wait,
         )

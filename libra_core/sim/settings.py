@@ -35,6 +35,9 @@ class SimSettings:
     # bucket per degree). Off by default: with it the planner's still optimistic prices for
     # heterogeneous layouts under promotion pick ones that lose on dapo-math (docs/simulator.md).
     one_range_per_degree: bool = False
+    # One-degree policies price each degree's layout by the DP restricted to that degree (several
+    # length ranges in the one bucket) instead of as one range (SearchSettings.one_degree_dp).
+    one_degree_dp: bool = False
     # Planner-driven policies simulate one iteration of the planning sample on each of the planner's
     # `rerank_plans` best candidates and run the fastest (sim/rerank.py); 0: the planner's first.
     rerank_plans: int = 0

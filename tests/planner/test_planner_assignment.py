@@ -8,7 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from libra_core.planner.assignment import SegmentTable, brute_force, frontier, homogeneous, min_gpus, solve
+from libra_core.planner.assignment import (
+    SegmentTable,
+    brute_force,
+    frontier,
+    homogeneous,
+    homogeneous_dp,
+    min_gpus,
+    one_degree,
+    solve,
+)
 
 
 def random_table(rng: np.random.Generator, k: int, tps: tuple[int, ...], counts: int = 1) -> SegmentTable:
@@ -156,3 +165,63 @@ def test_homogeneous_is_the_best_single_degree_on_every_gpu(seed: int) -> None:
     # The DP searches a superset (any ranges, any counts), so it is never slower.
     dp = solve(table, budget, rel_tol=1e-9, monotone=True)
     assert dp is not None and dp.makespan_s <= got.makespan_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_homogeneous_dp_prices_each_degree_by_its_own_dp_and_deploys_one_bucket(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    k, tps, budget = int(rng.integers(2, 6)), (1, 2, 4), int(rng.integers(1, 11))
+    table = random_table(rng, k, tps, counts=int(rng.integers(1, 4)))
+    got = homogeneous_dp(table, budget, rel_tol=1e-9)
+    # Each degree alone, by brute force over its ranges and counts: the price homogeneous_dp uses.
+    per_degree = {}
+    for ti, tp in enumerate(tps):
+        if budget >= tp:
+            sub = one_degree(table, ti)
+            assert sub.tps == (tp,)
+            per_degree[tp] = _brute_makespan(sub, (budget // tp) * tp)
+    finite = {tp: t for tp, t in per_degree.items() if math.isfinite(t)}
+    if not finite:
+        assert got is None
+        return
+    assert got is not None and len(got.groups) == 1
+    (g,) = got.groups
+    assert (g.start_bin, g.end_bin, g.instances) == (0, k, budget // g.tp)  # every instance, one bucket
+    assert got.makespan_s == pytest.approx(min(finite.values()), rel=1e-6)
+    # One range on all of the degree's instances is one of the DP's choices: never cheaper.
+    one_range = homogeneous(table, budget)
+    assert one_range is not None and got.makespan_s <= one_range.makespan_s * (1 + 1e-9)
+
+
+def _brute_makespan(table: SegmentTable, gpus: int) -> float:
+    """Smallest makespan of any split of the bins into ranges with instance counts within `gpus`."""
+    k, (tp,) = table.num_bins, table.tps
+    best = math.inf
+    for cuts in itertools.chain.from_iterable(itertools.combinations(range(1, k), r) for r in range(k)):
+        edges = (0, *cuts, k)
+        ranges = list(itertools.pairwise(edges))
+        for counts in itertools.product(range(1, gpus // tp + 1), repeat=len(ranges)):
+            if tp * sum(counts) > gpus:
+                continue
+            t = max(table.group_time_s(0, n, i, j) for (i, j), n in zip(ranges, counts, strict=True))
+            best = min(best, t)
+    return best
+
+
+def test_homogeneous_dp_prices_the_tail_at_its_own_batch() -> None:
+    """Two bins on TP1, up to two instances. As one range on both instances the tail is priced at
+    the whole range's batch (critical path 10); split, the short bin takes one instance (4 s) and
+    the tail the other, at its own smaller batch (6 s). One bucket of two instances either way."""
+    inf = np.inf
+    work = np.full((1, 2, 3, 3), inf)
+    crit = np.full((1, 2, 3, 3), inf)
+    work[0, :, 0, 1], crit[0, :, 0, 1] = 4.0, 2.0  # the short bin, on 1 or 2 instances
+    work[0, :, 1, 2], crit[0, :, 1, 2] = 3.0, 6.0  # the long bin
+    work[0, :, 0, 2], crit[0, :, 0, 2] = 10.0, 10.0  # both bins as one range
+    table = SegmentTable((1,), work, crit, np.arange(3), np.array([1.0, 2.0]))
+    one_range = homogeneous(table, 2)
+    got = homogeneous_dp(table, 2, rel_tol=1e-9)
+    assert one_range is not None and one_range.makespan_s == 10.0
+    assert got is not None and got.makespan_s == pytest.approx(6.0, rel=1e-6)
+    (g,) = got.groups
+    assert (g.tp, g.instances, g.start_bin, g.end_bin) == (1, 2, 0, 2)

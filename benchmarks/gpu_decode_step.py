@@ -29,6 +29,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -39,7 +40,8 @@ SHARD_POINTS = ((2_000, 8), (2_000, 32), (8_000, 8))  # (context, sequences per 
 PREFILL = ((512, 4_000), (2_048, 0), (2_048, 8_000), (8_192, 0))  # (chunk tokens, tokens already in context)
 
 
-def _shape(name: str) -> dict:
+def model_shape(name: str) -> dict:
+    """The shape fields of `name` in models.yaml (read directly: no libra_core import needed)."""
     import yaml
 
     spec = yaml.safe_load(MODELS_YAML.read_text())[name]
@@ -53,6 +55,7 @@ def _shape(name: str) -> dict:
             "head_dim",
             "intermediate_size",
             "vocab_size",
+            "tie_embeddings",
         )
     }
 
@@ -157,7 +160,7 @@ class Model:
         return F.rms_norm(x[-1:], (x.shape[-1],), self.norm, 1e-6) @ self.head
 
 
-def _time_ms(fn, reps: int, sync) -> float:
+def median_ms(fn, reps: int, sync) -> float:
     """Median wall ms of `fn` over `reps` runs (each synchronised), after two warm-ups."""
     for _ in range(2):
         fn()
@@ -170,6 +173,15 @@ def _time_ms(fn, reps: int, sync) -> float:
         out.append((time.perf_counter() - t) * 1e3)
     out.sort()
     return out[len(out) // 2]
+
+
+def device_run(device: str) -> tuple[bool, Callable[[], None], dict]:
+    """Whether `device` is a CUDA GPU, how to wait for its work, and a result header naming it."""
+    import torch
+
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    return cuda, sync, {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__}
 
 
 def _graph_ms(m: Model, x, ctx: int, reps: int, sync) -> float:
@@ -185,7 +197,7 @@ def _graph_ms(m: Model, x, ctx: int, reps: int, sync) -> float:
     gr = torch.cuda.CUDAGraph()
     with torch.cuda.graph(gr):
         m.decode(x, ctx)
-    return _time_ms(gr.replay, reps, sync)
+    return median_ms(gr.replay, reps, sync)
 
 
 def shard(shape: dict, tp: int) -> dict:
@@ -210,14 +222,9 @@ def measure_shards(name: str, out: Path, device: str, reps: int, points: tuple, 
     real TP-k step adds cannot run on one GPU; `--compare` adds the cost model's for them."""
     import torch
 
-    cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    result: dict = {
-        "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "torch": torch.__version__,
-        "tp_shards": [],
-    }
-    full = _shape(name)
+    cuda, sync, result = device_run(device)
+    result["tp_shards"] = []
+    full = model_shape(name)
     for tp in degrees:
         sh = shard(full, tp)
         cache = max(per_gpu * tp * ctx for ctx, per_gpu in points)
@@ -228,7 +235,7 @@ def measure_shards(name: str, out: Path, device: str, reps: int, points: tuple, 
                 ms = (
                     _graph_ms(m, x, ctx, reps, sync)
                     if cuda
-                    else _time_ms(partial(m.decode, x, ctx), reps, sync)
+                    else median_ms(partial(m.decode, x, ctx), reps, sync)
                 )
             result["tp_shards"].append(
                 {
@@ -255,15 +262,10 @@ def measure(models: list[str], out: Path, device: str, reps: int, grid: dict, pr
     """Time every (context, batch) decode point of `grid` and every (tokens, past) chunk of `prefill`."""
     import torch
 
-    cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    result: dict = {
-        "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "torch": torch.__version__,
-        "models": {},
-    }
+    cuda, sync, result = device_run(device)
+    result["models"] = {}
     for name in models:
-        shape = _shape(name)
+        shape = model_shape(name)
         cache = max([b * c for c, bs in grid.items() for b in bs] + [t + p for t, p in prefill])
         t0 = time.perf_counter()
         m = Model(shape, cache, device)
@@ -280,7 +282,7 @@ def measure(models: list[str], out: Path, device: str, reps: int, grid: dict, pr
             for B in batches:
                 x = torch.randn(B, shape["hidden_size"], device=device, dtype=torch.bfloat16)
                 with torch.no_grad():
-                    eager = _time_ms(partial(m.decode, x, ctx), reps, sync)
+                    eager = median_ms(partial(m.decode, x, ctx), reps, sync)
                     graph_ms = _graph_ms(m, x, ctx, reps, sync) if cuda else None
                 row = {
                     "batch": B,
@@ -294,7 +296,7 @@ def measure(models: list[str], out: Path, device: str, reps: int, grid: dict, pr
         for T, past in prefill:
             x = torch.randn(T, shape["hidden_size"], device=device, dtype=torch.bfloat16)
             with torch.no_grad():
-                ms = _time_ms(partial(m.prefill, x, past), max(3, reps // 4), sync)
+                ms = median_ms(partial(m.prefill, x, past), max(3, reps // 4), sync)
             rec["prefill"].append({"tokens": T, "past": past, "eager_ms": round(ms, 3)})
             print(f"{name} prefill T={T} past={past}: {ms:.3f} ms", flush=True)
             out.write_text(json.dumps(result, indent=1))
@@ -357,19 +359,27 @@ def compare(path: Path, hardware: str) -> None:
             print(f"| {r['tokens']:,} | {r['past']:,} | {pred:.1f} | {ms:.1f} | {ms / pred:.2f} |")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def gpu_cli(doc: str, models: str, reps: int) -> argparse.ArgumentParser:
+    """The options both GPU timing scripts take: measure (`--out`) or compare (`--compare`)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", type=Path, help="measure here (needs a CUDA GPU) and write JSON to this path")
-    ap.add_argument("--models", default="qwen3-14b,qwen3-8b")
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--models", default=models)
+    ap.add_argument("--reps", type=int, default=reps)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--smoke", action="store_true", help="tiny grid (checks the script on a CPU)")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes and sizes (checks the script on a CPU)")
+    ap.add_argument(
+        "--compare", type=Path, help="a JSON written by --out: print it next to the planner's price"
+    )
+    ap.add_argument("--hardware", default="H200", help="the cost model's hardware for --compare")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = gpu_cli(__doc__ or "", "qwen3-14b,qwen3-8b", 20)
     ap.add_argument("--only", choices=("decode", "prefill"), help="time one kind of forward pass")
     ap.add_argument(
         "--tp-shards", action="store_true", help="time one GPU's shard of TP 1/2/4/8 (first of --models)"
     )
-    ap.add_argument("--compare", type=Path, help="a JSON written by --out: print it next to the cost model")
-    ap.add_argument("--hardware", default="H200")
     a = ap.parse_args(argv)
     if a.compare:
         compare(a.compare, a.hardware)

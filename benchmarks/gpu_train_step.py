@@ -17,22 +17,21 @@ planner's memory-bound price of it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-MODELS_YAML = Path(__file__).resolve().parents[1] / "libra_core" / "planner" / "models.yaml"
+# The script's folder is on sys.path when it runs as a script: its timing and shape helpers.
+from gpu_decode_step import device_run, gpu_cli, median_ms, model_shape
+
 POINTS = ((2_048, False), (4_096, False), (4_096, True), (8_192, True))  # (sequence tokens, recompute)
 
 
 def _build(name: str, device: str):
     import torch
-    import yaml
     from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    s = yaml.safe_load(MODELS_YAML.read_text())[name]
+    s = model_shape(name)
     qwen3 = name.startswith("qwen3")
     cls_cfg, cls = (Qwen3Config, Qwen3ForCausalLM) if qwen3 else (Qwen2Config, Qwen2ForCausalLM)
     cfg = cls_cfg(
@@ -53,29 +52,11 @@ def _build(name: str, device: str):
     return model, s
 
 
-def _median_ms(fn, reps: int, sync) -> float:
-    for _ in range(2):
-        fn()
-    sync()
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        sync()
-        out.append((time.perf_counter() - t) * 1e3)
-    return sorted(out)[len(out) // 2]
-
-
 def measure(models: list[str], out: Path, device: str, reps: int, points: tuple) -> dict:
     import torch
 
-    cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    result: dict = {
-        "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "torch": torch.__version__,
-        "models": {},
-    }
+    cuda, sync, result = device_run(device)
+    result["models"] = {}
     for name in models:
         model, shape = _build(name, device)
         model.train()
@@ -97,7 +78,7 @@ def measure(models: list[str], out: Path, device: str, reps: int, points: tuple)
                 loss.backward()
 
             try:
-                ms = _median_ms(step, reps, sync)
+                ms = median_ms(step, reps, sync)
             except torch.OutOfMemoryError:
                 ms = None
             model.zero_grad(set_to_none=False)
@@ -112,7 +93,7 @@ def measure(models: list[str], out: Path, device: str, reps: int, points: tuple)
         for p in model.parameters():
             p.grad = torch.randn_like(p) * 1e-3
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=cuda)
-        rec["optimizer_ms"] = _median_ms(opt.step, reps, sync)
+        rec["optimizer_ms"] = median_ms(opt.step, reps, sync)
         print(
             f"{name} AdamW step over {params / 1e9:.2f}B fp32 params: {rec['optimizer_ms']:.1f} ms",
             flush=True,
@@ -157,16 +138,7 @@ def compare(path: Path, hardware: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    ap.add_argument("--out", type=Path, help="measure here (needs a CUDA GPU) and write JSON to this path")
-    ap.add_argument("--models", default="qwen3-4b")
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument(
-        "--smoke", action="store_true", help="tiny shape and lengths (checks the script on a CPU)"
-    )
-    ap.add_argument("--compare", type=Path, help="a JSON written by --out: print MFU next to the planner")
-    ap.add_argument("--hardware", default="H200")
+    ap = gpu_cli(__doc__ or "", "qwen3-4b", 5)
     a = ap.parse_args(argv)
     if a.compare:
         compare(a.compare, a.hardware)

@@ -3,7 +3,7 @@
 Each worker is a `multiprocessing` process (spawn by default) running a small call loop over a
 private pipe; a reader thread in the driver resolves the futures. A worker that dies fails its
 pending futures with WorkerDiedError at once (the pipe closes), so a caller waiting on a crashed
-worker is never left hanging. A worker whose driver dies exits within `PARENT_POLL_S`, mid-call
+worker is never left hanging. A worker whose driver dies exits within `DRIVER_POLL_S`, mid-call
 too, so it never writes into a run folder that a resumed run is using.
 """
 
@@ -38,11 +38,11 @@ log = logging.getLogger(__name__)
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-# How often a worker checks that the process that started it is still alive.
-PARENT_POLL_S = 0.5
+# How often a worker checks that the process that started it (its driver) is still alive.
+DRIVER_POLL_S = 0.5
 
 
-def _exit_with_parent(parent: int, driver: int, driver_start: int | None) -> None:
+def _exit_with_driver(parent: int, driver: int, driver_start: int | None) -> None:
     """Exit the worker as soon as its driver is gone (SIGKILL, OOM kill), even mid-call.
 
     An idle worker notices a dead driver by its pipe closing, but one busy in a long call (an update
@@ -53,7 +53,7 @@ def _exit_with_parent(parent: int, driver: int, driver_start: int | None) -> Non
     another start time).
     """
     while True:
-        time.sleep(PARENT_POLL_S)
+        time.sleep(DRIVER_POLL_S)
         if os.getppid() != parent or (driver_start is not None and process_start(driver) != driver_start):
             os._exit(70)  # no clean-up: nothing the worker holds may outlive its driver
 
@@ -63,7 +63,7 @@ def _worker_main(conn: Connection, threads: int, driver: int, driver_start: int 
     for name in _THREAD_ENV:
         os.environ[name] = str(threads)
     args = (os.getppid(), driver, driver_start)
-    threading.Thread(target=_exit_with_parent, args=args, name="driver-watch", daemon=True).start()
+    threading.Thread(target=_exit_with_driver, args=args, name="driver-watch", daemon=True).start()
     while True:
         try:
             message = conn.recv()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from libra_core.pools.local import PARENT_POLL_S
+from libra_core.pools.local import DRIVER_POLL_S
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 
@@ -75,7 +75,7 @@ def test_worker_exits_mid_call_when_its_driver_is_killed(tmp_path: Path, start_m
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
         killed_at = time.monotonic()
-        while _running(worker_pid) and time.monotonic() - killed_at < 10 * PARENT_POLL_S + 2:
+        while _running(worker_pid) and time.monotonic() - killed_at < 10 * DRIVER_POLL_S + 2:
             time.sleep(0.05)
         assert not _running(worker_pid), "the worker outlived its driver"
         assert time.monotonic() - killed_at < CALL_S  # it did not wait for the call to end

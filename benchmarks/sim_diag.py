@@ -4,10 +4,11 @@ the first deployment the planner's group time next to when its last trajectory f
 iteration 0; then every replan and audit decision (iteration, action, the two priced or measured
 figures, the splits, the reason). Flags: `--per-iteration` also prints each iteration's rollout
 seconds, update seconds and period (train end to train end); `--candidates` the planner's 8 best plans for
-iteration 0 under the policy's search settings, with their rollout groups (degree, instances, bins).
+iteration 0 under the policy's search settings, with their rollout groups (degree, instances, bins);
+`--seed=N` the workload's and the simulator's seed (0 by default, as `libra simulate`).
 
 .venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...] [FIELD=VALUE ...]
-    [--per-iteration] [--candidates]
+    [--per-iteration] [--candidates] [--seed=N]
 e.g.  .venv/bin/python benchmarks/sim_diag.py r2e-gym 6 greedy,+planning,oracle-routing
       .venv/bin/python benchmarks/sim_diag.py dapo-math 2 oracle-routing spill_factor=1e9
       .venv/bin/python benchmarks/sim_diag.py r2e-gym 2 +planning spec.prompts_per_iteration=96
@@ -34,17 +35,23 @@ from libra_core.sim.workloads import ScenarioSpec, load_scenario, long_tail_shar
 
 def main() -> None:
     scenario, iters, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
-    flags = {a for a in sys.argv[4:] if a.startswith("--")}
+    flags = {a for a in sys.argv[4:] if a.startswith("--") and not a.startswith("--seed=")}
     unknown = flags - {"--per-iteration", "--candidates"}
     if unknown:
-        raise SystemExit(f"error: unknown flags {sorted(unknown)}; valid: --per-iteration, --candidates")
+        raise SystemExit(
+            f"error: unknown flags {sorted(unknown)}; valid: --per-iteration, --candidates, --seed=N"
+        )
+    seeds = [a.removeprefix("--seed=") for a in sys.argv[4:] if a.startswith("--seed=")]
+    if not all(v.isdigit() for v in seeds):
+        raise SystemExit(f"error: --seed takes a non-negative integer, got {seeds}")
+    seed = int(seeds[-1]) if seeds else 0
     extra = [a for a in sys.argv[4:] if not a.startswith("--")]
     specs = [a.removeprefix("spec.") for a in extra if a.startswith("spec.")]
     settings = SimSettings(
         **parse_overrides([a for a in extra if not a.startswith("spec.")], SimSettings, "setting")
     )
     cluster = parse_cluster("48xA800")
-    wl = load_scenario(scenario, iters, 0, spec_overrides=parse_overrides(specs, ScenarioSpec, "spec"))
+    wl = load_scenario(scenario, iters, seed, spec_overrides=parse_overrides(specs, ScenarioSpec, "spec"))
     model = get_model(wl.model)
     for name in policies:
         t0 = time.perf_counter()
@@ -55,7 +62,7 @@ def main() -> None:
             cluster.hardware,
             cluster.num_gpus,
             iters,
-            random.Random(0),
+            random.Random(seed),
             settings=settings,
         )
         first_dep = sim.dep

@@ -355,6 +355,14 @@ class PlannerConfig(Frozen):
         description="Iterations measured on each side of an applied replan; the move is reverted "
         "when their throughput (tokens/s) fell by more than min_gain_fraction (0: no audit).",
     )
+    mixed_margin: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="A layout mixing TP degrees (several router buckets) is chosen over the best "
+        "one-degree layout only when priced faster by more than this share (0: by price alone; "
+        "docs/planner.md).",
+    )
 
 
 class EvalConfig(Frozen):

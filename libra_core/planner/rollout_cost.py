@@ -200,7 +200,7 @@ def build_segment_table(
     slowest trajectory queued behind the others: `0.5 x (1 - H / q) x work per instance` (with
     `promote` only in ranges that start at the first bin, where every trajectory starts). Without
     it the path is priced at the capped batch whatever the instance count, so under load the price
-    of a split stops falling with more rollout GPUs (docs/simulator.md, "Pricing the queue").
+    of a split stops falling with more rollout GPUs (docs/simulator-notebook.md, "Pricing the queue").
     """
     order = np.argsort(w.total_tokens, kind="stable")
     prompts = w.prompt_tokens[order].astype(float)

@@ -115,6 +115,12 @@ class SearchSettings:
     # Price the wait of a range's slowest trajectory queued behind others when the KV cache holds
     # fewer than an instance is given (`build_segment_table(queue_wait=...)`); a what-if, off.
     queue_wait: bool = False
+    # A layout of several router buckets (mixed TP degrees) ranks ahead of a one-bucket layout only
+    # when it is priced faster by more than this share. The mixed price is the less reliable one
+    # (the router's spill and migrations run differently from the ranges the DP prices), and the
+    # one-bucket layout migrates nothing; within the planner's error the simpler plan is the safer
+    # bet, as the replan hysteresis treats a move. 0: rank by price alone. Plan times are unchanged.
+    mixed_margin: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -205,14 +211,21 @@ def search_plans(
     if not np.isfinite(table.crit_s).any():
         return []
     plans = _search_splits(model, hw, num_gpus, s, table, shape, t_sync, spread)
-    if spread is not None and not s.homogeneous:
+    if (spread is not None or s.mixed_margin > 0) and not s.homogeneous:
         # Balanced groups end with the slowest of them (balanced_groups_factor), so a one-degree
         # layout may be expected faster; the split ranking by the DP's price need not surface its
-        # best split, so search the one-degree layouts too (same table, same spread).
+        # best split, so search the one-degree layouts too (same table, same spread). The margin
+        # needs them too: it compares the mixed layouts with the best one-bucket one.
         one = replace(s, homogeneous=True)
         plans += _search_splits(model, hw, num_gpus, one, table, shape, t_sync, spread)
-    plans.sort(key=plan_rank)
+    assert 0.0 <= s.mixed_margin < 1.0, f"mixed_margin must be in [0, 1), got {s.mixed_margin}"
+    plans.sort(key=lambda p: _margin_rank(p, s.mixed_margin))
     return plans
+
+
+def _margin_rank(plan: Plan, mixed_margin: float) -> float:
+    """`plan_rank`, with a layout of several buckets ranked as if `mixed_margin` slower."""
+    return plan_rank(plan) / (1.0 - mixed_margin) if _buckets(plan.rollout) > 1 else plan_rank(plan)
 
 
 def _search_splits(

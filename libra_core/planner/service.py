@@ -53,6 +53,7 @@ class LibraPlanner:
         gpu_budget: int = 0,
         plan_for_spread: bool = False,
         audit_window: int = 0,
+        mixed_margin: float = 0.0,
     ) -> None:
         self.cluster = cluster
         self.model = model
@@ -60,6 +61,7 @@ class LibraPlanner:
         self.replan_every = replan_every
         self.staleness = staleness
         self.plan_for_spread = plan_for_spread
+        self.mixed_margin = mixed_margin
         self.num_gpus = min(gpu_budget, cluster.num_gpus) if gpu_budget else cluster.num_gpus
         self.window = TrajectoryWindow(window_iterations)
         self.corrections = StageCorrection()
@@ -96,6 +98,7 @@ class LibraPlanner:
             p.gpu_budget,
             p.plan_for_spread,
             p.audit_window,
+            p.mixed_margin,
         )
 
     @property
@@ -105,7 +108,10 @@ class LibraPlanner:
     def settings(self) -> SearchSettings:
         factors = {s: self.corrections.factor(s) for s in ("rollout", "update")}
         return SearchSettings(
-            staleness=self.staleness, corrections=factors, plan_for_spread=self.plan_for_spread
+            staleness=self.staleness,
+            corrections=factors,
+            plan_for_spread=self.plan_for_spread,
+            mixed_margin=self.mixed_margin,
         )
 
     def _search(self, workload: Workload, iteration: int = 0) -> Plan:

@@ -71,7 +71,7 @@ def rerank(
     """Simulated candidates from `plans` (every split's, best priced first), each with the
     deployment it runs, fastest iteration first; the planner's first stays first unless another is
     faster by more than `min_gain_fraction` of its time (one sampled iteration is noisy: a 1% win on
-    it did not hold over 20 r2e-gym iterations, docs/simulator.md).
+    it did not hold over 20 r2e-gym iterations, docs/simulator-notebook.md).
 
     Candidates (k = `rerank_plans`): the planner's k best; the best-priced plan at k rollout-GPU
     counts spread evenly over the cluster; then, twice, at the counts half the previous spacing

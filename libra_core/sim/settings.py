@@ -53,6 +53,11 @@ class SimSettings:
     # The planner prices the wait of a slowest trajectory queued for KV room (SearchSettings
     # .queue_wait); off: with it dapo-math's heterogeneous policies pick a layout that runs slower.
     queue_wait: bool = False
+    # Heterogeneous policies run a mixed layout only when the planner prices it faster than the
+    # best one-degree layout by more than this share (SearchSettings.mixed_margin), the replan
+    # hysteresis's 5%; 0: by price alone, with which Search-R1 at seed 2 ran a mixed layout priced
+    # 1% faster for 50 iterations at 5% slower (docs/simulator-notebook.md, thirteenth session).
+    mixed_margin: float = 0.05
     # The serving engine's CPU time per decode step, fixed and per sequence in the batch
     # (HardwareSpec.serving_*_overhead_us; 0 there): a what-if for a serving stack whose step is
     # not GPU-bound. The simulated instances and every planner call see the same costs.
@@ -86,5 +91,7 @@ class SimSettings:
         for name in (*nonnegative, "cmlfq_cost_ratio"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.mixed_margin < 1.0:
+            raise ValueError(f"SimSettings.mixed_margin must be in [0, 1), got {self.mixed_margin}")
         if not self.spill_factor > 0:
             raise ValueError(f"SimSettings.spill_factor must be > 0, got {self.spill_factor}")

@@ -134,3 +134,20 @@ def test_homogeneous_search_plans_one_degree_on_every_rollout_gpu() -> None:
     # The heterogeneous search includes every homogeneous layout, so its best is never worse beyond
     # the split ranking's frontier grid (~0.6%) and the bisection's rel_tol; this workload is far inside.
     assert hetero[0].t_iter_s <= homog[0].t_iter_s * (1 + 2e-3)
+
+
+@pytest.mark.parametrize(
+    "preset,mixed_first",
+    [("arith-tiny", False), ("swe-longtail", True)],  # mixed within 5% of one degree / far ahead
+)
+def test_mixed_margin_ranks_a_close_mixed_layout_behind_one_bucket(preset: str, mixed_first: bool) -> None:
+    m, hw, w = get_model("qwen3-14b"), get_hardware("A800"), workload_preset(preset)
+    by_price = search_plans(m, hw, 48, w, SearchSettings(staleness=1, top_k=8))
+    margin = search_plans(m, hw, 48, w, SearchSettings(staleness=1, top_k=8, mixed_margin=0.05))
+    degrees = lambda p: {g.tp for g in p.rollout.groups}  # noqa: E731
+    assert len(degrees(by_price[0])) > 1  # by price alone both presets run mixed layouts
+    one = min((p for p in margin if len(degrees(p)) == 1), key=lambda p: p.t_iter_s)
+    mixed = min((p for p in margin if len(degrees(p)) > 1), key=lambda p: p.t_iter_s)
+    assert mixed.t_iter_s == pytest.approx(by_price[0].t_iter_s)  # the margin changes ranks, not prices
+    assert (mixed.t_iter_s < 0.95 * one.t_iter_s) == mixed_first
+    assert margin[0] is (mixed if mixed_first else one)

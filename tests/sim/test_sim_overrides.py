@@ -34,3 +34,9 @@ def test_bad_pairs_are_rejected(pair: str) -> None:
 def test_generator_fields_do_not_apply_to_a_trace(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="trace replay"):
         load_scenario(tmp_path / "run.parquet", 2, 0, spec_overrides={"group_size": 4})
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0])
+def test_mixed_margin_out_of_range_names_the_field(value: float) -> None:
+    with pytest.raises(ValueError, match=r"mixed_margin must be in \[0, 1\)"):
+        SimSettings(mixed_margin=value)

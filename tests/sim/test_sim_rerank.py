@@ -26,7 +26,7 @@ def test_negative_rerank_plans_is_rejected() -> None:
 
 def test_rerank_finds_the_split_a_flat_price_misses() -> None:
     # r2e-gym with 96 prompts: the planner prices every split from 13 to 24 rollout GPUs alike, and
-    # its first plan gives rollout 16 TP1 instances (docs/simulator.md, "Re-ranking by simulation").
+    # its first plan gives rollout 16 TP1 instances (docs/simulator-notebook.md, "Re-ranking by simulation").
     sim = _sim("r2e-gym", "+planning", SimSettings(rerank_plans=4), prompts_per_iteration=96)
     plain = build_deployment(sim.p, sim.model, sim.hw, sim.G, sim.workload_of(0), sim.search)
     assert sim.dep is not None and sim.dep.instances != plain.instances
@@ -98,7 +98,7 @@ def test_degree_variants_keep_the_split_and_change_the_degree() -> None:
 
 def test_rerank_tries_every_degree_at_the_fastest_splits() -> None:
     # dapo-math with 96 prompts: the one-degree search keeps TP8 at every split from 32 to 43
-    # rollout GPUs (a flat price), but TP4 at those splits runs faster (docs/simulator.md).
+    # rollout GPUs (a flat price), but TP4 at those splits runs faster (docs/simulator-notebook.md).
     spec = {"prompts_per_iteration": 96}
     without = _sim("dapo-math", "+planning", SimSettings(rerank_plans=4, rerank_degrees=False), **spec)
     with_ = _sim("dapo-math", "+planning", SimSettings(rerank_plans=4), **spec)

@@ -1,6 +1,7 @@
 """`libra plan`: what the Global Resource Planner would run on a cluster, for a model and workload.
 
-    libra plan --hardware 48xA800 --model qwen3-14b --workload swe-longtail|TRACE.parquet [--json]
+    libra plan --hardware 48xA800 --model qwen3-14b --workload swe-longtail|TRACE.parquet
+        [--staleness N] [--gpu-budget N] [--top N] [--mixed-margin F] [--json]
 
 The plan task of the flow uses the same search (libra_core.planner). Exit 2 on an unknown
 hardware/model/workload name or an unreadable trace, with the valid names in the message.
@@ -22,6 +23,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--staleness", type=int, default=0, help="policy lag allowed (0: synchronous)")
     p.add_argument("--gpu-budget", type=int, default=None, help="use at most this many GPUs")
     p.add_argument("--top", type=int, default=4, help="plans to show (best first)")
+    p.add_argument(
+        "--mixed-margin",
+        type=float,
+        default=0.05,
+        help="a mixed-TP layout ranks first only if priced this share faster than one degree "
+        "(planner.mixed_margin; 0: by price alone)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -33,6 +41,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.staleness < 0 or (args.gpu_budget is not None and args.gpu_budget < 1) or args.top < 1:
         Console(stderr=True).print("[bold red]error[/]: --staleness >= 0, --gpu-budget >= 1, --top >= 1")
         return EXIT_INPUT_ERROR
+    if not 0.0 <= args.mixed_margin < 1.0:
+        Console(stderr=True).print(
+            f"[bold red]error[/]: --mixed-margin must be in [0, 1), got {args.mixed_margin}"
+        )
+        return EXIT_INPUT_ERROR
     try:
         report = plan_cluster(
             args.hardware,
@@ -41,6 +54,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             staleness=args.staleness,
             gpu_budget=args.gpu_budget,
             top_k=args.top,
+            mixed_margin=args.mixed_margin,
         )
     except (ValueError, FileNotFoundError, KeyError) as err:
         Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)

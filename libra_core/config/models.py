@@ -356,7 +356,7 @@ class PlannerConfig(Frozen):
         "when their throughput (tokens/s) fell by more than min_gain_fraction (0: no audit).",
     )
     mixed_margin: float = Field(
-        0.05,
+        0.05,  # planner.search.DEFAULT_MIXED_MARGIN (a test keeps them equal)
         ge=0,
         lt=1,
         description="A layout mixing TP degrees (several router buckets) is chosen over the best "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from libra_core.planner.presets import PRESETS, workload_preset
-from libra_core.planner.search import Plan, SearchSettings, search_plans
+from libra_core.planner.search import DEFAULT_MIXED_MARGIN, Plan, SearchSettings, search_plans
 from libra_core.planner.specs import ClusterSpec, ModelSpec, get_model, parse_cluster
 from libra_core.planner.workload import Workload, read_trace
 
@@ -25,10 +25,21 @@ class PlanReport:
     workload: Workload
     plans: tuple[Plan, ...]  # best first; empty when nothing fits
     search_s: float
+    mixed_margin: float = 0.0  # the ranking's SearchSettings.mixed_margin
 
     @property
     def best(self) -> Plan | None:
         return self.plans[0] if self.plans else None
+
+    @property
+    def margin_note(self) -> str | None:
+        """Why a runner-up priced faster than the plan ranks behind it (None when none is)."""
+        if not self.plans or all(p.t_iter_s >= self.plans[0].t_iter_s for p in self.plans[1:]):
+            return None
+        return (
+            f"mixed-TP layouts rank behind one degree unless priced more than {self.mixed_margin:.0%} "
+            "faster (--mixed-margin; planner.mixed_margin)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -36,6 +47,7 @@ class PlanReport:
             "model": self.model.name,
             "workload": {"name": self.workload.name, **self.workload.stats()},
             "search_s": round(self.search_s, 3),
+            "mixed_margin": self.mixed_margin,
             "feasible": bool(self.plans),
             "plan": plan_to_dict(self.plans[0]) if self.plans else None,
             "runners_up": [plan_to_dict(p) for p in self.plans[1:]],
@@ -92,15 +104,18 @@ def plan_cluster(
     gpu_budget: int | None = None,
     seed: int = 0,
     top_k: int = 4,
+    mixed_margin: float = DEFAULT_MIXED_MARGIN,
 ) -> PlanReport:
-    """Plan `model` on `hardware` ("48xA800") for `workload` (preset, trace path or Workload)."""
+    """Plan `model` on `hardware` ("48xA800") for `workload` (preset, trace path or Workload).
+    `mixed_margin`: as `planner.mixed_margin` (SearchSettings.mixed_margin); 0 ranks by price alone."""
     cluster = parse_cluster(hardware)
     spec = get_model(model)
     w = workload if isinstance(workload, Workload) else load_workload(workload, seed)
     gpus = cluster.num_gpus if gpu_budget is None else min(gpu_budget, cluster.num_gpus)
     t0 = time.perf_counter()
-    plans = search_plans(spec, cluster.hardware, gpus, w, SearchSettings(staleness=staleness, top_k=top_k))
-    return PlanReport(cluster, spec, w, tuple(plans), time.perf_counter() - t0)
+    settings = SearchSettings(staleness=staleness, top_k=top_k, mixed_margin=mixed_margin)
+    plans = search_plans(spec, cluster.hardware, gpus, w, settings)
+    return PlanReport(cluster, spec, w, tuple(plans), time.perf_counter() - t0, mixed_margin)
 
 
 def format_plain(r: PlanReport) -> str:
@@ -125,6 +140,8 @@ def format_plain(r: PlanReport) -> str:
             f"T_rollout {p.t_rollout_s:.1f}s T_sync {p.t_sync_s:.2f}s T_iter {p.t_iter_s:.1f}s "
             f"{p.tokens_per_s:,.0f} tok/s"
         )
+    if r.margin_note:
+        lines.append(r.margin_note)
     return "\n".join(lines)
 
 
@@ -135,7 +152,8 @@ def render_rich(r: PlanReport) -> Any:
     st = r.workload.stats()
     table = Table(
         title=f"{r.cluster.label} · {r.model.name} · {r.workload.name} "
-        f"(mean {st['mean_len']:.0f}, p90 {st['p90_len']:.0f} tokens)"
+        f"(mean {st['mean_len']:.0f}, p90 {st['p90_len']:.0f} tokens)",
+        caption=r.margin_note,
     )
     for col in (
         "",

@@ -83,6 +83,11 @@ def weight_sync_s(model: ModelSpec, hw: HardwareSpec, colocated: bool) -> float:
     return model.weight_bytes / (hw.inter_bw_bytes_per_s * hw.inter_allreduce_eff)
 
 
+# The mixed-layout margin the run's planner (planner.mixed_margin), the simulator and `libra plan`
+# use by default; a bare SearchSettings ranks by price alone (see SearchSettings.mixed_margin).
+DEFAULT_MIXED_MARGIN = 0.05
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     staleness: int = 0

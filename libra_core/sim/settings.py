@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from libra_core.planner.search import DEFAULT_MIXED_MARGIN
 from libra_core.planner.specs import HardwareSpec
 from libra_core.sim.router import SPILL_FACTOR
 
@@ -57,7 +58,7 @@ class SimSettings:
     # best one-degree layout by more than this share (SearchSettings.mixed_margin), the replan
     # hysteresis's 5%; 0: by price alone, with which Search-R1 at seed 2 ran a mixed layout priced
     # 1% faster for 50 iterations at 5% slower (docs/simulator-notebook.md, thirteenth session).
-    mixed_margin: float = 0.05
+    mixed_margin: float = DEFAULT_MIXED_MARGIN
     # The serving engine's CPU time per decode step, fixed and per sequence in the batch
     # (HardwareSpec.serving_*_overhead_us; 0 there): a what-if for a serving stack whose step is
     # not GPU-bound. The simulated instances and every planner call see the same costs.

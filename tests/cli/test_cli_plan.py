@@ -32,3 +32,53 @@ def test_plan_unknown_names_exit_2() -> None:
         assert out.returncode == 2, out
         assert "Traceback" not in out.stderr
         assert needle in out.stderr.replace("\n", "")
+
+
+def test_plan_mixed_margin_picks_one_degree_within_the_margin_and_prices_stay() -> None:
+    def plan(*extra: str) -> dict:
+        args = (
+            "--hardware",
+            "48xA800",
+            "--model",
+            "qwen3-14b",
+            "--workload",
+            "arith-tiny",
+            "--staleness",
+            "1",
+        )
+        out = libra("plan", *args, "--top", "8", "--json", *extra)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    by_price, default = plan("--mixed-margin", "0"), plan()
+    assert len(by_price["plan"]["instance_tps"]) > 1  # the cheapest plan mixes TP degrees
+    assert len(default["plan"]["instance_tps"]) == 1  # within 5% of it, one degree ranks first
+    assert by_price["plan"]["t_iter_s"] < default["plan"]["t_iter_s"] < by_price["plan"]["t_iter_s"] / 0.95
+    assert any(r["t_iter_s"] == by_price["plan"]["t_iter_s"] for r in default["runners_up"])
+    assert (by_price["mixed_margin"], default["mixed_margin"]) == (0.0, 0.05)
+    bad = libra(
+        "plan",
+        "--hardware",
+        "48xA800",
+        "--model",
+        "qwen3-14b",
+        "--workload",
+        "arith-tiny",
+        "--mixed-margin",
+        "1",
+    )
+    assert bad.returncode == 2 and "--mixed-margin" in bad.stderr
+
+
+def test_default_mixed_margin_is_one_value_everywhere() -> None:
+    import argparse
+
+    from flows.cli_plan import add_parser
+    from libra_core.config.models import PlannerConfig
+    from libra_core.planner.search import DEFAULT_MIXED_MARGIN
+    from libra_core.sim.settings import SimSettings
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    add_parser(sub)
+    cli_default = sub.choices["plan"].get_default("mixed_margin")
+    assert PlannerConfig().mixed_margin == SimSettings().mixed_margin == cli_default == DEFAULT_MIXED_MARGIN

@@ -30,7 +30,9 @@ def test_mixed_margin_keeps_libra_ahead_where_a_close_mixed_plan_runs_slower() -
     # faster than static-optimal's 7xTP4; it runs about 5% slower until a replan at iteration 50.
     # By price alone Libra ends below static-optimal; with the default margin it runs 7xTP4 too.
     def libra_over_static(settings: SimSettings) -> float:
-        report = simulate("search-r1", "48xA800", 100, ["static-optimal", "+elastic"], seed=2, settings=settings)
+        report = simulate(
+            "search-r1", "48xA800", 100, ["static-optimal", "+elastic"], seed=2, settings=settings
+        )
         return report.result("+elastic").tokens_per_s / report.result("static-optimal").tokens_per_s
 
     assert libra_over_static(SimSettings()) > 1.0

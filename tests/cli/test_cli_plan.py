@@ -34,19 +34,12 @@ def test_plan_unknown_names_exit_2() -> None:
         assert needle in out.stderr.replace("\n", "")
 
 
+ARITH_TINY = ("--hardware", "48xA800", "--model", "qwen3-14b", "--workload", "arith-tiny")
+
+
 def test_plan_mixed_margin_picks_one_degree_within_the_margin_and_prices_stay() -> None:
     def plan(*extra: str) -> dict:
-        args = (
-            "--hardware",
-            "48xA800",
-            "--model",
-            "qwen3-14b",
-            "--workload",
-            "arith-tiny",
-            "--staleness",
-            "1",
-        )
-        out = libra("plan", *args, "--top", "8", "--json", *extra)
+        out = libra("plan", *ARITH_TINY, "--staleness", "1", "--top", "8", "--json", *extra)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
@@ -56,17 +49,7 @@ def test_plan_mixed_margin_picks_one_degree_within_the_margin_and_prices_stay() 
     assert by_price["plan"]["t_iter_s"] < default["plan"]["t_iter_s"] < by_price["plan"]["t_iter_s"] / 0.95
     assert any(r["t_iter_s"] == by_price["plan"]["t_iter_s"] for r in default["runners_up"])
     assert (by_price["mixed_margin"], default["mixed_margin"]) == (0.0, 0.05)
-    bad = libra(
-        "plan",
-        "--hardware",
-        "48xA800",
-        "--model",
-        "qwen3-14b",
-        "--workload",
-        "arith-tiny",
-        "--mixed-margin",
-        "1",
-    )
+    bad = libra("plan", *ARITH_TINY, "--mixed-margin", "1")
     assert bad.returncode == 2 and "--mixed-margin" in bad.stderr
 
 

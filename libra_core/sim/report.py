@@ -210,9 +210,27 @@ def format_verdicts(report: SimReport) -> list[str]:
             f"ablation ({' -> '.join(ABLATION)}): {chain} tok/s",
             f"ablation increasing at every step: {v.ablation}",
         ]
+        if not v.ablation:
+            lines.append(f"ablation steps that add nothing: {'; '.join(_ablation_misses(report))}")
     if v.ordering is not None:
         lines.append(f"paper ordering Libra > static-optimal > greedy > colocated reproduced: {v.ordering}")
     return lines
+
+
+def _ablation_misses(report: SimReport) -> list[str]:
+    """Each ablation step that does not raise throughput: a tie (saying when the two policies ran
+    the same deployments, i.e. the part had nothing to act on) or the share it lost."""
+    out = []
+    for a, b in zip(ABLATION, ABLATION[1:], strict=False):
+        ra, rb = report.result(a), report.result(b)
+        if rb.tokens_per_s > ra.tokens_per_s:
+            continue
+        if rb.tokens_per_s == ra.tokens_per_s:
+            same = (ra.first_deployment, ra.last_deployment) == (rb.first_deployment, rb.last_deployment)
+            out.append(f"{b} ties {a}" + (" (the same deployments)" if same else ""))
+        else:
+            out.append(f"{b} {rb.tokens_per_s / ra.tokens_per_s - 1:+.1%} against {a}")
+    return out
 
 
 def render_rich(report: SimReport) -> Any:

@@ -40,6 +40,9 @@ def test_a_tie_is_not_a_gain() -> None:
     tied = {**PAPER_LIKE, "+cmlfq": 551.0}  # C-MLFQ adds nothing
     v = verdicts(_report(tied))
     assert v.ablation is False and v.ordering is True
+    assert format_verdicts(_report(tied))[2] == (
+        "ablation steps that add nothing: +cmlfq ties +hetero-tp (the same deployments)"
+    )
     tied_top = {**PAPER_LIKE, "static-optimal": 763.0}  # Libra only ties static-optimal
     v = verdicts(_report(tied_top))
     assert v.ordering is False and v.ablation is True
@@ -63,3 +66,12 @@ def test_summary_json_carries_the_verdicts(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["verdicts"] == {"ordering": False, "ablation": True}
     assert [r["policy"] for r in summary["results"]] == list(PAPER_LIKE)
+
+
+def test_a_step_that_loses_is_named_with_its_share() -> None:
+    lines = format_verdicts(_report({**PAPER_LIKE, "+hetero-tp": 500.0, "+cmlfq": 500.0}))
+    assert lines[2] == (
+        "ablation steps that add nothing: +hetero-tp -2.1% against +planning; "
+        "+cmlfq ties +hetero-tp (the same deployments)"
+    )
+    assert len(format_verdicts(_report(PAPER_LIKE))) == 3  # every step gains: no such line

@@ -1,12 +1,13 @@
 """What the planner chooses as the workload's length distribution drifts longer.
 
 Usage: python benchmarks/planner_drift.py [--cluster 48xA800] [--model qwen3-14b]
-       [--workload search-medium] [--staleness 1]
+       [--workload search-medium] [--staleness 1] [--mixed-margin 0.05]
 
 Scales the generated and tool-reply lengths of a preset (x0.25 ... x4, same seed) and prints, per
 step, the mean/p90 trajectory length, the split, the rollout instance TP multiset and the predicted
 times. A last column replays the replanning policy (defaults of stages.yaml: 5% hysteresis, 50
-iterations, 60 s move cost) from the previous row's plan.
+iterations, 60 s move cost) from the previous row's plan. The search ranks mixed-TP layouts with
+stages.yaml's `planner.mixed_margin` unless `--mixed-margin` says otherwise (0: by price alone).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from libra_core.planner import workload_preset  # noqa: E402
 from libra_core.planner.replan import ReplanPolicy  # noqa: E402
-from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans  # noqa: E402
+from libra_core.planner.search import (  # noqa: E402
+    DEFAULT_MIXED_MARGIN,
+    SearchSettings,
+    evaluate_plan,
+    search_plans,
+)
 from libra_core.planner.specs import get_model, parse_cluster  # noqa: E402
 
 SCALES = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
@@ -31,9 +37,12 @@ def main() -> int:
     parser.add_argument("--model", default="qwen3-14b")
     parser.add_argument("--workload", default="search-medium")
     parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--mixed-margin", type=float, default=DEFAULT_MIXED_MARGIN)
     args = parser.parse_args()
+    if not 0.0 <= args.mixed_margin < 1.0:
+        parser.error(f"--mixed-margin must be in [0, 1), got {args.mixed_margin}")
     cluster, model = parse_cluster(args.cluster), get_model(args.model)
-    settings = SearchSettings(staleness=args.staleness)
+    settings = SearchSettings(staleness=args.staleness, mixed_margin=args.mixed_margin)
     policy = ReplanPolicy()
     base = workload_preset(args.workload)
     print(f"{cluster.label} {model.name} {args.workload} staleness {args.staleness}")

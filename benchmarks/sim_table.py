@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--scenarios", nargs="+", default=["r2e-gym", "search-r1", "dapo-math"])
     ap.add_argument("--hardware", default="48xA800")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None, help="the seed (default 0)")
     ap.add_argument(
         "--seeds", type=int, nargs="+", default=None, help="several seeds, summarised (not with --seed)"
     )
@@ -45,7 +45,7 @@ def main() -> None:
         help="also run the oracle-routing and oracle-replan policies (perfect admission)",
     )
     args = ap.parse_args()
-    if args.seeds and "--seed" in sys.argv[1:]:
+    if args.seeds and args.seed is not None:
         ap.error("give either --seed or --seeds")
     try:
         overrides = parse_overrides(args.spec, workloads.ScenarioSpec, "--spec")
@@ -53,7 +53,7 @@ def main() -> None:
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     print("command: .venv/bin/python benchmarks/sim_table.py " + " ".join(sys.argv[1:]))
-    seeds = args.seeds or [args.seed]
+    seeds = args.seeds or [0 if args.seed is None else args.seed]
     for sc in args.scenarios:
         names = args.policies or [p for p in POLICIES if p not in CALIBRATION or args.calibration]
         reports = []

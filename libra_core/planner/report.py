@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from libra_core.planner.presets import PRESETS, workload_preset
-from libra_core.planner.search import DEFAULT_MIXED_MARGIN, Plan, SearchSettings, search_plans
+from libra_core.planner.search import DEFAULT_MIXED_MARGIN, Plan, SearchSettings, plan_rank, search_plans
 from libra_core.planner.specs import ClusterSpec, ModelSpec, get_model, parse_cluster
 from libra_core.planner.workload import Workload, read_trace
 
@@ -33,8 +33,10 @@ class PlanReport:
 
     @property
     def margin_note(self) -> str | None:
-        """Why a runner-up priced faster than the plan ranks behind it (None when none is)."""
-        if not self.plans or all(p.t_iter_s >= self.plans[0].t_iter_s for p in self.plans[1:]):
+        """Why a runner-up priced faster than the plan ranks behind it (None when none is). Ranks,
+        not T_iter alone, are compared: a plan within the tie-break of a faster one ranks ahead of
+        it by less busy time, which is not the margin's doing."""
+        if not self.plans or all(plan_rank(p) >= plan_rank(self.plans[0]) for p in self.plans[1:]):
             return None
         return (
             f"mixed-TP layouts rank behind one degree unless priced more than {self.mixed_margin:.0%} "

@@ -151,3 +151,13 @@ def test_mixed_margin_ranks_a_close_mixed_layout_behind_one_bucket(preset: str, 
     assert mixed.t_iter_s == pytest.approx(by_price[0].t_iter_s)  # the margin changes ranks, not prices
     assert (mixed.t_iter_s < 0.95 * one.t_iter_s) == mixed_first
     assert margin[0] is (mixed if mixed_first else one)
+
+
+def test_plan_report_notes_the_margin_only_when_it_reorders() -> None:
+    def note(margin: float) -> str | None:
+        return plan_cluster(
+            "48xA800", "qwen3-14b", "arith-tiny", staleness=1, top_k=8, mixed_margin=margin
+        ).margin_note
+
+    assert note(0.0) is None  # by price alone nothing priced faster ranks behind
+    assert note(0.05) is not None and "5%" in note(0.05)

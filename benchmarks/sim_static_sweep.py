@@ -1,7 +1,7 @@
 """Every static one-degree layout simulated: the best split and TP degree found by brute force.
 
     .venv/bin/python benchmarks/sim_static_sweep.py [--scenario r2e-gym] [--iterations 10]
-        [--setting FIELD=VALUE ...] [--top 6]
+        [--setting FIELD=VALUE ...] [--spec FIELD=VALUE ...] [--top 6]
 
 `static-optimal` runs the layout the planner prices best for iteration 0 (one TP degree, no
 replanning). This runs the same policy on every layout it could have chosen instead: rollout GPUs
@@ -9,7 +9,8 @@ replanning). This runs the same policy on every layout it could have chosen inst
 model prices best on them), times every TP degree that divides them, and prints the fastest. When
 the sweep's best beats `static-optimal` by much, the planner's price ranks layouts wrongly under
 these settings, and a policy that beats `static-optimal` has not necessarily beaten the best static
-layout. Seed 0.
+layout. `--spec` changes the scenario's generator (e.g. `prompts_per_iteration=96`, a heavier
+load). The last rows put `colocated` (every GPU time-shared) beside them. Seed 0.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from __future__ import annotations
 import argparse
 import random
 
+from libra_core.planner.rollout_cost import instance_tp_degrees
 from libra_core.planner.search import best_train
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.planner.train_cost import TrainShape
 from libra_core.sim.engine import Simulator
 from libra_core.sim.overrides import parse_overrides
-from libra_core.sim.policies import OPEN_BOUND, Deployment, resolve_policies
+from libra_core.sim.policies import OPEN_BOUND, Deployment, PolicySpec, resolve_policies
 from libra_core.sim.settings import SimSettings
-from libra_core.sim.workloads import SCENARIOS, load_scenario
+from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, load_scenario
 
 
 def tokens_per_s(sim: Simulator) -> float:
@@ -37,18 +39,28 @@ def main() -> None:
     ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
+    ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the scenario's generator")
     ap.add_argument("--top", type=int, default=6)
     args = ap.parse_args()
     settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
+    spec = parse_overrides(args.spec, ScenarioSpec, "--spec")
     cluster = parse_cluster("48xA800")
-    wl = load_scenario(args.scenario, args.iterations, 0)
+    wl = load_scenario(args.scenario, args.iterations, 0, spec_overrides=spec)
     model = get_model(wl.model)
-    policy = resolve_policies(["static-optimal"])[0]
+    policy, colocated = resolve_policies(["static-optimal", "colocated"])
 
-    def sim(deployment: Deployment | None = None) -> Simulator:
+    def sim(deployment: Deployment | None = None, run_policy: PolicySpec = policy) -> Simulator:
         gpus, rng = cluster.num_gpus, random.Random(0)
         return Simulator(
-            policy, wl, model, cluster.hardware, gpus, args.iterations, rng, settings, deployment=deployment
+            run_policy,
+            wl,
+            model,
+            cluster.hardware,
+            gpus,
+            args.iterations,
+            rng,
+            settings,
+            deployment=deployment,
         )
 
     planner = sim()
@@ -60,7 +72,7 @@ def main() -> None:
         train = best_train(model, planner.hw, cluster.num_gpus - rollout_gpus, shape)
         if train is None:
             continue
-        for tp in (1, 2, 4, 8):
+        for tp in instance_tp_degrees(model, planner.hw):  # the degrees the model shards over
             if rollout_gpus % tp:
                 continue
             instances = tuple((tp, 0) for _ in range(rollout_gpus // tp))
@@ -69,15 +81,18 @@ def main() -> None:
             )
             rows.append((tokens_per_s(sim(dep)), dep.label()))
     rows.sort(reverse=True)
-    what = " ".join(args.setting) or "default"
+    what = " ".join(args.setting + args.spec) or "default"
     print(f"{args.scenario}, 48xA800, {args.iterations} iterations, seed 0, settings: {what}")
     print("| layout | tok/s |")
     print("|---|---:|")
     for rate, label in rows[: args.top]:
         print(f"| {label} | {rate:,.0f} |")
     print(f"| static-optimal (the planner's): {planner.dep.label()} | {planned:,.0f} |")
+    shared = tokens_per_s(sim(run_policy=colocated))
+    print(f"| colocated (all {cluster.num_gpus} GPUs time-shared) | {shared:,.0f} |")
     print(
         f"{len(rows)} layouts simulated; the best is {rows[0][0] / planned - 1:+.1%} against static-optimal"
+        f" and {rows[0][0] / shared - 1:+.1%} against colocated"
     )
 
 

@@ -216,16 +216,28 @@ def search_plans(
     if not np.isfinite(table.crit_s).any():
         return []
     plans = _search_splits(model, hw, num_gpus, s, table, shape, t_sync, spread)
-    if (spread is not None or s.mixed_margin > 0) and not s.homogeneous:
+    if (spread is not None or s.mixed_margin > 0 or s.promote) and not s.homogeneous:
         # Balanced groups end with the slowest of them (balanced_groups_factor), so a one-degree
         # layout may be expected faster; the split ranking by the DP's price need not surface its
-        # best split, so search the one-degree layouts too (same table, same spread). The margin
-        # needs them too: it compares the mixed layouts with the best one-bucket one.
-        one = replace(s, homogeneous=True)
+        # best split, so search the one-degree layouts too (same spread). The margin needs them
+        # too: it compares the mixed layouts with the best one-bucket one.
+        one = _one_bucket(s)
+        if s.promote:
+            # A one-bucket layout has no longer bucket to promote to: it runs as admission by
+            # final length does, so price it (and only the one-bucket search) without promotion.
+            plans = [p for p in plans if _buckets(p.rollout) > 1]
+            table = build_segment_table(
+                cost, workload, tps, s.num_bins, num_gpus, promote=False, queue_wait=s.queue_wait
+            )
         plans += _search_splits(model, hw, num_gpus, one, table, shape, t_sync, spread)
     assert 0.0 <= s.mixed_margin < 1.0, f"mixed_margin must be in [0, 1), got {s.mixed_margin}"
     plans.sort(key=lambda p: _margin_rank(p, s.mixed_margin))
     return plans
+
+
+def _one_bucket(s: SearchSettings) -> SearchSettings:
+    """The settings a heterogeneous search prices its one-bucket (one TP degree) layouts with."""
+    return replace(s, homogeneous=True, promote=False)
 
 
 def _margin_rank(plan: Plan, mixed_margin: float) -> float:
@@ -427,6 +439,8 @@ def evaluate_plan(
     sequences no longer fit; if nothing fits, the plan prices at infinity.
     """
     s = settings or SearchSettings()
+    if s.promote and not s.homogeneous and len(set(plan.instance_tps)) == 1:
+        s = _one_bucket(s)  # priced as search_plans prices a one-bucket layout
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
     table = build_segment_table(

@@ -36,9 +36,13 @@ class SimSettings:
     # bucket per degree). Off by default: with it the planner's still optimistic prices for
     # heterogeneous layouts under promotion pick ones that lose on dapo-math (docs/simulator.md).
     one_range_per_degree: bool = False
-    # One-degree policies price each degree's layout by the DP restricted to that degree (several
-    # length ranges in the one bucket) instead of as one range (SearchSettings.one_degree_dp).
-    one_degree_dp: bool = False
+    # One-degree layouts (the one-degree policies', and a heterogeneous search's one-bucket ones)
+    # are priced by the DP restricted to that degree (several length ranges in the one bucket),
+    # as mixed layouts are, instead of as one range (SearchSettings.one_degree_dp). The one-range
+    # price prices the slowest trajectory at the KV-capped batch whatever the instance count, so
+    # under load it stops falling with more rollout GPUs (docs/simulator-notebook.md, fourteenth
+    # session). False: the one-range price (the default before 2026-12-04).
+    one_degree_dp: bool = True
     # Planner-driven policies simulate one iteration of the planning sample on each of the planner's
     # `rerank_plans` best candidates and run the fastest (sim/rerank.py); 0: the planner's first.
     rerank_plans: int = 0

@@ -12,6 +12,7 @@ import pytest
 from libra_core.planner.assignment import homogeneous, solve
 from libra_core.planner.presets import workload_preset
 from libra_core.planner.rollout_cost import RolloutCostModel, _band_shares, build_segment_table
+from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.planner.workload import Turns, workload_from_turns
 
@@ -150,3 +151,22 @@ def test_queue_wait_prices_the_queue_behind_the_kv_cache() -> None:
         rtol=1e-9,
         equal_nan=True,
     )
+
+
+@pytest.mark.parametrize("one_degree_dp", [False, True])
+def test_a_one_bucket_layout_is_priced_without_promotion(one_degree_dp: bool) -> None:
+    """A layout of one TP degree is one router bucket: there is nowhere to promote to, so it runs as
+    admission by length does. The heterogeneous search under `promote` prices each such layout as
+    the one-degree search without promotion does, and `evaluate_plan` re-prices it the same way."""
+    model = get_model("qwen3-14b")
+    w = workload_preset("swe-longtail", num_samples=400)
+    s = SearchSettings(promote=True, one_degree_dp=one_degree_dp, top_k=48)
+    plans = search_plans(model, A800, 48, w, s)
+    reference = SearchSettings(homogeneous=True, one_degree_dp=one_degree_dp, top_k=48)
+    key = lambda p: (p.rollout_gpus, tuple(sorted(p.instance_tps.items())))  # noqa: E731
+    one = {key(p): p for p in search_plans(model, A800, 48, w, reference)}
+    single = [p for p in plans if len(p.instance_tps) == 1]
+    assert single and len(single) < len(plans)  # both kinds of layout are offered
+    for p in single:
+        assert p.t_rollout_s == pytest.approx(one[key(p)].t_rollout_s, rel=1e-9)
+        assert evaluate_plan(p, model, A800, w, s).t_rollout_s == pytest.approx(p.t_rollout_s, rel=1e-9)

@@ -191,8 +191,9 @@ def test_move_reprefill_and_spill_factor_settings_change_a_run_with_moves() -> N
         r = simulate("search-r1", "24xA800", 2, ["+hetero-tp"], seed=0, settings=settings).results[0]
         return r.moves, r.makespan_s
 
-    # By price alone (no mixed margin) the planner runs a mixed layout here, whose buckets move turns.
-    by_price = SimSettings(mixed_margin=0.0)
+    # By price alone (no mixed margin), with one-degree layouts at the one-range price, the planner
+    # runs a mixed layout here, whose buckets move turns.
+    by_price = SimSettings(mixed_margin=0.0, one_degree_dp=False)
     moves, base = run(by_price)
     assert moves > 0
     free_moves, free = run(replace(by_price, move_reprefill=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -25,9 +26,11 @@ def test_negative_rerank_plans_is_rejected() -> None:
 
 
 def test_rerank_finds_the_split_a_flat_price_misses() -> None:
-    # r2e-gym with 96 prompts: the planner prices every split from 13 to 24 rollout GPUs alike, and
-    # its first plan gives rollout 16 TP1 instances (docs/simulator-notebook.md, "Re-ranking by simulation").
-    sim = _sim("r2e-gym", "+planning", SimSettings(rerank_plans=4), prompts_per_iteration=96)
+    # r2e-gym with 96 prompts: the one-range price (`one_degree_dp=False`) prices every split from
+    # 13 to 24 rollout GPUs alike, and its first plan gives rollout 16 TP1 instances
+    # (docs/simulator-notebook.md, "Re-ranking by simulation").
+    settings = SimSettings(rerank_plans=4, one_degree_dp=False)
+    sim = _sim("r2e-gym", "+planning", settings, prompts_per_iteration=96)
     plain = build_deployment(sim.p, sim.model, sim.hw, sim.G, sim.workload_of(0), sim.search)
     assert sim.dep is not None and sim.dep.instances != plain.instances
     chosen_s = simulated_rollout_s(sim, sim.dep, sim.trajs[0])
@@ -62,20 +65,21 @@ def test_rerank_runs_replans_and_is_deterministic(monkeypatch: pytest.MonkeyPatc
 
 
 def test_heterogeneous_rerank_also_simulates_the_one_degree_layouts() -> None:
-    # r2e-gym with 96 prompts: +hetero-tp's own candidates are priced with promotion, and the
-    # fastest of them runs slower than a one-degree split its search never ranks first.
-    spec = {"prompts_per_iteration": 96}
-    own = _sim("r2e-gym", "+hetero-tp", SimSettings(rerank_plans=4, rerank_one_degree=False), **spec)
-    both = _sim("r2e-gym", "+hetero-tp", SimSettings(rerank_plans=4), **spec)
-    assert own.rerank_alternatives(own.workload_of(0)) == []
-    alternatives = both.rerank_alternatives(both.workload_of(0))
-    assert len(alternatives) == 1 and all(len(p.rollout.groups) == 1 for p in alternatives[0])
-    assert own.dep is not None and both.dep is not None and both.dep.instances != own.dep.instances
-    sample = both.trajs[0]
-    # Simulated again from scratch, the layout chosen with the alternatives is faster by the margin.
-    assert simulated_rollout_s(both, both.dep, sample) < simulated_rollout_s(both, own.dep, sample) * (
-        1.0 - both.s.min_gain_fraction
-    )
+    # r2e-gym with 96 prompts, one-degree layouts at the one-range price (`one_degree_dp=False`).
+    # Offered only +hetero-tp's mixed candidates, re-ranking ranks a one-degree alternative ahead
+    # of every one of them.
+    flat = SimSettings(rerank_plans=4, one_degree_dp=False)
+    sim = _sim("r2e-gym", "+hetero-tp", flat, prompts_per_iteration=96)
+    w0, sample = sim.workload_of(0), sim.trajs[0]
+    mixed = [p for p in sim.rerank_candidates(w0) if len(p.instance_tps) > 1]
+    alternatives = sim.rerank_alternatives(w0)
+    assert mixed and len(alternatives) == 1 and all(len(p.instance_tps) == 1 for p in alternatives[0])
+    assert _sim("r2e-gym", "+hetero-tp", replace(flat, rerank_one_degree=False)).rerank_alternatives(w0) == []
+    own = rerank(sim, mixed, sample)[0][1]
+    ranked = [dep for _, dep in rerank(sim, mixed, sample, alternatives)]
+    assert len({tp for tp, _ in ranked[0].instances}) == 1 and len({tp for tp, _ in own.instances}) > 1
+    # Simulated on the same sample, the mixed layout that won alone ranks behind the alternative.
+    assert own in ranked[1:]
     # Single-degree policies have nothing to add.
     plain = _sim("tiny", "+planning", SimSettings(rerank_plans=2))
     assert plain.rerank_alternatives(plain.workload_of(0)) == []
@@ -97,11 +101,13 @@ def test_degree_variants_keep_the_split_and_change_the_degree() -> None:
 
 
 def test_rerank_tries_every_degree_at_the_fastest_splits() -> None:
-    # dapo-math with 96 prompts: the one-degree search keeps TP8 at every split from 32 to 43
-    # rollout GPUs (a flat price), but TP4 at those splits runs faster (docs/simulator-notebook.md).
+    # dapo-math with 96 prompts: at the one-range price (`one_degree_dp=False`) the one-degree search
+    # keeps TP8 at every split from 32 to 43 rollout GPUs (a flat price), but TP4 at those splits
+    # runs faster (docs/simulator-notebook.md).
     spec = {"prompts_per_iteration": 96}
-    without = _sim("dapo-math", "+planning", SimSettings(rerank_plans=4, rerank_degrees=False), **spec)
-    with_ = _sim("dapo-math", "+planning", SimSettings(rerank_plans=4), **spec)
+    flat = SimSettings(rerank_plans=4, one_degree_dp=False)
+    without = _sim("dapo-math", "+planning", replace(flat, rerank_degrees=False), **spec)
+    with_ = _sim("dapo-math", "+planning", flat, **spec)
     assert without.dep is not None and with_.dep is not None
     assert {tp for tp, _ in with_.dep.instances} != {tp for tp, _ in without.dep.instances}
     sample = with_.trajs[0]

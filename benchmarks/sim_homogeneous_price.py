@@ -1,7 +1,7 @@
 """The planner's price for one homogeneous rollout layout against the simulated rollout, per TP degree.
 
     .venv/bin/python benchmarks/sim_homogeneous_price.py [--scenario r2e-gym] [--rollout-gpus 24]
-        [--prompts-per-iteration 32] [--queue-wait] [--setting FIELD=VALUE ...]
+        [--prompts-per-iteration 32] [--queue-wait] [--two-phase] [--setting FIELD=VALUE ...]
 
 For iteration 0 of a scenario on A800s, `greedy`'s half/half split of 2 x `rollout-gpus` GPUs with every
 TP degree in turn (`rollout-gpus / tp` instances, one bucket; until 2026-12-02 the simulated layout
@@ -37,6 +37,11 @@ def main() -> None:
     ap.add_argument("--prompts-per-iteration", type=int, default=None)
     ap.add_argument(
         "--queue-wait", action="store_true", help="price the queue wait (SearchSettings.queue_wait)"
+    )
+    ap.add_argument(
+        "--two-phase",
+        action="store_true",
+        help="price the critical path in two phases (SearchSettings.two_phase_path)",
     )
     ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
     args = ap.parse_args()
@@ -81,6 +86,7 @@ def main() -> None:
             sim.search.num_bins,
             args.rollout_gpus,
             queue_wait=args.queue_wait,
+            two_phase=args.two_phase,
         )
         k, m = table.num_bins, min(n, table.max_instances) - 1
         crit, work = float(table.crit_s[0, m, 0, k]), float(table.work_s[0, m, 0, k]) / n

@@ -165,6 +165,7 @@ def build_segment_table(
     max_gpus: int,
     promote: bool = False,
     queue_wait: bool = False,
+    two_phase: bool = False,
 ) -> SegmentTable:
     """Price every contiguous range of length-sorted bins on n TP-t instances (assignment.py).
 
@@ -201,6 +202,19 @@ def build_segment_table(
     `promote` only in ranges that start at the first bin, where every trajectory starts). Without
     it the path is priced at the capped batch whatever the instance count, so under load the price
     of a split stops falling with more rollout GPUs (docs/simulator-notebook.md, "Pricing the queue").
+
+    `two_phase` (off by default; the simulator's default): the critical path in two phases. While
+    an instance works through its share of the range (W / n seconds), the slowest trajectory
+    advances at the loaded pace: the step at the active batch, stretched by the prefills of the
+    other trajectories' turns that join it (1 + prefill time / decode time of the range, times the
+    others' share 1 - 1/q), and, when more of the range's
+    trajectories want to decode than the KV cache holds (demand `q x busy / (busy + tool)` above
+    the cap H), holding a slot only a share rho = H / demand of the time. After that it runs the
+    rest of its path at one sequence's step: `C = W/n + (1 - f) x C_1`, f = min(1, (W/n) x rho /
+    C_loaded); if it would finish within the first phase, `C = C_loaded / rho`. Without it the
+    path is priced at the capped batch for its whole life, flat in n under load and pessimistic
+    when the batch empties before the slowest trajectory ends (docs/simulator-notebook.md,
+    fourteenth session).
     """
     order = np.argsort(w.total_tokens, kind="stable")
     prompts = w.prompt_tokens[order].astype(float)
@@ -310,11 +324,25 @@ def build_segment_table(
             gen = [np.broadcast_to(cg[None, :, c], members.shape) for c in (0, 1)]
             fixed = [np.where(members, pt * cp[None, :, c] + cl[None, :, c], -np.inf) for c in (0, 1)]
         usable = min(nn, max(1, max_gpus // tp))  # more instances than this never fit in max_gpus
+
+        loaded = step
+        if two_phase:
+            dec_time = np.nan_to_num(d) * step / batch
+            stall = np.where(dec_time > 0, np.nan_to_num(p) * per_tok / np.maximum(dec_time, 1e-12), 0.0)
+            others = np.maximum(0.0, 1.0 - 1.0 / np.maximum(q, 1.0))  # its own prefill is in its path
+            loaded = step * (1.0 + stall * others)
         path = np.empty((usable, len(iu)))
         for m in range(usable):
-            s_m = step[m, iu, ju][:, None]
-            path[m] = np.maximum(s_m * gen[0] + fixed[0], s_m * gen[1] + fixed[1]).max(axis=1)
-        path = np.maximum(path, 0.0)  # a range no trajectory reaches (promotion) has no path
+            path[m] = _slowest_path(loaded[m, iu, ju], gen, fixed)
+        if two_phase:
+            busy = gen_each * step + pre_each * per_tok
+            demand = np.maximum(1.0, q * busy / np.maximum(busy + tool_each, 1e-12))
+            rho = np.minimum(1.0, cost.concurrency(tp, mean_ctx, np.inf)[None] / demand)[:usable, iu, ju]
+            alone = _slowest_path(cost.decode_step_s(tp, 1.0, safe_ctx[iu, ju]), gen, fixed)[None]
+            first = work[ti][:usable, iu, ju] / np.arange(1, usable + 1)[:, None]  # W / n
+            with np.errstate(invalid="ignore"):
+                done = np.minimum(1.0, first * rho / np.maximum(path, 1e-12))
+                path = np.where(done < 1.0, first + (1.0 - done) * alone, path / rho)
         crit[ti, :usable, iu, ju] = path.T
         if queue_wait:
             # Trajectories beyond what the KV cache holds at once wait for room: the slowest one
@@ -330,6 +358,13 @@ def build_segment_table(
         work[ti, usable:] = work[ti, usable - 1]
         crit[ti] = np.where(ok, crit[ti], np.inf)
     return SegmentTable(tuple(tps), work, crit, edges, fmax)
+
+
+def _slowest_path(step: np.ndarray, gen: list[np.ndarray], fixed: list[np.ndarray]) -> np.ndarray:
+    """(ranges,) the slowest candidate's path at each range's decode step: `step x gen + fixed`
+    over both candidate sets; 0 for a range no trajectory reaches (promotion)."""
+    s = step[:, None]
+    return np.maximum(np.maximum(s * gen[0] + fixed[0], s * gen[1] + fixed[1]).max(axis=1), 0.0)
 
 
 def _slowest_per_bin(

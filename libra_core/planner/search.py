@@ -120,6 +120,10 @@ class SearchSettings:
     # Price the wait of a range's slowest trajectory queued behind others when the KV cache holds
     # fewer than an instance is given (`build_segment_table(queue_wait=...)`); a what-if, off.
     queue_wait: bool = False
+    # Price the critical path in two phases: at the loaded pace (batch, others' prefills, the KV
+    # cache's queue) while an instance works through its share, then at one sequence's pace
+    # (`build_segment_table(two_phase=...)`). Off: the planner's documented figures.
+    two_phase_path: bool = False
     # A layout of several router buckets (mixed TP degrees) ranks ahead of a one-bucket layout only
     # when it is priced faster by more than this share. The mixed price is the less reliable one
     # (the router's spill and migrations run differently from the ranges the DP prices), and the
@@ -203,7 +207,14 @@ def search_plans(
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = instance_tp_degrees(model, hw)
     table = build_segment_table(
-        cost, workload, tps, s.num_bins, num_gpus, promote=s.promote, queue_wait=s.queue_wait
+        cost,
+        workload,
+        tps,
+        s.num_bins,
+        num_gpus,
+        promote=s.promote,
+        queue_wait=s.queue_wait,
+        two_phase=s.two_phase_path,
     )
     shape = TrainShape.from_workload(workload)
     spread = _spread(cost, workload, tps, s)
@@ -227,7 +238,14 @@ def search_plans(
             # final length does, so price it (and only the one-bucket search) without promotion.
             plans = [p for p in plans if _buckets(p.rollout) > 1]
             table = build_segment_table(
-                cost, workload, tps, s.num_bins, num_gpus, promote=False, queue_wait=s.queue_wait
+                cost,
+                workload,
+                tps,
+                s.num_bins,
+                num_gpus,
+                promote=False,
+                queue_wait=s.queue_wait,
+                two_phase=s.two_phase_path,
             )
         plans += _search_splits(model, hw, num_gpus, one, table, shape, t_sync, spread)
     assert 0.0 <= s.mixed_margin < 1.0, f"mixed_margin must be in [0, 1), got {s.mixed_margin}"
@@ -444,7 +462,14 @@ def evaluate_plan(
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
     table = build_segment_table(
-        cost, workload, tps, s.num_bins, plan.rollout_gpus, promote=s.promote, queue_wait=s.queue_wait
+        cost,
+        workload,
+        tps,
+        s.num_bins,
+        plan.rollout_gpus,
+        promote=s.promote,
+        queue_wait=s.queue_wait,
+        two_phase=s.two_phase_path,
     )
     assignment = _assign(table, plan.rollout_gpus, s)
     shape = TrainShape.from_workload(workload)

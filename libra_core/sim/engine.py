@@ -105,6 +105,7 @@ class Simulator:
             one_degree_dp=self.s.one_degree_dp,
             plan_for_spread=self.s.plan_for_spread,
             queue_wait=self.s.queue_wait,
+            two_phase_path=self.s.two_phase_path,
             mixed_margin=self.s.mixed_margin,
         )
         from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees

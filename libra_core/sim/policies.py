@@ -129,7 +129,13 @@ def homogeneous_tp(
     cost = RolloutCostModel(model, hw, settings.max_num_seqs)
     tps = tuple(t for t in instance_tp_degrees(model, hw) if t <= rollout_gpus)
     table = build_segment_table(
-        cost, workload, tps, settings.num_bins, rollout_gpus, queue_wait=settings.queue_wait
+        cost,
+        workload,
+        tps,
+        settings.num_bins,
+        rollout_gpus,
+        queue_wait=settings.queue_wait,
+        two_phase=settings.two_phase_path,
     )
     best = homogeneous(table, rollout_gpus)
     return best.groups[0].tp if best else tps[0]

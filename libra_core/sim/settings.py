@@ -58,6 +58,11 @@ class SimSettings:
     # The planner prices the wait of a slowest trajectory queued for KV room (SearchSettings
     # .queue_wait); off: with it dapo-math's heterogeneous policies pick a layout that runs slower.
     queue_wait: bool = False
+    # Every planner price (policies' plans, replans, the fixed splits' degree) prices the critical
+    # path in two phases: loaded while an instance works through its share, then alone
+    # (SearchSettings.two_phase_path; docs/simulator-notebook.md, fourteenth session). False: the
+    # path at the capped batch for its whole life (the default before 2026-12-04).
+    two_phase_path: bool = True
     # Heterogeneous policies run a mixed layout only when the planner prices it faster than the
     # best one-degree layout by more than this share (SearchSettings.mixed_margin), the replan
     # hysteresis's 5%; 0: by price alone, with which Search-R1 at seed 2 ran a mixed layout priced

@@ -10,6 +10,11 @@ from libra_core.sim.policies import resolve_policies
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import load_scenario
 
+# The planner's prices before the fourteenth session: one-degree layouts as one range, the critical
+# path at the KV-capped batch for its whole life. Tests of mechanisms that exist to recover from
+# those prices' failures (re-ranking, the audit, a mixed layout's moves) run on them.
+OLD_PRICES = SimSettings(one_degree_dp=False, two_phase_path=False)
+
 
 def build_sim(
     scenario: str,

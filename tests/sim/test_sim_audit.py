@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import RunStats
-from tests.sim.builders import build_sim
+from tests.sim.builders import OLD_PRICES, build_sim
 
 
 def _run(audit_window: int) -> RunStats:
     # Search-R1 at 6x the built-in load (192 prompts x 16), drift spread over 20 iterations: the
     # replan at iteration 10 moves from 13xTP1 to 6xTP2 rollout instances, which the cost model
     # prices 11% faster and which runs about 20% slower (measured at this commit). The one-range
-    # price of one-degree layouts (`one_degree_dp=False`, the default until 2026-12-04) makes that
+    # prices (`OLD_PRICES`: one range, the path at the capped batch; the defaults until 2026-12-04) make that
     # move; the audit is what is tested here, so the test keeps the price that mispriced it.
-    settings = SimSettings(audit_window=audit_window, one_degree_dp=False)
+    settings = replace(OLD_PRICES, audit_window=audit_window)
     return build_sim("search-r1", "+planning", 20, settings=settings, prompts_per_iteration=192).run()
 
 

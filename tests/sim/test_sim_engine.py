@@ -20,7 +20,7 @@ from libra_core.sim.policies import GREEDY_RESPLIT_AT, deployment_from_plan, mea
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import IterationRecord
 from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, long_tail_share
-from tests.sim.builders import build_sim
+from tests.sim.builders import OLD_PRICES, build_sim
 
 
 def _sim(policy: str, iterations: int = 2, record: bool = False, gpus: str = "8xA800") -> Simulator:
@@ -193,7 +193,7 @@ def test_move_reprefill_and_spill_factor_settings_change_a_run_with_moves() -> N
 
     # By price alone (no mixed margin), with one-degree layouts at the one-range price, the planner
     # runs a mixed layout here, whose buckets move turns.
-    by_price = SimSettings(mixed_margin=0.0, one_degree_dp=False)
+    by_price = replace(OLD_PRICES, mixed_margin=0.0)
     moves, base = run(by_price)
     assert moves > 0
     free_moves, free = run(replace(by_price, move_reprefill=False))

@@ -34,7 +34,7 @@ def test_mixed_margin_keeps_libra_ahead_where_a_close_mixed_plan_runs_slower() -
     # at iteration 50. By price alone Libra ends below static-optimal; with the default margin it
     # runs 7xTP4 too. (With the one-degree DP price, the default now, Libra leads either way.)
     def libra_over_static(settings: SimSettings) -> float:
-        settings = replace(settings, one_degree_dp=False)
+        settings = replace(settings, one_degree_dp=False, two_phase_path=False)
         report = simulate(
             "search-r1", "48xA800", 100, ["static-optimal", "+elastic"], seed=2, settings=settings
         )

@@ -26,9 +26,9 @@ def test_negative_rerank_plans_is_rejected() -> None:
 
 
 def test_rerank_finds_the_split_a_flat_price_misses() -> None:
-    # r2e-gym with 96 prompts: the old prices (`OLD_PRICES`: one range at the capped batch) prices every split from
-    # 13 to 24 rollout GPUs alike, and its first plan gives rollout 16 TP1 instances
-    # (docs/simulator-notebook.md, "Re-ranking by simulation").
+    # r2e-gym with 96 prompts: the old prices (`OLD_PRICES`: one range at the capped batch) price
+    # every split from 13 to 24 rollout GPUs alike, and the first plan gives rollout 16 TP1
+    # instances (docs/simulator-notebook.md, "Re-ranking by simulation").
     settings = replace(OLD_PRICES, rerank_plans=4)
     sim = _sim("r2e-gym", "+planning", settings, prompts_per_iteration=96)
     plain = build_deployment(sim.p, sim.model, sim.hw, sim.G, sim.workload_of(0), sim.search)
@@ -65,7 +65,7 @@ def test_rerank_runs_replans_and_is_deterministic(monkeypatch: pytest.MonkeyPatc
 
 
 def test_heterogeneous_rerank_also_simulates_the_one_degree_layouts() -> None:
-    # r2e-gym with 96 prompts, one-degree layouts at the old prices (`OLD_PRICES`: one range at the capped batch).
+    # r2e-gym with 96 prompts, at the old prices (`OLD_PRICES`: one range at the capped batch).
     # Offered only +hetero-tp's mixed candidates, re-ranking ranks a one-degree alternative ahead
     # of every one of them.
     flat = replace(OLD_PRICES, rerank_plans=4)
@@ -101,9 +101,9 @@ def test_degree_variants_keep_the_split_and_change_the_degree() -> None:
 
 
 def test_rerank_tries_every_degree_at_the_fastest_splits() -> None:
-    # dapo-math with 96 prompts: at the old prices (`OLD_PRICES`: one range at the capped batch) the one-degree search
-    # keeps TP8 at every split from 32 to 43 rollout GPUs (a flat price), but TP4 at those splits
-    # runs faster (docs/simulator-notebook.md).
+    # dapo-math with 96 prompts: at the old prices (`OLD_PRICES`: one range at the capped batch)
+    # the one-degree search keeps TP8 at every split from 32 to 43 rollout GPUs (a flat price),
+    # but TP4 at those splits runs faster (docs/simulator-notebook.md).
     spec = {"prompts_per_iteration": 96}
     flat = replace(OLD_PRICES, rerank_plans=4)
     without = _sim("dapo-math", "+planning", replace(flat, rerank_degrees=False), **spec)

@@ -122,9 +122,9 @@ class RolloutCostModel:
         pre = np.asarray(prefill_each, dtype=float) * self.prefill_s_per_token(tp, ctx)
         tool = np.asarray(tool_each, dtype=float)
         batch = np.minimum(q, cap)
+        gen = np.asarray(gen_each, dtype=float)
         for _ in range(_ACTIVE_ROUNDS):
-            busy = np.asarray(gen_each, dtype=float) * self.decode_step_s(tp, batch, ctx) + pre
-            batch = np.clip(q * busy / np.maximum(busy + tool, 1e-12), 1.0, cap)
+            batch = np.clip(decode_demand(q, gen, self.decode_step_s(tp, batch, ctx), pre, tool), 1.0, cap)
         return batch
 
     def feasible_tp(self, tp: int, max_ctx: float) -> bool:
@@ -144,6 +144,20 @@ class RolloutCostModel:
         itl = float(self.decode_step_s(tp, np.asarray(batch), np.asarray(ctx)))
         pre = float(self.prefill_s_per_token(tp, np.asarray(ctx)))
         return gen_tokens * itl + prefill_tokens * pre + tool_latency_s
+
+
+def decode_demand(
+    in_flight: ArrayLike, gen_each: ArrayLike, step_s: ArrayLike, prefill_s: ArrayLike, tool_s: ArrayLike
+) -> np.ndarray:
+    """Sequences of `in_flight` trajectories that want to decode at once, uncapped: those not
+    waiting on a tool, `q x busy / (busy + tool)` with busy = `gen_each` tokens at `step_s` plus
+    `prefill_s` (a trajectory's decode and prefill seconds, `tool_s` its tool seconds)."""
+    busy = np.asarray(gen_each, dtype=float) * np.asarray(step_s, dtype=float) + np.asarray(
+        prefill_s, dtype=float
+    )
+    return (
+        np.asarray(in_flight, dtype=float) * busy / np.maximum(busy + np.asarray(tool_s, dtype=float), 1e-12)
+    )
 
 
 def instance_tp_degrees(model: ModelSpec, hw: HardwareSpec) -> tuple[int, ...]:
@@ -335,8 +349,7 @@ def build_segment_table(
         for m in range(usable):
             path[m] = _slowest_path(loaded[m, iu, ju], gen, fixed)
         if two_phase:
-            busy = gen_each * step + pre_each * per_tok
-            demand = np.maximum(1.0, q * busy / np.maximum(busy + tool_each, 1e-12))
+            demand = np.maximum(1.0, decode_demand(q, gen_each, step, pre_each * per_tok, tool_each))
             rho = np.minimum(1.0, cost.concurrency(tp, mean_ctx, np.inf)[None] / demand)[:usable, iu, ju]
             alone = _slowest_path(cost.decode_step_s(tp, 1.0, safe_ctx[iu, ju]), gen, fixed)[None]
             first = work[ti][:usable, iu, ju] / np.arange(1, usable + 1)[:, None]  # W / n

@@ -206,7 +206,7 @@ def search_plans(
     s = settings or SearchSettings()
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = instance_tp_degrees(model, hw)
-    table = _table(cost, workload, tps, num_gpus, s)
+    table = segment_table(cost, workload, tps, num_gpus, s)
     shape = TrainShape.from_workload(workload)
     spread = _spread(cost, workload, tps, s)
     colocated = num_gpus == 1
@@ -228,17 +228,17 @@ def search_plans(
             # A one-bucket layout has no longer bucket to promote to: it runs as admission by
             # final length does, so price it (and only the one-bucket search) without promotion.
             plans = [p for p in plans if _buckets(p.rollout) > 1]
-            table = _table(cost, workload, tps, num_gpus, one)
+            table = segment_table(cost, workload, tps, num_gpus, one)
         plans += _search_splits(model, hw, num_gpus, one, table, shape, t_sync, spread)
     assert 0.0 <= s.mixed_margin < 1.0, f"mixed_margin must be in [0, 1), got {s.mixed_margin}"
     plans.sort(key=lambda p: _margin_rank(p, s.mixed_margin))
     return plans
 
 
-def _table(
+def segment_table(
     cost: RolloutCostModel, workload: Workload, tps: tuple[int, ...], max_gpus: int, s: SearchSettings
 ) -> SegmentTable:
-    """The segment table the settings price rollout with."""
+    """The segment table the settings price rollout with (`rollout_cost.build_segment_table`)."""
     return build_segment_table(
         cost,
         workload,
@@ -455,11 +455,11 @@ def evaluate_plan(
     sequences no longer fit; if nothing fits, the plan prices at infinity.
     """
     s = settings or SearchSettings()
-    if s.promote and not s.homogeneous and len(set(plan.instance_tps)) == 1:
+    if s.promote and not s.homogeneous and len(plan.instance_tps) == 1:
         s = _one_bucket(s)  # priced as search_plans prices a one-bucket layout
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
-    table = _table(cost, workload, tps, plan.rollout_gpus, s)
+    table = segment_table(cost, workload, tps, plan.rollout_gpus, s)
     assignment = _assign(table, plan.rollout_gpus, s)
     shape = TrainShape.from_workload(workload)
     est = _best_same_topology(model, hw, plan.train.layout, shape)

@@ -2,7 +2,7 @@
 
 A `Deployment` is what a policy runs: the training GPUs and layout, the rollout instances (TP degree
 and bucket each) and the bucket bounds the router's scheduler uses. Every planner-driven policy calls
-the real planner (`search_plans`, `best_train`, `build_segment_table`); nothing here re-derives a cost.
+the real planner (`search_plans`, `best_train`, `segment_table`); nothing here re-derives a cost.
 
 | policy | split | rollout instances | routing (libra_core/scheduling) | replan | elastic |
 |---|---|---|---|---|---|
@@ -33,12 +33,12 @@ iteration (`SimSettings.plan_for_spread`), so the heterogeneous ones may choose 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from libra_core.planner.assignment import homogeneous
-from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
-from libra_core.planner.search import Plan, SearchSettings, best_train, search_plans
+from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
+from libra_core.planner.search import Plan, SearchSettings, best_train, search_plans, segment_table
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.train_cost import TrainLayout, TrainShape
 from libra_core.planner.workload import Workload
@@ -128,15 +128,7 @@ def homogeneous_tp(
     """The TP degree the planner prices best for one group on `rollout_gpus` (a fixed split's)."""
     cost = RolloutCostModel(model, hw, settings.max_num_seqs)
     tps = tuple(t for t in instance_tp_degrees(model, hw) if t <= rollout_gpus)
-    table = build_segment_table(
-        cost,
-        workload,
-        tps,
-        settings.num_bins,
-        rollout_gpus,
-        queue_wait=settings.queue_wait,
-        two_phase=settings.two_phase_path,
-    )
+    table = segment_table(cost, workload, tps, rollout_gpus, replace(settings, promote=False))  # one group
     best = homogeneous(table, rollout_gpus)
     return best.groups[0].tp if best else tps[0]
 

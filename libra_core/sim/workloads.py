@@ -15,9 +15,15 @@ subtasks. So a tool return carries evidence about the work left (what C-MLFQ's t
 turn answers (no tool). Drift: generated lengths grow linearly to `gen_drift` and subtasks to
 `turn_drift` at the last iteration, the failure rate falls by half (the policy learns). A trajectory
 stops at `max_total_tokens`. Groups: every prompt of an iteration is sampled `group_size` times (GRPO).
-Optionally (`prompt_latency_sigma` > 0; 0 in every built-in scenario) each prompt's tool calls are all
-slower or faster by a factor `LogNormal(0, sigma)`, drawn from a stream of its own: the token counts
-and statuses stay the draws they are without it, only the latencies of successes and failures scale.
+With `prompt_latency_sigma` > 0 (0.8 in the three agentic scenarios, 0 in `tiny`) each prompt's tool
+calls are all slower or faster by a factor `LogNormal(0, sigma)`, drawn from a stream of its own: the
+token counts and statuses stay the draws they are without it, only the latencies of successes and
+failures scale.
+
+The shapes aim at the paper's long tail, read as rollout wall time: in each scenario, over 100
+iterations, more than half of an iteration's rollout comes after 90% of its trajectories have
+finished (docs/simulator-notebook.md, "A long tail by default"). By summed trajectory latency the
+slowest 10% take about a quarter to a third.
 """
 
 from __future__ import annotations
@@ -122,6 +128,7 @@ SCENARIOS: dict[str, ScenarioSpec] = {
         8192,
         1.3,
         1.6,
+        prompt_latency_sigma=0.8,
     ),
     "dapo-math": ScenarioSpec(
         "dapo-math",
@@ -134,8 +141,8 @@ SCENARIOS: dict[str, ScenarioSpec] = {
         0.9,
         0.6,
         4,
-        1800,
-        0.6,
+        400,
+        1.3,
         "python",
         60,
         400,
@@ -147,6 +154,7 @@ SCENARIOS: dict[str, ScenarioSpec] = {
         20480,
         1.8,
         1.2,
+        prompt_latency_sigma=0.8,
     ),
     "r2e-gym": ScenarioSpec(
         "r2e-gym",
@@ -172,6 +180,7 @@ SCENARIOS: dict[str, ScenarioSpec] = {
         32768,
         1.6,
         1.5,
+        prompt_latency_sigma=0.8,
     ),
     "tiny": ScenarioSpec(  # for tests: a few short trajectories per iteration
         "tiny",

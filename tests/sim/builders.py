@@ -15,6 +15,15 @@ from libra_core.sim.workloads import load_scenario
 # those prices' failures (re-ranking, the audit, a mixed layout's moves) run on them.
 OLD_PRICES = SimSettings(one_degree_dp=False, two_phase_path=False)
 
+# The generators' shapes before the fifteenth session (no per-prompt tool-latency spread; dapo-math
+# with longer, less spread turns). Tests whose case was found on those workloads (a replan that ran
+# slower, a move that pays) keep them: the mechanism is what they test, not the built-in shape.
+OLD_SHAPES: dict[str, dict[str, float]] = {
+    "r2e-gym": {"prompt_latency_sigma": 0.0},
+    "search-r1": {"prompt_latency_sigma": 0.0},
+    "dapo-math": {"prompt_latency_sigma": 0.0, "gen_median": 1800.0, "turn_sigma": 0.6},
+}
+
 
 def build_sim(
     scenario: str,
@@ -25,7 +34,7 @@ def build_sim(
     drift_iterations: int | None = None,
     gpus: str | None = None,
     record_events: bool = False,
-    **spec: int,
+    **spec: float,
 ) -> Simulator:
     """Seed 0; `tiny` on 8xA800, the others on 48xA800. The workload's drift is spread over
     `drift_iterations` (default: the iterations simulated); `spec` changes generator fields."""

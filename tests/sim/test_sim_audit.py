@@ -8,7 +8,7 @@ import pytest
 
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import RunStats
-from tests.sim.builders import OLD_PRICES, build_sim
+from tests.sim.builders import OLD_PRICES, OLD_SHAPES, build_sim
 
 
 def _run(audit_window: int) -> RunStats:
@@ -18,7 +18,10 @@ def _run(audit_window: int) -> RunStats:
     # prices (`OLD_PRICES`: one range, the path at the capped batch; the defaults until 2026-12-04) make that
     # move; the audit is what is tested here, so the test keeps the price that mispriced it.
     settings = replace(OLD_PRICES, audit_window=audit_window)
-    return build_sim("search-r1", "+planning", 20, settings=settings, prompts_per_iteration=192).run()
+    shape = OLD_SHAPES["search-r1"]  # and the generator's shape of the time
+    return build_sim(
+        "search-r1", "+planning", 20, settings=settings, prompts_per_iteration=192, **shape
+    ).run()
 
 
 def _tokens_per_s(st: RunStats) -> float:

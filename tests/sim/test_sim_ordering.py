@@ -1,4 +1,5 @@
-"""The paper's ordering over the acceptance's 100 iterations, as `libra simulate` reports it.
+"""The paper's ordering over the acceptance's 100 iterations, as `libra simulate` reports it, and the
+scenarios' long tail over the same runs.
 
 Slow (about two minutes in all): each scenario simulates four policies over 100 iterations on 48
 GPUs. The margins are thin (Libra leads static-optimal by 0.4-1.2%), so a change to the cost
@@ -15,7 +16,7 @@ import pytest
 from libra_core.sim import simulate
 from libra_core.sim.report import PAPER_ORDER, verdicts
 from libra_core.sim.settings import SimSettings
-from tests.sim.builders import OLD_PRICES
+from tests.sim.builders import OLD_PRICES, OLD_SHAPES
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +27,10 @@ def test_paper_ordering_holds_over_100_iterations(scenario: str) -> None:
     got = {r.policy: round(r.tokens_per_s) for r in report.results}
     assert verdicts(report).ordering is True, got
     assert all(r.makespan_s >= report.lower_bound_s for r in report.results)
+    # The generators' long tail, read as rollout wall time: over half of it after 90% of the
+    # trajectories have finished (the slowest 10% alone), under every policy.
+    tails = {r.policy: round(r.tail_time_share, 3) for r in report.results}
+    assert min(tails.values()) > 0.5, tails
 
 
 def test_mixed_margin_keeps_libra_ahead_where_a_close_mixed_plan_runs_slower() -> None:
@@ -36,8 +41,10 @@ def test_mixed_margin_keeps_libra_ahead_where_a_close_mixed_plan_runs_slower() -
     # default margin it runs 7xTP4 too.
     def libra_over_static(mixed_margin: float) -> float:
         settings = replace(OLD_PRICES, mixed_margin=mixed_margin)
+        policies = ["static-optimal", "+elastic"]
+        shape = OLD_SHAPES["search-r1"]  # the generator's shape when the case was found
         report = simulate(
-            "search-r1", "48xA800", 100, ["static-optimal", "+elastic"], seed=2, settings=settings
+            "search-r1", "48xA800", 100, policies, seed=2, settings=settings, spec_overrides=shape
         )
         return report.result("+elastic").tokens_per_s / report.result("static-optimal").tokens_per_s
 

@@ -12,10 +12,10 @@ from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import build_deployment
 from libra_core.sim.rerank import degree_variants, rerank, simulated_rollout_s
 from libra_core.sim.settings import SimSettings
-from tests.sim.builders import OLD_PRICES, build_sim
+from tests.sim.builders import OLD_PRICES, OLD_SHAPES, build_sim
 
 
-def _sim(scenario: str, policy: str, settings: SimSettings, iterations: int = 1, **spec: int) -> Simulator:
+def _sim(scenario: str, policy: str, settings: SimSettings, iterations: int = 1, **spec: float) -> Simulator:
     drift = None if scenario == "tiny" else 100  # the built-in scenarios drift over 100 iterations
     return build_sim(scenario, policy, iterations, settings=settings, drift_iterations=drift, **spec)
 
@@ -104,7 +104,7 @@ def test_rerank_tries_every_degree_at_the_fastest_splits() -> None:
     # dapo-math with 96 prompts: at the old prices (`OLD_PRICES`: one range at the capped batch)
     # the one-degree search keeps TP8 at every split from 32 to 43 rollout GPUs (a flat price),
     # but TP4 at those splits runs faster (docs/simulator-notebook.md).
-    spec = {"prompts_per_iteration": 96}
+    spec = {"prompts_per_iteration": 96, **OLD_SHAPES["dapo-math"]}  # and the generator's shape of the time
     flat = replace(OLD_PRICES, rerank_plans=4)
     without = _sim("dapo-math", "+planning", replace(flat, rerank_degrees=False), **spec)
     with_ = _sim("dapo-math", "+planning", flat, **spec)

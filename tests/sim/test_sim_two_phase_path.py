@@ -12,13 +12,15 @@ import pytest
 
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table
 from libra_core.sim.rerank import simulated_rollout_s
-from tests.sim.builders import build_sim
+from tests.sim.builders import OLD_SHAPES, build_sim
 
 
 @pytest.fixture(scope="module")
 def loaded() -> tuple:
-    # r2e-gym at three times the built-in load (96 prompts x 16), iteration 0, TP1 instances.
-    sim = build_sim("r2e-gym", "greedy", 1, drift_iterations=100, prompts_per_iteration=96)
+    # r2e-gym at three times the built-in load (96 prompts x 16), iteration 0, TP1 instances, in the
+    # generator's shape when the figures below were measured (no per-prompt tool-latency spread).
+    shape = OLD_SHAPES["r2e-gym"]
+    sim = build_sim("r2e-gym", "greedy", 1, drift_iterations=100, prompts_per_iteration=96, **shape)
     cost = RolloutCostModel(sim.model, sim.hw, sim.search.max_num_seqs)
     w = sim.workload_of(0)
     trajectories = len(sim.trajs[0])

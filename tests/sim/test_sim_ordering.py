@@ -2,7 +2,7 @@
 scenarios' long tail over the same runs.
 
 Slow (about two minutes in all): each scenario simulates four policies over 100 iterations on 48
-GPUs. The margins are thin (Libra leads static-optimal by 0.4-1.2%), so a change to the cost
+GPUs. The margins are thin (Libra leads static-optimal by 0.2-0.4%), so a change to the cost
 model, the planner or the simulator that breaks the ordering fails here; look at
 `benchmarks/sim_table.py --iterations 100` before changing the expectation.
 """

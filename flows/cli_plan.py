@@ -1,7 +1,7 @@
 """`libra plan`: what the Global Resource Planner would run on a cluster, for a model and workload.
 
     libra plan --hardware 48xA800 --model qwen3-14b --workload swe-longtail|TRACE.parquet
-        [--staleness N] [--gpu-budget N] [--top N] [--mixed-margin F] [--json]
+        [--staleness N] [--gpu-budget N] [--top N] [--mixed-margin F] [--capped-path] [--json]
 
 The plan task of the flow uses the same search (libra_core.planner). Exit 2 on an unknown
 hardware/model/workload name or an unreadable trace, with the valid names in the message.
@@ -30,6 +30,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a mixed-TP layout ranks first only if priced this share faster than one degree "
         "(planner.mixed_margin; 0: by price alone)",
     )
+    p.add_argument(
+        "--capped-path",
+        action="store_true",
+        help="price the rollout's critical path at the KV-capped batch for its whole life, the price "
+        "before 2026-12-04 (planner.two_phase_path: false); default: two phases, loaded then alone",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -55,6 +61,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             gpu_budget=args.gpu_budget,
             top_k=args.top,
             mixed_margin=args.mixed_margin,
+            two_phase_path=not args.capped_path,
         )
     except (ValueError, FileNotFoundError, KeyError) as err:
         Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)

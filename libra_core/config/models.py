@@ -363,6 +363,12 @@ class PlannerConfig(Frozen):
         "one-degree layout only when priced faster by more than this share (0: by price alone; "
         "docs/planner.md).",
     )
+    two_phase_path: bool = Field(
+        True,
+        description="Price a rollout range's critical path in two phases: at the loaded pace while "
+        "an instance works through its share, then alone (false: the whole path at the KV-capped "
+        "batch, the price before 2026-12-04; docs/planner.md, Formulas).",
+    )
 
 
 class EvalConfig(Frozen):

@@ -26,6 +26,7 @@ class PlanReport:
     plans: tuple[Plan, ...]  # best first; empty when nothing fits
     search_s: float
     mixed_margin: float = 0.0  # the ranking's SearchSettings.mixed_margin
+    two_phase_path: bool = True  # the rollout price's SearchSettings.two_phase_path
 
     @property
     def best(self) -> Plan | None:
@@ -50,6 +51,7 @@ class PlanReport:
             "workload": {"name": self.workload.name, **self.workload.stats()},
             "search_s": round(self.search_s, 3),
             "mixed_margin": self.mixed_margin,
+            "two_phase_path": self.two_phase_path,
             "feasible": bool(self.plans),
             "plan": plan_to_dict(self.plans[0]) if self.plans else None,
             "runners_up": [plan_to_dict(p) for p in self.plans[1:]],
@@ -107,17 +109,22 @@ def plan_cluster(
     seed: int = 0,
     top_k: int = 4,
     mixed_margin: float = DEFAULT_MIXED_MARGIN,
+    two_phase_path: bool = True,
 ) -> PlanReport:
     """Plan `model` on `hardware` ("48xA800") for `workload` (preset, trace path or Workload).
-    `mixed_margin`: as `planner.mixed_margin` (SearchSettings.mixed_margin); 0 ranks by price alone."""
+    `mixed_margin`: as `planner.mixed_margin` (SearchSettings.mixed_margin); 0 ranks by price alone.
+    `two_phase_path`: as `planner.two_phase_path`; False prices the path at the KV-capped batch."""
     cluster = parse_cluster(hardware)
     spec = get_model(model)
     w = workload if isinstance(workload, Workload) else load_workload(workload, seed)
     gpus = cluster.num_gpus if gpu_budget is None else min(gpu_budget, cluster.num_gpus)
     t0 = time.perf_counter()
-    settings = SearchSettings(staleness=staleness, top_k=top_k, mixed_margin=mixed_margin)
+    settings = SearchSettings(
+        staleness=staleness, top_k=top_k, mixed_margin=mixed_margin, two_phase_path=two_phase_path
+    )
     plans = search_plans(spec, cluster.hardware, gpus, w, settings)
-    return PlanReport(cluster, spec, w, tuple(plans), time.perf_counter() - t0, mixed_margin)
+    elapsed_s = time.perf_counter() - t0
+    return PlanReport(cluster, spec, w, tuple(plans), elapsed_s, mixed_margin, two_phase_path)
 
 
 def format_plain(r: PlanReport) -> str:

@@ -122,8 +122,9 @@ class SearchSettings:
     queue_wait: bool = False
     # Price the critical path in two phases: at the loaded pace (batch, others' prefills, the KV
     # cache's queue) while an instance works through its share, then at one sequence's pace
-    # (`build_segment_table(two_phase=...)`). Off: the planner's documented figures.
-    two_phase_path: bool = False
+    # (`build_segment_table(two_phase=...)`). Off: the whole path at the KV-capped batch, the
+    # planner's price until the fifteenth session (2026-12-04), flat in the instance count under load.
+    two_phase_path: bool = True
     # A layout of several router buckets (mixed TP degrees) ranks ahead of a one-bucket layout only
     # when it is priced faster by more than this share. The mixed price is the less reliable one
     # (the router's spill and migrations run differently from the ranges the DP prices), and the

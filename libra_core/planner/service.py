@@ -54,6 +54,7 @@ class LibraPlanner:
         plan_for_spread: bool = False,
         audit_window: int = 0,
         mixed_margin: float = 0.0,
+        two_phase_path: bool = True,
     ) -> None:
         self.cluster = cluster
         self.model = model
@@ -62,6 +63,7 @@ class LibraPlanner:
         self.staleness = staleness
         self.plan_for_spread = plan_for_spread
         self.mixed_margin = mixed_margin
+        self.two_phase_path = two_phase_path
         self.num_gpus = min(gpu_budget, cluster.num_gpus) if gpu_budget else cluster.num_gpus
         self.window = TrajectoryWindow(window_iterations)
         self.corrections = StageCorrection()
@@ -99,6 +101,7 @@ class LibraPlanner:
             p.plan_for_spread,
             p.audit_window,
             p.mixed_margin,
+            p.two_phase_path,
         )
 
     @property
@@ -112,6 +115,7 @@ class LibraPlanner:
             corrections=factors,
             plan_for_spread=self.plan_for_spread,
             mixed_margin=self.mixed_margin,
+            two_phase_path=self.two_phase_path,
         )
 
     def _search(self, workload: Workload, iteration: int = 0) -> Plan:

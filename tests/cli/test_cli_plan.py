@@ -65,3 +65,31 @@ def test_default_mixed_margin_is_one_value_everywhere() -> None:
     add_parser(sub)
     cli_default = sub.choices["plan"].get_default("mixed_margin")
     assert PlannerConfig().mixed_margin == SimSettings().mixed_margin == cli_default == DEFAULT_MIXED_MARGIN
+
+
+def test_plan_prices_the_path_in_two_phases_by_default_and_capped_on_request() -> None:
+    # swe-longtail on 48 A800 (512 trajectories): the capped path decodes the slowest trajectory at
+    # the KV-capped batch whatever the instance count, so more rollout GPUs do not shorten it and
+    # the split gives training more; the two-phase path falls with the instance count.
+    args = ("--hardware", "48xA800", "--model", "qwen3-14b", "--workload", "swe-longtail", "--json")
+    default, capped = (json.loads(libra("plan", *args, *extra).stdout) for extra in ((), ("--capped-path",)))
+    assert (default["two_phase_path"], capped["two_phase_path"]) == (True, False)
+    assert default["plan"]["rollout_gpus"] > capped["plan"]["rollout_gpus"]
+    assert default["plan"]["t_rollout_s"] != capped["plan"]["t_rollout_s"]
+
+
+def test_two_phase_path_default_is_one_value_everywhere_and_reaches_the_service() -> None:
+    from libra_core.config.models import LibraConfig, PlannerConfig
+    from libra_core.planner.search import SearchSettings
+    from libra_core.planner.service import LibraPlanner
+    from libra_core.sim.settings import SimSettings
+
+    assert (
+        PlannerConfig().two_phase_path
+        is SearchSettings().two_phase_path
+        is SimSettings().two_phase_path
+        is True
+    )
+    for value in (True, False):
+        cfg = LibraConfig.model_validate({"planner": {"type": "libra", "two_phase_path": value}})
+        assert LibraPlanner.from_config(cfg).settings().two_phase_path is value

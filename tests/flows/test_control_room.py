@@ -42,15 +42,22 @@ class Served:
         self.api = f"http://127.0.0.1:{port}/api"
         self.ui = f"http://127.0.0.1:{port}"
 
-    def get(self, path: str) -> Any:
-        resp = httpx.get(self.api + path, timeout=30)
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        # The served Prefect server keeps its state in SQLite and answers 503 while the database is
+        # locked (seen in CI on a busy machine); Prefect's own client retries 503 too.
+        for wait_s in (1, 2, 4, 8, 0):
+            resp = httpx.request(method, self.api + path, json=body, timeout=30)
+            if resp.status_code != 503 or not wait_s:
+                break
+            time.sleep(wait_s)
         resp.raise_for_status()
         return resp.json()
 
+    def get(self, path: str) -> Any:
+        return self._call("GET", path)
+
     def post(self, path: str, body: dict[str, Any]) -> Any:
-        resp = httpx.post(self.api + path, json=body, timeout=30)
-        resp.raise_for_status()
-        return resp.json()
+        return self._call("POST", path, body)
 
     def registered(self) -> bool:
         """Both deployments are visible through the API."""

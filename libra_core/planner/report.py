@@ -122,7 +122,8 @@ def plan_cluster(
     settings = SearchSettings(
         staleness=staleness, top_k=top_k, mixed_margin=mixed_margin, two_phase_path=two_phase_path
     )
-    plans = search_plans(spec, cluster.hardware, gpus, w, settings)
+    # With a margin the search also returns the one-degree layouts' best (up to 2 x top_k plans).
+    plans = search_plans(spec, cluster.hardware, gpus, w, settings)[:top_k]
     elapsed_s = time.perf_counter() - t0
     return PlanReport(cluster, spec, w, tuple(plans), elapsed_s, mixed_margin, two_phase_path)
 

@@ -22,6 +22,14 @@ def test_plan_json_is_feasible_and_consistent() -> None:
     assert all(r["t_iter_s"] >= plan["t_iter_s"] - 1e-9 for r in report["runners_up"])
 
 
+def test_plan_top_shows_that_many_plans() -> None:
+    # The margin's extra search of one-degree layouts used to let `--top 2` print four plans.
+    args = ("--hardware", "48xA800", "--model", "qwen3-14b", "--workload", "swe-longtail", "--json")
+    for top in (1, 2):
+        report = json.loads(libra("plan", *args, "--top", str(top)).stdout)
+        assert 1 + len(report["runners_up"]) == top
+
+
 def test_plan_unknown_names_exit_2() -> None:
     for args, needle in [
         (("--hardware", "48xB200", "--model", "qwen3-14b", "--workload", "swe-longtail"), "A800"),

@@ -217,7 +217,8 @@ def build_segment_table(
     it the path is priced at the capped batch whatever the instance count, so under load the price
     of a split stops falling with more rollout GPUs (docs/simulator-notebook.md, "Pricing the queue").
 
-    `two_phase` (off by default; the simulator's default): the critical path in two phases. While
+    `two_phase` (`SearchSettings.two_phase_path`, on in the planner and the simulator since
+    2026-12-04): the critical path in two phases. While
     an instance works through its share of the range (W / n seconds), the slowest trajectory
     advances at the loaded pace: the step at the active batch, stretched by the prefills of the
     other trajectories' turns that join it (1 + prefill time / decode time of the range, times the

@@ -189,10 +189,10 @@ def test_simulate_writes_to_a_folder_given_as_text(tmp_path: Path) -> None:
 def test_move_reprefill_and_spill_factor_settings_change_a_run_with_moves() -> None:
     def run(settings: SimSettings) -> tuple[int, float]:
         shape = OLD_SHAPES["search-r1"]  # the case was found on the generator's earlier shape
-        r = simulate(
+        report = simulate(
             "search-r1", "24xA800", 2, ["+hetero-tp"], seed=0, settings=settings, spec_overrides=shape
         )
-        r = r.results[0]
+        r = report.results[0]
         return r.moves, r.makespan_s
 
     # By price alone (no mixed margin), with one-degree layouts at the one-range price, the planner

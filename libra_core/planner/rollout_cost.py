@@ -191,7 +191,7 @@ def build_segment_table(
     rounds) and cap = min(max_num_seqs, KV cache / mean context). Work (instance-seconds)
     `W = D s / B + P x prefill s/token`; critical path `C = max over the range's trajectories of
     (s g + prefill x P + tool latency)`, evaluated on each bin's slowest trajectories at one
-    sequence's and at a full batch's step (`_slowest_per_bin`; until 2026-12 the gen, prefill and
+    sequence's and at a full batch's step (`_slowest_per_group`; until 2026-12 the gen, prefill and
     tool maxima of a bin were combined, which could belong to three different trajectories);
     C = inf when TP t cannot shard the model or hold the range's longest context.
 
@@ -201,14 +201,15 @@ def build_segment_table(
     context (T_{i-1}, T_{j-1}] (T_b: the longest trajectory of bin b) of every trajectory that
     reaches T_{i-1}, and each of them prefills its T_{i-1} tokens again when it arrives (i > 0).
     A request moves only at a tool return, so a trajectory climbs only up to its context at its
-    last tool call (`ceiling`, with the calls spread evenly over its growth: prompt + growth x
-    calls / (calls + 1); a trajectory without tool calls never leaves the first range) and ends in
-    that band. Its generated, prefill and tool work is spread over its growth in proportion
-    (`_band_shares`), so per-bin sums stay prefix-summable and the DP is unchanged. The critical
-    path of a range is the slowest trajectory's path from its prompt to the range's top (its whole
-    path if it ends there) at this range's step, plus the re-prefill: a lower bound on its time
-    through the earlier (never larger-TP) ranges too. With one range over every bin it prices
-    exactly as without `promote`.
+    last tool return (`ceiling`: `Workload.last_call_ctx_tokens`; when the workload lacks it, the
+    calls spread evenly over its growth, prompt + growth x calls / (calls + 1), which underprices a
+    long answer after an early call, docs/simulator-notebook.md, sixteenth session; a trajectory
+    without tool calls never leaves the first range) and ends in that band. Its generated, prefill
+    and tool work is spread over its growth in proportion (`_band_shares`), so per-bin sums stay
+    prefix-summable and the DP is unchanged. The critical path of a range is the slowest
+    trajectory's path from its prompt to the range's top (its whole path if it ends there) at this
+    range's step, plus the re-prefill: a lower bound on its time through the earlier (never
+    larger-TP) ranges too. With one range over every bin it prices exactly as without `promote`.
 
     `queue_wait` (a what-if, off by default): when a range's trajectories per instance q exceed
     what the KV cache holds at its mean context (H), the critical path also pays the wait of a
@@ -240,6 +241,7 @@ def build_segment_table(
     life_ctx = w.prompt_tokens[order] + (g + w.payload_tokens[order]) / 2  # mean context over a life
     k = max(1, min(num_bins, len(order)))
     edges = np.linspace(0, len(order), k + 1).round().astype(int)
+    bin_of = np.repeat(np.arange(k), np.diff(edges))  # each sorted trajectory's bin
     wt = w.weight
 
     def prefix(x: np.ndarray) -> np.ndarray:
@@ -259,9 +261,13 @@ def build_segment_table(
     if promote:
         # Band floors: a range starting at bin i serves contexts above T_{i-1} (0 for bin 0).
         floor = np.concatenate([[0.0], fmax[:-1]])
-        calls = w.tool_calls[order].astype(float)
-        ceiling = prompts + (final - prompts) * calls / (calls + 1.0)  # context at the last tool return
+        if w.last_call_ctx_tokens is not None:  # measured: the context at the last tool return
+            ceiling = np.clip(w.last_call_ctx_tokens[order].astype(float), prompts, final)
+        else:  # the calls spread evenly over the growth
+            calls = w.tool_calls[order].astype(float)
+            ceiling = prompts + (final - prompts) * calls / (calls + 1.0)
         share, mid = _band_shares(prompts, final.astype(float), floor, fmax, ceiling)
+        stop_band = np.searchsorted(fmax, ceiling, side="left").clip(0, k - 1)  # where each stops climbing
 
         def bands(x: np.ndarray, by: np.ndarray = share) -> np.ndarray:
             return np.concatenate([[0.0], np.cumsum(by.T @ (x * wt))])  # (K+1,) prefix over bins
@@ -315,7 +321,7 @@ def build_segment_table(
         full = float(cost.concurrency(tp, float(mean_ctx[0, k]), np.inf))
         ends = [float(cost.decode_step_s(tp, b, ctx_all)) for b in (1.0, full)]
         c_ref = float(cost.prefill_s_per_token(tp, ctx_all))
-        idx = _slowest_per_bin(edges, g, pre, lat, [(a, c_ref) for a in ends])  # (K, 2)
+        idx = _slowest_per_group(bin_of, k, g, pre, lat, [(a, c_ref) for a in ends])  # (K, 2)
         cg, cp, cl = g[idx], pre[idx], lat[idx]
         pt = per_tok[iu, ju][:, None]
         if promote:
@@ -335,6 +341,18 @@ def build_segment_table(
                 )
                 for c in (0, 1)
             ]
+            # The bin's slowest may climb out while a slower-to-leave one stays: per band of
+            # ceilings, the slowest trajectory that stops climbing there runs its whole path in
+            # every range that holds that band and that it reaches (i == 0, or the band >= i).
+            sidx = _slowest_per_group(stop_band, k, g, pre, lat, [(a, c_ref) for a in ends])  # (K, 2)
+            bands_k = np.arange(k)[None, :]
+            holds = (bands_k < ju[:, None]) & (bands_k >= iu[:, None])  # (ranges, K); i == 0: all below j
+            for c in (0, 1):
+                some = sidx[:, c] >= 0
+                sg, sp, sl = (np.where(some, x[sidx[:, c]], 0.0) for x in (g, pre, lat))
+                gen[c] = np.concatenate([gen[c], np.broadcast_to(sg[None, :], holds.shape)], axis=1)
+                whole = np.where(holds & some[None, :], pt * sp[None, :] + sl[None, :] + arrive, -np.inf)
+                fixed[c] = np.concatenate([fixed[c], whole], axis=1)
         else:
             gen = [np.broadcast_to(cg[None, :, c], members.shape) for c in (0, 1)]
             fixed = [np.where(members, pt * cp[None, :, c] + cl[None, :, c], -np.inf) for c in (0, 1)]
@@ -381,17 +399,26 @@ def _slowest_path(step: np.ndarray, gen: list[np.ndarray], fixed: list[np.ndarra
     return np.maximum(np.maximum(s * gen[0] + fixed[0], s * gen[1] + fixed[1]).max(axis=1), 0.0)
 
 
-def _slowest_per_bin(
-    edges: np.ndarray, g: np.ndarray, pre: np.ndarray, lat: np.ndarray, weights: list[tuple[float, float]]
+def _slowest_per_group(
+    band: np.ndarray,
+    k: int,
+    g: np.ndarray,
+    pre: np.ndarray,
+    lat: np.ndarray,
+    weights: list[tuple[float, float]],
 ) -> np.ndarray:
-    """(K, len(weights)) index of each bin's slowest trajectory when a trajectory takes
-    `a x gen + c x prefill + tool` seconds, per (a, c)."""
-    k = len(edges) - 1
-    idx = np.empty((k, len(weights)), dtype=int)
+    """(K, len(weights)) index of the slowest trajectory of each group (`band`: one of 0..K-1 per
+    trajectory: its length bin, or the band it stops climbing in) when a trajectory takes
+    `a x gen + c x prefill + tool` seconds, per (a, c); -1 for an empty group."""
+    idx = np.full((k, len(weights)), -1, dtype=int)
+    order = np.argsort(band, kind="stable")
+    starts = np.searchsorted(band[order], np.arange(k + 1), side="left")
     for col, (a, c) in enumerate(weights):
-        score = a * g + c * pre + lat
+        score = (a * g + c * pre + lat)[order]
         for b in range(k):
-            idx[b, col] = edges[b] + int(np.argmax(score[edges[b] : edges[b + 1]]))
+            lo, hi = starts[b], starts[b + 1]
+            if hi > lo:
+                idx[b, col] = order[lo + int(np.argmax(score[lo:hi]))]
     return idx
 
 

@@ -7,7 +7,9 @@ from a documented preset (synthetic, seeded), a trace Parquet file with one row 
 
 Per trajectory the planner needs: prompt tokens, generated tokens, tool-payload tokens, tool calls,
 the context length at each tool return summed (`reprefill_ctx_tokens`: what is prefilled again if
-the KV was dropped while the tool ran) and the time spent in tools.
+the KV was dropped while the tool ran), the context length at the last tool return
+(`last_call_ctx_tokens`: a router that moves requests only at tool returns cannot move one past
+it) and the time spent in tools.
 """
 
 from __future__ import annotations
@@ -61,14 +63,19 @@ class Workload:
     # GRPO group of each sampled trajectory (any ints; equal = same prompt of the same iteration),
     # from which spread.py estimates how much one iteration's times vary; None when unknown.
     group_index: np.ndarray | None = None
+    # Context (prompt + generated + payload tokens) right after each trajectory's last tool return,
+    # its prompt when it called no tool; None when unknown (the promoting routing's price then
+    # spreads the calls evenly over the growth, rollout_cost.build_segment_table).
+    last_call_ctx_tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prompt_tokens)
         assert n > 0, "a workload needs at least one trajectory"
         for f in ("gen_tokens", "payload_tokens", "tool_calls", "reprefill_ctx_tokens", "tool_latency_s"):
             assert len(getattr(self, f)) == n, f"{f} must have one entry per trajectory ({n})"
-        if self.group_index is not None:
-            assert len(self.group_index) == n, f"group_index must have one entry per trajectory ({n})"
+        for f in ("group_index", "last_call_ctx_tokens"):
+            v = getattr(self, f)
+            assert v is None or len(v) == n, f"{f} must have one entry per trajectory ({n})"
 
     @property
     def num_samples(self) -> int:
@@ -100,6 +107,9 @@ class Workload:
             gen_tokens=np.round(self.gen_tokens * length_scale),
             payload_tokens=np.round(self.payload_tokens * length_scale),
             reprefill_ctx_tokens=self.reprefill_ctx_tokens * length_scale,
+            last_call_ctx_tokens=None
+            if self.last_call_ctx_tokens is None
+            else self.prompt_tokens + (self.last_call_ctx_tokens - self.prompt_tokens) * length_scale,
         )
 
     def stats(self) -> dict[str, float]:
@@ -126,18 +136,21 @@ class Turns:
 
 
 def workload_from_turns(name: str, turns: Turns, prompts: int, group: int, **kw: Any) -> Workload:
-    """Fold turn lists into per-trajectory arrays, summing the context at every tool return."""
-    reprefill, calls = [], []
+    """Fold turn lists into per-trajectory arrays, summing the context at every tool return and
+    keeping the one after the last."""
+    reprefill, calls, last_call = [], [], []
     for p, gen, pay in zip(turns.prompt_tokens, turns.gen, turns.payload, strict=True):
-        ctx, acc, c = p, 0, 0
+        ctx, acc, c, last = p, 0, 0, p
         for g, y in zip(gen, pay, strict=True):
             ctx += g
             if y > 0:
                 acc += ctx  # context the engine must hold (or rebuild) when the tool returns
                 c += 1
+                last = ctx + y
             ctx += y
         reprefill.append(acc)
         calls.append(c)
+        last_call.append(last)
     return Workload(
         name=name,
         prompts_per_iteration=prompts,
@@ -148,6 +161,7 @@ def workload_from_turns(name: str, turns: Turns, prompts: int, group: int, **kw:
         tool_calls=np.array(calls, dtype=float),
         reprefill_ctx_tokens=np.array(reprefill, dtype=float),
         tool_latency_s=np.array(turns.tool_latency_s, dtype=float),
+        last_call_ctx_tokens=np.array(last_call, dtype=float),
         **kw,
     )
 
@@ -204,9 +218,7 @@ def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str =
     for r in cols:
         events = sorted(r["tool_events"], key=lambda e: e["turn"])
         pay = [e["payload_tokens"] for e in events]
-        generated = sum(r["loss_mask"])
-        per_turn = generated / (len(events) + 1)  # generated tokens split evenly over turns
-        gen.append([per_turn] * len(events) + [generated - per_turn * len(events)])
+        gen.append(_turn_lengths(r["loss_mask"], len(events)))
         payload.append(pay + [0])
         prompt.append(len(r["prompt_ids"]))
         lat.append(r["tool_latency_s"])
@@ -218,6 +230,32 @@ def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str =
     return workload_from_turns(
         name, Turns(prompt, gen, payload, lat), prompts, group_size, group_index=groups
     )
+
+
+def _turn_lengths(loss_mask: Sequence[int], calls: int) -> list[int]:
+    """Generated tokens per turn (`calls + 1` turns): the runs of policy tokens (loss_mask 1)
+    between the `calls` tool observations (runs of 0; a response that ends on an observation has
+    an empty answer turn). When the runs do not match the calls (an empty observation, a masked
+    span inside a turn) the generated tokens are split evenly, which puts every call in the middle
+    of the growth."""
+    policy_runs: list[int] = []
+    observations = 0
+    prev = -1
+    for m in loss_mask:
+        if m and prev != 1:
+            policy_runs.append(0)
+        if m:
+            policy_runs[-1] += 1
+        elif prev == 1:
+            observations += 1
+        prev = 1 if m else 0
+    if prev == 0 and policy_runs:
+        policy_runs.append(0)  # cut off after its last observation: no answer turn
+    if observations == calls and len(policy_runs) == calls + 1:
+        return policy_runs
+    generated = sum(1 for m in loss_mask if m)
+    per_turn = generated // (calls + 1)
+    return [per_turn] * calls + [generated - per_turn * calls]
 
 
 def concat(workloads: Sequence[Workload], name: str) -> Workload:
@@ -242,4 +280,6 @@ def concat(workloads: Sequence[Workload], name: str) -> Workload:
             parts.append(idx + offset)
             offset += int(idx.max()) + 1
         groups = np.concatenate(parts)
-    return replace(last, name=name, group_index=groups, **cat)
+    ceilings = [w.last_call_ctx_tokens for w in workloads if w.last_call_ctx_tokens is not None]
+    last_call = np.concatenate(ceilings) if len(ceilings) == len(workloads) else None
+    return replace(last, name=name, group_index=groups, last_call_ctx_tokens=last_call, **cat)

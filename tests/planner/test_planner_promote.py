@@ -6,6 +6,8 @@ context again."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -122,6 +124,46 @@ def test_a_trajectory_without_tool_calls_never_leaves_the_first_range() -> None:
     assert table.work_s[0, 0, 1, 2] == 0.0 and table.crit_s[0, 0, 1, 2] == 0.0
     assert table.work_s[0, 0, 0, 1] == pytest.approx(plain.work_s[0, 0, 0, 2], rel=1e-9)
     assert table.crit_s[0, 0, 0, 1] == pytest.approx(plain.crit_s[0, 0, 0, 2], rel=1e-9)
+
+
+def test_an_early_last_call_keeps_the_long_answer_in_the_first_range() -> None:
+    # The long one calls its tool after 100 tokens and then answers with 8,900: a router that moves
+    # requests only at tool returns sees it at 201 tokens, below the first range's top (1,100), so
+    # its whole life runs there. Spreading the call evenly over the growth (the estimate when the
+    # workload lacks the measured context) would promote it at 4,601 and price the first range
+    # as if it left early: the mixed layouts this underpriced lost 29-39% on dapo-math at 96-128
+    # prompts (docs/simulator-notebook.md, sixteenth session).
+    cost = RolloutCostModel(get_model("qwen3-8b"), A800)
+    turns = Turns([100, 100], [[1000], [100, 8900]], [[0], [1, 0]], [0.0, 5.0])
+    w = workload_from_turns("early", turns, 1, 2, reprefill_fraction=0.0)
+    assert w.last_call_ctx_tokens is not None and w.last_call_ctx_tokens.tolist() == [100.0, 201.0]
+    measured = build_segment_table(cost, w, (1,), 2, 1, promote=True)
+    plain = build_segment_table(cost, w, (1,), 2, 1)
+    assert measured.work_s[0, 0, 1, 2] == 0.0 and measured.crit_s[0, 0, 1, 2] == 0.0
+    assert measured.crit_s[0, 0, 0, 1] == pytest.approx(plain.crit_s[0, 0, 0, 2], rel=1e-9)
+    spread = build_segment_table(cost, replace(w, last_call_ctx_tokens=None), (1,), 2, 1, promote=True)
+    assert spread.work_s[0, 0, 1, 2] > 0.0
+    assert spread.crit_s[0, 0, 0, 1] < 0.5 * measured.crit_s[0, 0, 0, 1]
+
+
+def test_a_trajectory_that_stays_counts_even_when_its_bin_has_a_slower_one_that_climbs() -> None:
+    # Two long trajectories share the second bin: A (9,000 generated, a 60 s call halfway) is the
+    # bin's slowest by its whole path but climbs out of the first range at 4,601 tokens; B (a call
+    # after 100 tokens, then 7,900) stops climbing at 201 and decodes all of it in the first
+    # range. The first range's critical path is B's, at least its 7,900 tokens at one sequence's
+    # step at its prompt's context (the bin's slowest alone prices it at about 20 s).
+    cost = RolloutCostModel(get_model("qwen3-8b"), A800)
+    turns = Turns(
+        [100, 100, 100, 100],
+        [[900], [1000], [4500, 4500], [100, 7900]],
+        [[0], [0], [1, 0], [1, 0]],
+        [0.0, 0.0, 60.0, 0.0],
+    )
+    w = workload_from_turns("four", turns, 1, 4, reprefill_fraction=0.0)
+    table = build_segment_table(cost, w, (1,), 2, 1, promote=True)
+    assert table.bin_max_len.tolist() == [1100, 9101]
+    assert table.crit_s[0, 0, 0, 1] >= 7900 * float(cost.decode_step_s(1, 1.0, 100.0))
+    assert table.crit_s[0, 0, 0, 1] <= table.crit_s[0, 0, 0, 2]  # never above the whole range's path
 
 
 def test_queue_wait_prices_the_queue_behind_the_kv_cache() -> None:

@@ -1,0 +1,81 @@
+"""The workload the planner plans for: where each trajectory's last tool call leaves its context
+(`Workload.last_call_ctx_tokens`), from turn lists, scaled, pooled and read back from the project's
+trajectory table (its per-turn split comes from the loss mask)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from libra_core.planner.workload import (
+    Turns,
+    _turn_lengths,
+    concat,
+    workload_from_trajectory_table,
+    workload_from_turns,
+)
+
+
+def _two() -> Turns:
+    # One trajectory calls a tool after 30 tokens (8-token reply) and answers with 500; the other
+    # answers at once.
+    return Turns([100, 40], [[30, 500], [70]], [[8, 0], [0]], [1.5, 0.0])
+
+
+def test_the_context_after_the_last_tool_return_is_kept() -> None:
+    w = workload_from_turns("two", _two(), 1, 2)
+    assert w.last_call_ctx_tokens is not None
+    assert w.last_call_ctx_tokens.tolist() == [100 + 30 + 8, 40]  # no call: its prompt
+    assert w.reprefill_ctx_tokens.tolist() == [130, 0]
+    assert w.total_tokens.tolist() == [638, 110]
+
+
+def test_scaling_stretches_the_growth_before_the_last_call() -> None:
+    w = workload_from_turns("two", _two(), 1, 2).scaled(2.0)
+    assert w.last_call_ctx_tokens is not None
+    assert w.last_call_ctx_tokens.tolist() == [100 + 2 * 38, 40]
+
+
+def test_pooling_keeps_it_only_when_every_window_has_it() -> None:
+    a = workload_from_turns("a", _two(), 1, 2)
+    pooled = concat([a, a], "pool")
+    assert pooled.last_call_ctx_tokens is not None
+    assert pooled.last_call_ctx_tokens.tolist() == [138, 40, 138, 40]
+    assert concat([a, replace(a, last_call_ctx_tokens=None)], "pool").last_call_ctx_tokens is None
+    with pytest.raises(AssertionError, match="last_call_ctx_tokens"):
+        replace(a, last_call_ctx_tokens=np.array([1.0]))
+
+
+@pytest.mark.parametrize(
+    ("mask", "calls", "turns"),
+    [
+        ([1, 1, 1, 0, 0, 1, 1], 1, [3, 2]),  # call, observation, answer
+        ([1, 0, 1, 1, 0, 0, 1, 1, 1], 2, [1, 2, 3]),
+        ([1, 1, 0, 0], 1, [2, 0]),  # cut off after the observation: no answer turn
+        ([1, 1, 1, 1], 0, [4]),
+        ([1, 1, 1, 1], 1, [2, 2]),  # an empty observation: the runs cannot tell, split evenly
+        ([1, 0, 1, 0, 1, 1], 1, [2, 2]),  # more observations than calls: split evenly
+    ],
+)
+def test_turn_lengths_come_from_the_loss_mask(mask: list[int], calls: int, turns: list[float]) -> None:
+    assert _turn_lengths(mask, calls) == pytest.approx(turns)
+
+
+def test_the_trajectory_table_places_the_last_call_where_it_happened() -> None:
+    # 10 prompt tokens; 4 generated, a 3-token observation, 20 generated: the call returns at
+    # 10 + 4 + 3 = 17 tokens, not at the middle of the growth (10 + 27 / 2).
+    row = {
+        "iteration": 0,
+        "prompt_id": "p0",
+        "group_id": "g0",
+        "prompt_ids": [1] * 10,
+        "loss_mask": [1] * 4 + [0] * 3 + [1] * 20,
+        "tool_events": [{"turn": 0, "payload_tokens": 3}],
+        "tool_latency_s": 0.5,
+    }
+    w = workload_from_trajectory_table(pa.Table.from_pylist([row]), group_size=1)
+    assert w.last_call_ctx_tokens is not None and w.last_call_ctx_tokens.tolist() == [17.0]
+    assert w.gen_tokens.tolist() == [24.0] and w.reprefill_ctx_tokens.tolist() == [14.0]

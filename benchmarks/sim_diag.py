@@ -5,10 +5,12 @@ iteration 0; then every replan and audit decision (iteration, action, the two pr
 figures, the splits, the reason). Flags: `--per-iteration` also prints each iteration's rollout
 seconds, update seconds and period (train end to train end); `--candidates` the planner's 8 best plans for
 iteration 0 under the policy's search settings, with their rollout groups (degree, instances, bins);
-`--seed=N` the workload's and the simulator's seed (0 by default, as `libra simulate`).
+`--seed=N` the workload's and the simulator's seed (0 by default, as `libra simulate`);
+`--slowest=N` iteration 0's N last trajectories to finish (latency, the TP degree of the instance
+that served their last turn, turns, generated tokens, tool seconds, context at the last tool return).
 
 .venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...] [FIELD=VALUE ...]
-    [--per-iteration] [--candidates] [--seed=N]
+    [--per-iteration] [--candidates] [--seed=N] [--slowest=N]
 e.g.  .venv/bin/python benchmarks/sim_diag.py r2e-gym 6 greedy,+planning,oracle-routing
       .venv/bin/python benchmarks/sim_diag.py dapo-math 2 oracle-routing spill_factor=1e9
       .venv/bin/python benchmarks/sim_diag.py r2e-gym 2 +planning spec.prompts_per_iteration=96
@@ -26,7 +28,7 @@ from dataclasses import replace
 from libra_core.planner.replan import split_label
 from libra_core.planner.search import search_plans
 from libra_core.planner.specs import get_model, parse_cluster
-from libra_core.sim.engine import Simulator
+from libra_core.sim.engine import Flight, Simulator
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import Deployment, resolve_policies
 from libra_core.sim.settings import SimSettings
@@ -35,16 +37,15 @@ from libra_core.sim.workloads import ScenarioSpec, load_scenario, long_tail_shar
 
 def main() -> None:
     scenario, iters, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
-    flags = {a for a in sys.argv[4:] if a.startswith("--") and not a.startswith("--seed=")}
+    valued = ("--seed=", "--slowest=")
+    flags = {a for a in sys.argv[4:] if a.startswith("--") and not a.startswith(valued)}
     unknown = flags - {"--per-iteration", "--candidates"}
     if unknown:
         raise SystemExit(
-            f"error: unknown flags {sorted(unknown)}; valid: --per-iteration, --candidates, --seed=N"
+            f"error: unknown flags {sorted(unknown)}; valid: --per-iteration, --candidates, --seed=N,"
+            " --slowest=N"
         )
-    seeds = [a.removeprefix("--seed=") for a in sys.argv[4:] if a.startswith("--seed=")]
-    if not all(v.isdigit() for v in seeds):
-        raise SystemExit(f"error: --seed takes a non-negative integer, got {seeds}")
-    seed = int(seeds[-1]) if seeds else 0
+    seed, slowest = (_int_flag(name) for name in valued)
     extra = [a for a in sys.argv[4:] if not a.startswith("--")]
     specs = [a.removeprefix("spec.") for a in extra if a.startswith("spec.")]
     settings = SimSettings(
@@ -67,13 +68,16 @@ def main() -> None:
         )
         first_dep = sim.dep
         assert first_dep is not None
+        finished = _record_finishes(sim) if slowest else []
         if "--candidates" in flags:
             _print_candidates(sim)
         st = sim.run()
         end = st.records[-1].train_end_s
         tokens = sum(r.tokens for r in st.records)
         rollout = [r.rollout_end_s - r.rollout_start_s for r in st.records]
-        plan = sim.dep.plan
+        last_dep = sim.dep
+        assert last_dep is not None
+        plan = last_dep.plan
         print(
             f"{name:15s} tok/s {tokens / end:8.0f}  rollout {sum(rollout) / len(rollout):7.1f} s  "
             f"iteration {end / iters:7.1f} s  moves {sum(r.moves for r in st.records)}  "
@@ -82,7 +86,7 @@ def main() -> None:
         predicted = (
             f"predicted rollout {plan.t_rollout_s:.1f} s, train {plan.t_train_s:.1f} s" if plan else ""
         )
-        print(f"    {st.deployments[0]} {predicted} buckets {sim.dep.bucket_bounds}")
+        print(f"    {st.deployments[0]} {predicted} buckets {last_dep.bucket_bounds}")
         first = st.records[0]
         for bucket, priced, tps in _priced_buckets(first_dep):
             ended = first.bucket_end_s.get(bucket)
@@ -94,6 +98,11 @@ def main() -> None:
                 f"{d['proposed_t_iter_s']:8.1f}  {d['current_split']} => {d['proposed_split']}"
                 f"  ({d['reason']})"
             )
+        for row in sorted(finished, reverse=True)[:slowest]:
+            print(
+                "    slowest: {:7.1f} s on TP{} | {} turns, {:.0f} generated, {:.1f} s in tools,"
+                " {:.0f} tokens at the last tool return".format(*row)
+            )
         if "--per-iteration" in flags:
             ends = [r.train_end_s for r in st.records]
             for r, prev in zip(st.records, [0.0, *ends[:-1]], strict=True):
@@ -102,6 +111,37 @@ def main() -> None:
                     f"    iteration {r.iteration:>4}: rollout {roll:7.1f} s,"
                     f" update {r.train_s:7.1f} s, period {r.train_end_s - prev:7.1f} s"
                 )
+
+
+def _int_flag(prefix: str) -> int:
+    """The last `--name=N` value on the command line (0 when absent)."""
+    values = [a.removeprefix(prefix) for a in sys.argv[4:] if a.startswith(prefix)]
+    if not all(v.isdigit() for v in values):
+        raise SystemExit(f"error: {prefix}N takes a non-negative integer, got {values}")
+    return int(values[-1]) if values else 0
+
+
+def _record_finishes(sim: Simulator) -> list[tuple[float, int, int, float, float, float]]:
+    """Rows for iteration 0's finished trajectories, filled as the run goes (wraps `sim.finish`)."""
+    rows: list[tuple[float, int, int, float, float, float]] = []
+    finish = sim.finish
+
+    def record(f: Flight) -> None:
+        tr = f.traj
+        if tr.iteration == 0:
+            ctx, last_call = float(tr.prompt_tokens), float(tr.prompt_tokens)
+            for turn in tr.turns:
+                ctx += turn.gen_tokens
+                if turn.tool is not None:
+                    ctx += turn.payload_tokens
+                    last_call = ctx
+            tp = f.last.tp if f.last is not None else 0
+            gen = float(sum(t.gen_tokens for t in tr.turns))
+            rows.append((sim.q.now_s - f.admit_s, tp, len(tr.turns), gen, sum(tr.tool_latency_s), last_call))
+        finish(f)
+
+    sim.finish = record  # type: ignore[method-assign]
+    return rows
 
 
 def _print_candidates(sim: Simulator) -> None:

@@ -75,3 +75,26 @@ def test_a_step_that_loses_is_named_with_its_share() -> None:
         "+cmlfq ties +hetero-tp (the same deployments)"
     )
     assert len(format_verdicts(_report(PAPER_LIKE))) == 3  # every step gains: no such line
+
+
+def test_each_gain_says_how_much_of_it_is_the_last_iteration() -> None:
+    base = [100.0, 100.0, 100.0]
+    periods = {
+        "greedy": base,
+        "+planning": [90.0, 95.0, 100.0],  # 15 s sooner, none of it in the last iteration
+        "+hetero-tp": [90.0, 95.0, 100.0],  # ties
+        "+cmlfq": [90.0, 95.0, 100.0],
+        "+elastic": [90.0, 95.0, 60.0],  # the last update on every GPU: 40 s, all in the last
+    }
+    report = _report({p: 3000.0 / sum(v) for p, v in periods.items()})
+    for r in report.results:
+        r.iteration_s = periods[r.policy]
+    lines = format_verdicts(report)
+    assert lines[-1] == (
+        "where the ablation's gains come from: +planning +5.3% over greedy (15.0 s sooner: 0.0 s in "
+        "the last iteration, 15.0 s before it); +elastic +16.3% over +cmlfq (40.0 s sooner: all in "
+        "the last iteration)"
+    )
+    for r in report.results:  # without per-iteration times there is nothing to split
+        r.iteration_s = []
+    assert not any(line.startswith("where the ablation's gains") for line in format_verdicts(report))

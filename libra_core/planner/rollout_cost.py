@@ -343,15 +343,14 @@ def build_segment_table(
             ]
             # The bin's slowest may climb out while a slower-to-leave one stays: per band of
             # ceilings, the slowest trajectory that stops climbing there runs its whole path in
-            # every range that holds that band and that it reaches (i == 0, or the band >= i).
+            # every range that holds that band (`members`; a range [i, j) with i > 0 is reached
+            # only from bands >= i, and one starting at 0 by every band below j).
             sidx = _slowest_per_group(stop_band, k, g, pre, lat, [(a, c_ref) for a in ends])  # (K, 2)
-            bands_k = np.arange(k)[None, :]
-            holds = (bands_k < ju[:, None]) & (bands_k >= iu[:, None])  # (ranges, K); i == 0: all below j
             for c in (0, 1):
                 some = sidx[:, c] >= 0
                 sg, sp, sl = (np.where(some, x[sidx[:, c]], 0.0) for x in (g, pre, lat))
-                gen[c] = np.concatenate([gen[c], np.broadcast_to(sg[None, :], holds.shape)], axis=1)
-                whole = np.where(holds & some[None, :], pt * sp[None, :] + sl[None, :] + arrive, -np.inf)
+                gen[c] = np.concatenate([gen[c], np.broadcast_to(sg[None, :], members.shape)], axis=1)
+                whole = np.where(members & some[None, :], pt * sp[None, :] + sl[None, :] + arrive, -np.inf)
                 fixed[c] = np.concatenate([fixed[c], whole], axis=1)
         else:
             gen = [np.broadcast_to(cg[None, :, c], members.shape) for c in (0, 1)]

@@ -253,7 +253,7 @@ def _ablation_gains(report: SimReport) -> list[str]:
         last = ra.iteration_s[-1] - rb.iteration_s[-1]
         where = (
             "all in the last iteration"
-            if abs(sooner - last) < 0.05
+            if abs(sooner - last) < 0.05  # nothing before the last iteration at the printed 0.1 s
             else f"{last:,.1f} s in the last iteration, {sooner - last:,.1f} s before it"
         )
         out.append(

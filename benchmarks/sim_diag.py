@@ -32,7 +32,7 @@ from libra_core.sim.engine import Flight, Simulator
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import Deployment, resolve_policies
 from libra_core.sim.settings import SimSettings
-from libra_core.sim.workloads import ScenarioSpec, load_scenario, long_tail_share
+from libra_core.sim.workloads import ScenarioSpec, SimTrajectory, load_scenario, long_tail_share
 
 
 def main() -> None:
@@ -98,11 +98,7 @@ def main() -> None:
                 f"{d['proposed_t_iter_s']:8.1f}  {d['current_split']} => {d['proposed_split']}"
                 f"  ({d['reason']})"
             )
-        for row in sorted(finished, reverse=True)[:slowest]:
-            print(
-                "    slowest: {:7.1f} s on TP{} | {} turns, {:.0f} generated, {:.1f} s in tools,"
-                " {:.0f} tokens at the last tool return".format(*row)
-            )
+        _print_slowest(sim, finished, slowest)
         if "--per-iteration" in flags:
             ends = [r.train_end_s for r in st.records]
             for r, prev in zip(st.records, [0.0, *ends[:-1]], strict=True):
@@ -121,27 +117,35 @@ def _int_flag(prefix: str) -> int:
     return int(values[-1]) if values else 0
 
 
-def _record_finishes(sim: Simulator) -> list[tuple[float, int, int, float, float, float]]:
-    """Rows for iteration 0's finished trajectories, filled as the run goes (wraps `sim.finish`)."""
-    rows: list[tuple[float, int, int, float, float, float]] = []
+def _record_finishes(sim: Simulator) -> list[tuple[float, int, SimTrajectory]]:
+    """Iteration 0's finished trajectories with their latency and the TP degree of the instance
+    that served their last turn, filled as the run goes (wraps `sim.finish`)."""
+    rows: list[tuple[float, int, SimTrajectory]] = []
     finish = sim.finish
 
     def record(f: Flight) -> None:
-        tr = f.traj
-        if tr.iteration == 0:
-            ctx, last_call = float(tr.prompt_tokens), float(tr.prompt_tokens)
-            for turn in tr.turns:
-                ctx += turn.gen_tokens
-                if turn.tool is not None:
-                    ctx += turn.payload_tokens
-                    last_call = ctx
-            tp = f.last.tp if f.last is not None else 0
-            gen = float(sum(t.gen_tokens for t in tr.turns))
-            rows.append((sim.q.now_s - f.admit_s, tp, len(tr.turns), gen, sum(tr.tool_latency_s), last_call))
+        if f.traj.iteration == 0:
+            rows.append((sim.q.now_s - f.admit_s, f.last.tp if f.last is not None else 0, f.traj))
         finish(f)
 
     sim.finish = record  # type: ignore[method-assign]
     return rows
+
+
+def _print_slowest(sim: Simulator, finished: list[tuple[float, int, SimTrajectory]], n: int) -> None:
+    """The `n` last finishers, in the planner's view of them (generated tokens, tool seconds, the
+    context at the last tool return: `Workload.last_call_ctx_tokens`)."""
+    rows = sorted(finished, key=lambda r: r[0], reverse=True)[:n]
+    if not rows:
+        return
+    w = sim.workload_of_trajectories([t for _, _, t in rows])
+    assert w.last_call_ctx_tokens is not None
+    for k, (latency_s, tp, t) in enumerate(rows):
+        gen, tools_s, ctx = w.gen_tokens[k], w.tool_latency_s[k], w.last_call_ctx_tokens[k]
+        print(
+            f"    slowest: {latency_s:7.1f} s on TP{tp} | {len(t.turns)} turns, {gen:.0f} generated,"
+            f" {tools_s:.1f} s in tools, {ctx:.0f} tokens at the last tool return"
+        )
 
 
 def _print_candidates(sim: Simulator) -> None:

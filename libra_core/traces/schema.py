@@ -147,12 +147,17 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
         table = pq.read_table(path)
     except pa.ArrowInvalid as err:
         raise TraceSchemaError(f"{path} is not a Parquet trace: {err}") from err
-    try:
-        table = table.cast(TRACE_SCHEMA)
-    except (pa.ArrowInvalid, ValueError) as err:
+    missing = [n for n in TRACE_SCHEMA.names if n not in table.column_names]
+    extra = [n for n in table.column_names if n not in TRACE_SCHEMA.names]
+    if missing or extra:
         raise TraceSchemaError(
-            f"{path}: columns do not match the trace schema {TRACE_SCHEMA}: {err}"
-        ) from err
+            f"{path} is not a Libra trace: missing columns {missing}, unexpected columns {extra}; "
+            f"a trace has exactly {TRACE_SCHEMA.names} (`libra trace export` writes one)"
+        )
+    try:
+        table = table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as err:
+        raise TraceSchemaError(f"{path}: a column has the wrong type for the trace schema: {err}") from err
     return validate_trace(table)
 
 

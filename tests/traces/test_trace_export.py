@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from libra_core.data.io import write_lake
@@ -120,3 +121,30 @@ def trace_row(turns: list[dict[str, Any]]) -> dict[str, Any]:
 def test_trace_invariants(turns: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(TraceSchemaError, match=message):
         validate_trace(pa.Table.from_pylist([trace_row(turns)], schema=TRACE_SCHEMA))
+
+
+def test_read_trace_names_missing_and_unexpected_columns(tmp_path: Path) -> None:
+    path = tmp_path / "wrong.parquet"
+    pq.write_table(pa.table({"trajectory_id": ["t"], "x": [1]}), path)
+    with pytest.raises(TraceSchemaError, match=r"missing columns \['prompt_id'.*unexpected columns \['x'\]"):
+        read_trace(path)
+
+
+def test_read_trace_accepts_the_columns_in_another_order(tmp_path: Path) -> None:
+    row = trace_row([{"gen_tokens": 5, "tool": None, "payload_tokens": 0, "status": None}])
+    table = pa.Table.from_pylist([row], schema=TRACE_SCHEMA)
+    path = tmp_path / "reordered.parquet"
+    pq.write_table(table.select(list(reversed(TRACE_SCHEMA.names))), path)
+    (t,) = read_trace(path)
+    assert (t.trajectory_id, t.prompt_tokens, t.turns[0].gen_tokens) == ("t", 3, 5)
+
+
+def test_read_trace_names_a_column_of_the_wrong_type(tmp_path: Path) -> None:
+    row = trace_row([{"gen_tokens": 5, "tool": None, "payload_tokens": 0, "status": None}])
+    table = pa.Table.from_pylist([row], schema=TRACE_SCHEMA).set_column(
+        3, "prompt_tokens", pa.array(["many"])
+    )
+    path = tmp_path / "typed.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(TraceSchemaError, match="wrong type"):
+        read_trace(path)

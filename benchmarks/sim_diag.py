@@ -36,6 +36,9 @@ from libra_core.sim.workloads import ScenarioSpec, SimTrajectory, load_scenario,
 
 
 def main() -> None:
+    positional = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if "--help" in sys.argv or "-h" in sys.argv or len(positional) < 3 or not positional[1].isdigit():
+        raise SystemExit(__doc__)
     scenario, iters, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
     valued = ("--seed=", "--slowest=")
     flags = {a for a in sys.argv[4:] if a.startswith("--") and not a.startswith(valued)}

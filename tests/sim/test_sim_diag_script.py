@@ -33,3 +33,9 @@ def test_a_bad_flag_value_is_a_clear_error() -> None:
     out = _run("tiny", "1", "+planning", "--slowest=many")
     assert out.returncode != 0
     assert "--slowest=N takes a non-negative integer" in out.stderr
+
+
+def test_missing_arguments_print_the_usage() -> None:
+    out = _run("tiny", "+planning")
+    assert out.returncode != 0
+    assert "sim_diag.py SCENARIO ITERATIONS POLICY" in out.stderr

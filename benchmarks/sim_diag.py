@@ -83,7 +83,7 @@ def main() -> None:
         plan = last_dep.plan
         print(
             f"{name:15s} tok/s {tokens / end:8.0f}  rollout {sum(rollout) / len(rollout):7.1f} s  "
-            f"iteration {end / iters:7.1f} s  moves {sum(r.moves for r in st.records)}  "
+            f"iteration {end / iters:7.1f} s  request moves {sum(r.moves for r in st.records)}  "
             f"tail {long_tail_share(st.latencies_s):.2f}  wall {time.perf_counter() - t0:.1f} s"
         )
         predicted = (

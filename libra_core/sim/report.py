@@ -156,8 +156,8 @@ def format_table(report: SimReport) -> str:
         f"seed {report.seed}"
     )
     rows = [
-        "| policy | tok/s | makespan s | mean iter s | rollout idle | train idle | moves | replans | "
-        "tail lat / wall | deployment (last) |",
+        "| policy | tok/s | makespan s | mean iter s | rollout idle | train idle | request moves | "
+        "plan moves | tail lat / wall | deployment (last) |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report.results:
@@ -266,7 +266,7 @@ def render_rich(report: SimReport) -> Any:
     from rich.table import Table
 
     t = Table(title=f"{report.scenario} on {report.hardware} ({report.model})")
-    for c in ("policy", "tok/s", "makespan s", "rollout idle", "train idle", "moves", "replans"):
+    for c in ("policy", "tok/s", "makespan s", "rollout idle", "train idle", "request moves", "plan moves"):
         t.add_column(c, justify="left" if c == "policy" else "right")
     for r in report.results:
         t.add_row(

@@ -98,3 +98,17 @@ def test_each_gain_says_how_much_of_it_is_the_last_iteration() -> None:
     for r in report.results:  # without per-iteration times there is nothing to split
         r.iteration_s = []
     assert not any(line.startswith("where the ablation's gains") for line in format_verdicts(report))
+
+
+def test_the_table_tells_request_moves_from_plan_moves() -> None:
+    from libra_core.sim.report import format_table
+
+    result = PolicyResult("+cmlfq", 500.0, 1.0, 1.0, 0.0, 0.0, 37, 2, 0.0, 0.0, "", "", 0, 0.0)
+    head, columns, _, row, *_ = format_table(
+        SimReport("tiny", "8xH100", "m", 1, 0, 1.0, 1.0, [result])
+    ).splitlines()
+    names = [c.strip() for c in columns.strip("|").split("|")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert "tiny on 8xH100" in head
+    assert cells[names.index("request moves")] == "37"  # the router's migrations
+    assert cells[names.index("plan moves")] == "2"  # applied replans and reverts

@@ -1,0 +1,91 @@
+"""`benchmarks/sim_setting_compare.py` and `benchmarks/sim_future_window.py`: the numbers they print
+are the simulator's, and the future window holds the iterations the plan will serve."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.sim import simulate, workloads
+from libra_core.sim.engine import Simulator
+from libra_core.sim.policies import resolve_policies
+from libra_core.sim.settings import SimSettings
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_setting_compare_prints_what_simulate_gives_per_variant() -> None:
+    out = _run(
+        "sim_setting_compare.py",
+        *("--scenarios", "tiny", "--loads", "4", "--iterations", "2", "--hardware", "8xA800"),
+        *("--policy", "+planning", "--variant", "one-range=one_degree_dp=false"),
+    )
+    assert out.returncode == 0, out.stderr
+    row = next(line for line in out.stdout.splitlines() if line.startswith("| tiny | 4 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    for i, settings in ((2, SimSettings()), (4, SimSettings(one_degree_dp=False))):
+        r = simulate(
+            "tiny", "8xA800", 2, ["+planning"], settings=settings, spec_overrides={"prompts_per_iteration": 4}
+        ).result("+planning")
+        assert cells[i] == f"{r.tokens_per_s:,.0f}"
+        assert cells[i + 1] == _load("sim_setting_compare").rollout_layout(r.first_deployment)
+
+
+@pytest.mark.parametrize("variant", ["bad", "x=nope=1"])
+def test_setting_compare_rejects_a_malformed_variant(variant: str) -> None:
+    out = _run("sim_setting_compare.py", "--scenarios", "tiny", "--variant", variant)
+    assert out.returncode != 0
+    assert "error:" in out.stderr and "variant" in out.stderr
+
+
+def test_future_window_prices_the_iterations_the_plan_will_serve() -> None:
+    fw = _load("sim_future_window")
+    seen: list[tuple[int, list[str]]] = []
+
+    def replan(sim: Simulator, j: int) -> bool:
+        seen.append((j, [w.name for w in sim.windows]))
+        return False
+
+    cluster = parse_cluster("8xA800")
+    wl = workloads.load_scenario("tiny", 12, 0)
+    settings = SimSettings(replan_every=5, window_iterations=2)
+    sim = Simulator(
+        resolve_policies(["+planning"])[0],
+        wl,
+        get_model(wl.model),
+        cluster.hardware,
+        8,
+        12,
+        random.Random(0),
+        settings,
+    )
+    sim.run()  # fills the past window
+    past = [w.name for w in sim.windows]
+    wrapped = fw.future_window(replan)
+    assert wrapped(sim, 5) is False and wrapped(sim, 10) is False
+    assert seen == [
+        (5, [f"iter{k}" for k in range(5, 10)]),
+        (10, ["iter10", "iter11"]),
+    ]  # cut at the run's end
+    assert [w.name for w in sim.windows] == past  # restored

@@ -18,7 +18,8 @@ from libra_core.planner.report import (
 from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, iteration_time_s, search_plans
 from libra_core.planner.service import LibraPlanner
 from libra_core.planner.specs import get_hardware, get_model, parse_cluster
-from libra_core.planner.workload import TRACE_SCHEMA, Workload, read_trace
+from libra_core.planner.workload import Workload, read_trace
+from libra_core.traces.schema import TRACE_SCHEMA
 
 __all__ = [
     "PRESETS",

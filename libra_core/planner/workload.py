@@ -3,7 +3,8 @@
 A `Workload` is a sample of trajectories (one array entry each) plus how many trajectories an
 iteration holds (`prompts_per_iteration x group_size`); the sample is scaled to that count. It comes
 from a documented preset (synthetic, seeded), a trace Parquet file with one row per trajectory
-(`TRACE_SCHEMA`), or the project's own trajectory table (libra_core.data.schema) when replanning.
+(`libra_core.traces.schema.TRACE_SCHEMA`, the one trace format), or the project's own trajectory
+table (libra_core.data.schema) when replanning.
 
 Per trajectory the planner needs: prompt tokens, generated tokens, tool-payload tokens, tool calls,
 the context length at each tool return summed (`reprefill_ctx_tokens`: what is prefilled again if
@@ -22,27 +23,10 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from libra_core.traces.schema import read_trace as read_validated_trace
 
 log = logging.getLogger(__name__)
-
-TURN = pa.struct(
-    [
-        pa.field("gen_tokens", pa.int32()),  # tokens the policy generated in this turn
-        pa.field("tool", pa.string()),  # tool called at the end of the turn ("" for the answer)
-        pa.field("payload_tokens", pa.int32()),  # tokens of the tool's reply appended to the context
-        pa.field("status", pa.string()),  # success | failure | timeout | none
-    ]
-)
-TRACE_SCHEMA = pa.schema(
-    [
-        pa.field("trajectory_id", pa.string()),
-        pa.field("prompt_id", pa.string()),
-        pa.field("iteration", pa.int32()),
-        pa.field("prompt_tokens", pa.int32()),
-        pa.field("turns", pa.list_(TURN)),
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -172,39 +156,33 @@ def read_trace(
     iterations: Sequence[int] | None = None,
     group_size: int | None = None,
 ) -> Workload:
-    """A trace Parquet file (TRACE_SCHEMA, one row per trajectory) as a workload.
+    """A trace Parquet file (`libra_core.traces.schema.TRACE_SCHEMA`, one row per trajectory, as
+    `libra trace export` and `libra trace synth` write it) as a workload.
 
-    The trace carries no tool latency, so each tool call costs `tool_latency_s`. Prompts per
-    iteration and group size are the trace's means over its iterations (or over `iterations`).
+    The file is read and validated by `traces.schema.read_trace` (TraceSchemaError, a ValueError,
+    naming the problem). The trace carries no tool latency, so each tool call costs
+    `tool_latency_s`. Prompts per iteration and group size are the trace's means over its
+    iterations (or over `iterations`).
     """
-    table = pq.read_table(path)
-    missing = [f.name for f in TRACE_SCHEMA if f.name not in table.schema.names]
-    if missing:
-        raise ValueError(f"trace {path}: missing columns {missing}; expected {TRACE_SCHEMA.names}")
-    rows = table.select(TRACE_SCHEMA.names).to_pylist()
+    trajs = read_validated_trace(path)
     if iterations is not None:
         keep = set(iterations)
-        rows = [r for r in rows if r["iteration"] in keep]
-    if not rows:
+        trajs = [t for t in trajs if t.iteration in keep]
+    if not trajs:
         raise ValueError(f"trace {path}: no trajectories (iterations filter {iterations})")
     per_iter: dict[int, set[str]] = {}
-    for r in rows:
-        per_iter.setdefault(r["iteration"], set()).add(r["prompt_id"])
+    for t in trajs:
+        per_iter.setdefault(t.iteration, set()).add(t.prompt_id)
     prompts = max(1, round(np.mean([len(v) for v in per_iter.values()])))
-    group = group_size or max(1, round(len(rows) / len(per_iter) / prompts))
+    group = group_size or max(1, round(len(trajs) / len(per_iter) / prompts))
     turns = Turns(
-        prompt_tokens=[r["prompt_tokens"] for r in rows],
-        gen=[[t["gen_tokens"] for t in r["turns"]] for r in rows],
-        payload=[[t["payload_tokens"] if t["tool"] else 0 for t in r["turns"]] for r in rows],
-        tool_latency_s=[tool_latency_s * sum(1 for t in r["turns"] if t["tool"]) for r in rows],
+        prompt_tokens=[t.prompt_tokens for t in trajs],
+        gen=[[u.gen_tokens for u in t.turns] for t in trajs],
+        payload=[[u.payload_tokens if u.tool else 0 for u in t.turns] for t in trajs],
+        tool_latency_s=[tool_latency_s * sum(1 for u in t.turns if u.tool) for t in trajs],
     )
-    log.info("trace %s: %d trajectories, %d iterations", path, len(rows), len(per_iter))
+    log.info("trace %s: %d trajectories, %d iterations", path, len(trajs), len(per_iter))
     return workload_from_turns(Path(path).stem, turns, prompts, group)
-
-
-def write_trace(path: Path | str, rows: list[dict[str, Any]]) -> None:
-    """Write trajectories in TRACE_SCHEMA (used by tests and to export presets)."""
-    pq.write_table(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA), path)
 
 
 def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str = "measured") -> Workload:

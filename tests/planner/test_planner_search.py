@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from libra_core.planner import format_plain, iteration_time_s, plan_cluster, read_trace
 from libra_core.planner.presets import workload_preset
 from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
 from libra_core.planner.specs import get_hardware, get_model
-from libra_core.planner.workload import write_trace
+from libra_core.traces.schema import TRACE_SCHEMA, write_trace
+from libra_core.traces.schema import read_trace as read_validated_trace
+from libra_core.traces.synthetic import synthetic_trace
 
 
 def test_iteration_time_formulas() -> None:
@@ -84,7 +89,7 @@ def test_trace_round_trip(tmp_path: Path) -> None:
             for g in range(4):
                 turns = [
                     {"gen_tokens": 100 + 10 * g, "tool": "python", "payload_tokens": 50, "status": "success"},
-                    {"gen_tokens": 200, "tool": "", "payload_tokens": 0, "status": "none"},
+                    {"gen_tokens": 200, "tool": None, "payload_tokens": 0, "status": None},
                 ]
                 rows.append(
                     {
@@ -96,7 +101,7 @@ def test_trace_round_trip(tmp_path: Path) -> None:
                     }
                 )
     path = tmp_path / "trace.parquet"
-    write_trace(path, rows)
+    write_trace(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA), path)
     w = read_trace(path, tool_latency_s=2.0)
     assert (w.prompts_per_iteration, w.group_size, w.num_samples) == (3, 4, 24)
     assert w.gen_tokens[0] == 300 and w.payload_tokens[0] == 50 and w.tool_calls[0] == 1
@@ -104,6 +109,27 @@ def test_trace_round_trip(tmp_path: Path) -> None:
     assert w.tool_latency_s[0] == 2.0
     report = plan_cluster("8xH100", "qwen3-4b", str(path))
     assert report.best is not None
+
+
+def test_a_trace_from_libra_trace_synth_plans(tmp_path: Path) -> None:
+    # The one trace format: what `libra trace synth` and `libra trace export` write, `libra plan`,
+    # `libra simulate` and `libra trace-eval` read.
+    path = write_trace(synthetic_trace(random.Random(0), "causal"), tmp_path / "synth.parquet")
+    w = read_trace(path)
+    trajs = read_validated_trace(path)
+    assert w.num_samples == len(trajs)
+    calls = sum(1 for t in trajs for u in t.turns if u.tool)
+    assert float(w.tool_calls.sum()) == calls and float(w.tool_latency_s.sum()) == pytest.approx(calls)
+    assert plan_cluster("8xH100", "qwen3-4b", str(path)).best is not None
+
+
+def test_a_trace_that_breaks_an_invariant_is_a_clear_error(tmp_path: Path) -> None:
+    turns = [{"gen_tokens": -5, "tool": None, "payload_tokens": 0, "status": None}]
+    row = {"trajectory_id": "t", "prompt_id": "p", "iteration": 0, "prompt_tokens": 10, "turns": turns}
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.Table.from_pylist([row], schema=TRACE_SCHEMA), path)
+    with pytest.raises(ValueError, match="turn 0 has negative token counts"):
+        plan_cluster("8xH100", "qwen3-4b", str(path))
 
 
 def test_unknown_workload_is_a_clear_error() -> None:

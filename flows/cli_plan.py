@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 EXIT_INPUT_ERROR = 2
 
@@ -42,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from libra_core.planner import plan_cluster, render_rich
+    from libra_core.planner import format_plain, plan_cluster, render_rich
 
     if args.staleness < 0 or (args.gpu_budget is not None and args.gpu_budget < 1) or args.top < 1:
         Console(stderr=True).print("[bold red]error[/]: --staleness >= 0, --gpu-budget >= 1, --top >= 1")
@@ -68,6 +69,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return EXIT_INPUT_ERROR
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
-    else:
+    elif sys.stdout.isatty():
         Console().print(render_rich(report))
+    else:  # a pipe or a log file: one plain line per plan, never cut to a terminal's width
+        print(format_plain(report))
     return 0 if report.plans else 1

@@ -101,3 +101,16 @@ def test_two_phase_path_default_is_one_value_everywhere_and_reaches_the_service(
     for value in (True, False):
         cfg = LibraConfig.model_validate({"planner": {"type": "libra", "two_phase_path": value}})
         assert LibraPlanner.from_config(cfg).settings().two_phase_path is value
+
+
+def test_plan_piped_prints_one_plain_line_per_plan_with_the_json_figures() -> None:
+    args = ("--hardware", "48xA800", "--model", "qwen3-14b", "--workload", "swe-longtail", "--top", "2")
+    report = json.loads(libra("plan", *args, "--json").stdout)
+    out = libra("plan", *args)  # stdout is a pipe here, not a terminal
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[1:3]] == ["plan", "runner-up 1"]
+    for line, plan in zip(lines[1:3], [report["plan"], *report["runners_up"]], strict=True):
+        assert f"T_iter {plan['t_iter_s']:.1f}s" in line
+        assert f"train {plan['train_gpus']} GPUs" in line
+    assert "┃" not in out.stdout  # no table cut to a terminal's width

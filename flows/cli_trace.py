@@ -76,7 +76,7 @@ def cmd_trace_eval(args: argparse.Namespace, load_config: Callable[[argparse.Nam
 
     from libra_core.config import LibraConfig
     from libra_core.traces.evaluate import parse_buckets, run_trace_eval
-    from libra_core.traces.report import format_rich
+    from libra_core.traces.report import format_plain, format_rich
     from libra_core.traces.schema import TraceSchemaError
 
     cfg = load_config(args)
@@ -86,7 +86,11 @@ def cmd_trace_eval(args: argparse.Namespace, load_config: Callable[[argparse.Nam
         records = run_trace_eval(args.trace, args.scheduler, buckets, base=cfg.scheduler)
     except (FileNotFoundError, TraceSchemaError, ValueError) as err:
         return _fail(str(err))
-    Console().print(format_rich(records, title=f"{args.trace} (buckets {','.join(map(str, buckets))})"))
+    title = f"{args.trace} (buckets {','.join(map(str, buckets))})"
+    if sys.stdout.isatty():
+        Console().print(format_rich(records, title=title))
+    else:  # a pipe or a log file: the markdown table, never cut to a terminal's width
+        print(f"{title}\n{format_plain(records)}")
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)

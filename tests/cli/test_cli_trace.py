@@ -52,6 +52,10 @@ def test_synth_then_eval_all_writes_json(tmp_path: Path) -> None:
     assert by_name["oracle"]["class_accuracy"] == 1.0  # it reads the realised sizes
     assert by_name["static"]["migration_token_ratio"] == 0.0  # never moves
     assert "cmlfq" in out.stdout and "oracle" in out.stdout
+    # stdout is a pipe here: the markdown table, one row per scheduler with its full column names.
+    rows = {line.split("|")[1].strip().rstrip(" *"): line for line in out.stdout.splitlines()[3:]}
+    assert "routing_accuracy" in out.stdout.splitlines()[1] and "┃" not in out.stdout
+    assert f"{by_name['mlfq']['routing_accuracy']:.3f}" in rows["mlfq"]
 
 
 def test_bad_inputs_exit_2_without_traceback(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ def future_window(replan: Callable[[Simulator, int], bool]) -> Callable[[Simulat
     def wrapped(sim: Simulator, j: int) -> bool:
         past = list(sim.windows)
         ahead = range(j, min(j + sim.s.replan_every, sim.iterations))
-        sim.windows[:] = [sim.workload_of(k) for k in ahead] or past
+        sim.windows[:] = [sim.workload_of(k) for k in ahead]  # replans run at j < iterations
         try:
             return replan(sim, j)
         finally:

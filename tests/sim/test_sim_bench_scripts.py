@@ -44,12 +44,13 @@ def test_setting_compare_prints_what_simulate_gives_per_variant() -> None:
     assert out.returncode == 0, out.stderr
     row = next(line for line in out.stdout.splitlines() if line.startswith("| tiny | 4 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
+    rollout_layout = _load("sim_setting_compare").rollout_layout
     for i, settings in ((2, SimSettings()), (4, SimSettings(one_degree_dp=False))):
         r = simulate(
             "tiny", "8xA800", 2, ["+planning"], settings=settings, spec_overrides={"prompts_per_iteration": 4}
         ).result("+planning")
         assert cells[i] == f"{r.tokens_per_s:,.0f}"
-        assert cells[i + 1] == _load("sim_setting_compare").rollout_layout(r.first_deployment)
+        assert cells[i + 1] == rollout_layout(r.first_deployment)
 
 
 @pytest.mark.parametrize("variant", ["bad", "x=nope=1"])

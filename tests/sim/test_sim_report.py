@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from libra_core.sim.report import PolicyResult, SimReport, format_verdicts, verdicts
+from libra_core.sim.report import PolicyResult, SimReport, format_table, format_verdicts, verdicts
 
 
 def _report(tok_s: dict[str, float]) -> SimReport:
@@ -101,8 +101,6 @@ def test_each_gain_says_how_much_of_it_is_the_last_iteration() -> None:
 
 
 def test_the_table_tells_request_moves_from_plan_moves() -> None:
-    from libra_core.sim.report import format_table
-
     result = PolicyResult("+cmlfq", 500.0, 1.0, 1.0, 0.0, 0.0, 37, 2, 0.0, 0.0, "", "", 0, 0.0)
     head, columns, _, row, *_ = format_table(
         SimReport("tiny", "8xH100", "m", 1, 0, 1.0, 1.0, [result])

@@ -1,5 +1,6 @@
-"""`benchmarks/sim_setting_compare.py` and `benchmarks/sim_future_window.py`: the numbers they print
-are the simulator's, and the future window holds the iterations the plan will serve."""
+"""`benchmarks/sim_setting_compare.py`, `benchmarks/sim_future_window.py` and
+`benchmarks/sim_mixed_sweep.py`: the numbers they print are the simulator's, the future window holds
+the iterations the plan will serve, and the mixed sweep covers every two-degree layout."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def _load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -90,3 +92,44 @@ def test_future_window_prices_the_iterations_the_plan_will_serve() -> None:
         (10, ["iter10", "iter11"]),
     ]  # cut at the run's end
     assert [w.name for w in sim.windows] == past  # restored
+
+
+def test_mixed_sweep_enumerates_every_two_degree_layout_on_every_gpu() -> None:
+    layouts = _load("sim_mixed_sweep").two_degree_layouts((1, 2, 4, 8), 12)
+    brute = {
+        (a, n_a, b, n_b)
+        for a in (1, 2, 4, 8)
+        for b in (1, 2, 4, 8)
+        for n_a in range(1, 13)
+        for n_b in range(1, 13)
+        if a < b and n_a * a + n_b * b == 12
+    }
+    assert sorted(layouts) == sorted(brute) and len(layouts) == len(brute) == 12
+
+
+@pytest.mark.parametrize("share", [0.25, 0.5, 0.9])
+def test_mixed_sweep_bound_puts_the_share_in_the_short_bucket(share: float) -> None:
+    lengths = list(range(100, 1100, 10))  # 100 lengths
+    bound = _load("sim_mixed_sweep").share_bound(lengths, share)
+    assert sum(n <= bound for n in lengths) == pytest.approx(share * len(lengths), abs=1)
+
+
+def test_mixed_sweep_prints_what_static_optimal_runs_on_its_own_layout() -> None:
+    out = _run(
+        "sim_mixed_sweep.py",
+        *("--scenario", "tiny", "--hardware", "8xA800", "--iterations", "2"),
+        *("--rollout-gpus", "3", "4", "--shares", "0.5", "--top", "20"),
+    )
+    assert out.returncode == 0, out.stderr
+    r = simulate("tiny", "8xA800", 2, ["static-optimal"]).result("static-optimal")
+    label = r.first_deployment.replace(" | ", "; ")
+    row = next(line for line in out.stdout.splitlines() if line.startswith(f"| {label} | one bucket |"))
+    assert row.rstrip(" |").split("| ")[-1] == f"{r.tokens_per_s:,.0f}"
+    mixed = [line for line in out.stdout.splitlines() if "rollout 3 (1xTP1 1xTP2)" in line]
+    assert sorted(line.split("| ")[3].strip() for line in mixed) == ["cmlfq", "oracle"]
+
+
+def test_mixed_sweep_rejects_a_share_outside_zero_one() -> None:
+    out = _run("sim_mixed_sweep.py", "--scenario", "tiny", "--hardware", "8xA800", "--shares", "1.5")
+    assert out.returncode != 0
+    assert "error:" in out.stderr and "--shares" in out.stderr

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
@@ -156,11 +158,13 @@ def main() -> None:
         ap.error(str(e))
     print(f"{len(todo)} simulations of {args.iterations} iterations")
     run = partial(simulate_case, job)
-    if args.jobs == 1:
-        rates = [run(c) for c in todo]
-    else:
-        with ProcessPoolExecutor(args.jobs) as pool:
-            rates = list(pool.map(run, todo))
+    with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else nullcontext() as pool:
+        results = pool.map(run, todo) if pool else map(run, todo)
+        rates = []
+        for rate in results:  # in order, as they finish
+            rates.append(rate)
+            print(f"\r{len(rates)}/{len(todo)} simulated", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
     rows = sorted(zip(rates, todo, strict=True), key=lambda r: -r[0])
     what = " ".join(args.setting + args.spec) or "default"
     print(f"{args.scenario}, {args.hardware}, {args.iterations} iterations, seed 0, settings: {what}")

@@ -110,7 +110,7 @@ def simulate_case(job: Job, case: Case) -> float:
 def cases(job: Job, rollout_counts: list[int], shares: list[float], schedulers: list[str]) -> list[Case]:
     wl, model, hw, num_gpus, settings = _inputs(job)
     trajs = wl.trajectories(0)
-    lengths = [t.prompt_tokens + sum(x.gen_tokens + x.payload_tokens for x in t.turns) for t in trajs]
+    lengths = [t.total_tokens for t in trajs]  # what the oracle admits by
     probe = Simulator(ONE_DEGREE, wl, model, hw, num_gpus, 1, random.Random(0), settings, deployment=None)
     shape = TrainShape.from_workload(probe.workload_of_trajectories(trajs))
     degrees = instance_tp_degrees(model, hw)
@@ -178,7 +178,8 @@ def main() -> None:
     for s in args.schedulers:
         best, c = next((r, c) for r, c in rows if c.scheduler == s)
         print(
-            f"best {s} mixed layout: {c.dep.label()} at {best:,.0f} tok/s, {best / one - 1:+.1%}"
+            f"best {s} mixed layout: {c.dep.label()}, bound {c.dep.bucket_bounds[0]:,} ({c.share:.0%})"
+            f" at {best:,.0f} tok/s, {best / one - 1:+.1%}"
             f" against the best one-degree layout ({one:,.0f})"
         )
 

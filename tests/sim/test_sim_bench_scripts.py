@@ -127,6 +127,8 @@ def test_mixed_sweep_prints_what_static_optimal_runs_on_its_own_layout() -> None
     assert row.rstrip(" |").split("| ")[-1] == f"{r.tokens_per_s:,.0f}"
     mixed = [line for line in out.stdout.splitlines() if "rollout 3 (1xTP1 1xTP2)" in line]
     assert sorted(line.split("| ")[3].strip() for line in mixed) == ["cmlfq", "oracle"]
+    best = next(line for line in out.stdout.splitlines() if line.startswith("best oracle mixed layout:"))
+    assert "(50%) at " in best and "against the best one-degree layout" in best
 
 
 def test_mixed_sweep_rejects_a_share_outside_zero_one() -> None:

@@ -75,14 +75,13 @@ def main() -> None:
         if "--candidates" in flags:
             _print_candidates(sim)
         st = sim.run()
-        end = st.records[-1].train_end_s
-        tokens = sum(r.tokens for r in st.records)
+        end = st.makespan_s
         rollout = [r.rollout_end_s - r.rollout_start_s for r in st.records]
         last_dep = sim.dep
         assert last_dep is not None
         plan = last_dep.plan
         print(
-            f"{name:15s} tok/s {tokens / end:8.0f}  rollout {sum(rollout) / len(rollout):7.1f} s  "
+            f"{name:15s} tok/s {st.tokens_per_s:8.0f}  rollout {sum(rollout) / len(rollout):7.1f} s  "
             f"iteration {end / iters:7.1f} s  request moves {sum(r.moves for r in st.records)}  "
             f"tail {long_tail_share(st.latencies_s):.2f}  wall {time.perf_counter() - t0:.1f} s"
         )

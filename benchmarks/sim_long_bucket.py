@@ -45,12 +45,10 @@ def main() -> None:
             deployment=dep,
         )  # fmt: skip
         st = sim.run()
-        tokens = sum(r.tokens for r in st.records)
         rollout_s = np.mean([r.rollout_end_s - r.rollout_start_s for r in st.records])
         moves = sum(r.moves for r in st.records)
         bounds = "open" if dep is None else dep.bucket_bounds[0]
-        tok_s = tokens / st.records[-1].train_end_s
-        print(f"| {policy.name} | {bounds} | {tok_s:,.0f} | {rollout_s:,.1f} | {moves} |")
+        print(f"| {policy.name} | {bounds} | {st.tokens_per_s:,.0f} | {rollout_s:,.1f} | {moves} |")
         return sim
 
     print(f"{args.scenario}, 48xA800, {args.iterations} iterations, seed 0")

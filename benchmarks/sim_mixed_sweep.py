@@ -103,14 +103,15 @@ def simulate_case(job: Job, case: Case) -> float:
     sim = Simulator(
         policy, wl, model, hw, num_gpus, job.iterations, random.Random(0), settings, deployment=case.dep
     )
-    stats = sim.run()
-    return sum(r.tokens for r in stats.records) / stats.records[-1].train_end_s
+    return sim.run().tokens_per_s
 
 
 def cases(job: Job, rollout_counts: list[int], shares: list[float], schedulers: list[str]) -> list[Case]:
     wl, model, hw, num_gpus, settings = _inputs(job)
     trajs = wl.trajectories(0)
     lengths = [t.total_tokens for t in trajs]  # what the oracle admits by
+    # The planner's view of iteration 0 (for the training shape) comes from a simulator; building one
+    # plans its first layout, once per sweep.
     probe = Simulator(ONE_DEGREE, wl, model, hw, num_gpus, 1, random.Random(0), settings, deployment=None)
     shape = TrainShape.from_workload(probe.workload_of_trajectories(trajs))
     degrees = instance_tp_degrees(model, hw)
@@ -156,6 +157,8 @@ def main() -> None:
         todo = cases(job, args.rollout_gpus, args.shares, args.schedulers)
     except ValueError as e:
         ap.error(str(e))
+    if not todo:
+        ap.error("no layout to simulate: no --rollout-gpus count leaves GPUs the model trains on")
     print(f"{len(todo)} simulations of {args.iterations} iterations")
     run = partial(simulate_case, job)
     with ProcessPoolExecutor(args.jobs) if args.jobs > 1 else nullcontext() as pool:
@@ -174,7 +177,11 @@ def main() -> None:
         bound = "one bucket" if c.share is None else f"{c.dep.bucket_bounds[0]:,} ({c.share:.0%})"
         label = c.dep.label().replace(" | ", "; ")
         print(f"| {label} | {bound} | {c.scheduler} | {rate:,.0f} |")
-    one = max(r for r, c in rows if c.share is None)
+    ones = [r for r, c in rows if c.share is None]
+    if not ones or len(ones) == len(rows):
+        print("no comparison: these rollout GPU counts give no one-degree or no two-degree layout")
+        return
+    one = ones[0]  # rows are sorted fastest first
     for s in args.schedulers:
         best, c = next((r, c) for r, c in rows if c.scheduler == s)
         print(

@@ -30,8 +30,7 @@ from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, load_scenario
 
 
 def tokens_per_s(sim: Simulator) -> float:
-    stats = sim.run()
-    return sum(r.tokens for r in stats.records) / stats.records[-1].train_end_s
+    return sim.run().tokens_per_s
 
 
 def main() -> None:

@@ -34,12 +34,11 @@ def tail_time_share(records: list[IterationRecord]) -> float:
 
 def _result(name: str, st: RunStats, wall_s: float) -> PolicyResult:
     ends = [r.train_end_s for r in st.records]
-    makespan = ends[-1] if ends else 0.0
-    tokens = sum(r.tokens for r in st.records)
+    makespan = st.makespan_s
     iters = [b - a for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
     return PolicyResult(
         policy=name,
-        tokens_per_s=tokens / makespan if makespan > 0 else 0.0,
+        tokens_per_s=st.tokens_per_s,
         makespan_s=makespan,
         mean_iteration_s=makespan / max(1, len(ends)),
         rollout_idle_share=1.0 - st.roll_busy_gpu_s / st.roll_gpu_s if st.roll_gpu_s > 0 else 0.0,

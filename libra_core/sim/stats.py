@@ -38,3 +38,14 @@ class RunStats:
     events: int = 0
     lent_joins: int = 0
     hybrid_rollouts: int = 0
+
+    @property
+    def makespan_s(self) -> float:
+        """When the run's last update ended (0 before any iteration finished)."""
+        return self.records[-1].train_end_s if self.records else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Throughput: every iteration's tokens over the makespan (0 before any iteration finished)."""
+        end = self.makespan_s
+        return sum(r.tokens for r in self.records) / end if end > 0 else 0.0

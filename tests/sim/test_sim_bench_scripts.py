@@ -135,3 +135,20 @@ def test_mixed_sweep_rejects_a_share_outside_zero_one() -> None:
     out = _run("sim_mixed_sweep.py", "--scenario", "tiny", "--hardware", "8xA800", "--shares", "1.5")
     assert out.returncode != 0
     assert "error:" in out.stderr and "--shares" in out.stderr
+
+
+def test_mixed_sweep_without_a_two_degree_layout_says_there_is_nothing_to_compare() -> None:
+    out = _run(
+        "sim_mixed_sweep.py",
+        "--scenario",
+        "tiny",
+        "--hardware",
+        "8xA800",
+        "--iterations",
+        "1",
+        "--rollout-gpus",
+        "1",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "1 simulations" in out.stdout and "rollout 1 (1xTP1) | one bucket" in out.stdout
+    assert "no comparison" in out.stdout and "best " not in out.stdout

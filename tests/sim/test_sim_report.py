@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from libra_core.sim.report import PolicyResult, SimReport, format_table, format_verdicts, verdicts
+from libra_core.sim.stats import IterationRecord, RunStats
 
 
 def _report(tok_s: dict[str, float]) -> SimReport:
@@ -110,3 +111,14 @@ def test_the_table_tells_request_moves_from_plan_moves() -> None:
     assert "tiny on 8xH100" in head
     assert cells[names.index("request moves")] == "37"  # the router's migrations
     assert cells[names.index("plan moves")] == "2"  # applied replans and reverts
+
+
+def test_run_throughput_is_every_iterations_tokens_over_the_last_update_end() -> None:
+    st = RunStats()
+    assert (st.makespan_s, st.tokens_per_s) == (0.0, 0.0)  # nothing finished yet
+    st.records += [
+        IterationRecord(0, train_end_s=40.0, tokens=1_000),
+        IterationRecord(1, train_end_s=100.0, tokens=3_000),
+    ]
+    assert st.makespan_s == 100.0
+    assert st.tokens_per_s == 40.0  # (1,000 + 3,000) / 100 s, not the last iteration's 3,000 / 60 s

@@ -12,6 +12,8 @@ or a bad value, with the valid names in the message.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 EXIT_INPUT_ERROR = 2
@@ -44,6 +46,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
+@contextmanager
+def _progress_bars() -> Iterator[Callable[[str, int, int], None]]:
+    """One bar per policy (then the lower bound) on stderr, so stdout keeps only the table."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+    bars = Progress(
+        TextColumn("{task.description:<16}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+    ids: dict[str, TaskID] = {}
+
+    def update(stage: str, done: int, total: int) -> None:
+        if stage not in ids:
+            ids[stage] = bars.add_task(stage, total=total)
+        bars.update(ids[stage], completed=done)
+
+    with bars:
+        yield update
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -58,17 +84,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
         spec = parse_overrides(args.spec, ScenarioSpec, "--spec")
-        report = simulate(
-            args.scenario,
-            args.hardware,
-            args.iterations,
-            [p for p in args.policies.split(",") if p],
-            seed=args.seed,
-            out_dir=Path(args.out) if args.out else None,
-            model=args.model,
-            settings=settings,
-            spec_overrides=spec,
-        )
+        with _progress_bars() as progress:
+            report = simulate(
+                args.scenario,
+                args.hardware,
+                args.iterations,
+                [p for p in args.policies.split(",") if p],
+                seed=args.seed,
+                out_dir=Path(args.out) if args.out else None,
+                model=args.model,
+                settings=settings,
+                spec_overrides=spec,
+                progress=progress,
+            )
     except (ValueError, FileNotFoundError, KeyError) as err:
         Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)
         return EXIT_INPUT_ERROR

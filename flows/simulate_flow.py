@@ -10,16 +10,38 @@ from __future__ import annotations
 import base64
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
 from prefect import flow, task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 
 from libra_core.sim import SimReport, SimSettings, format_table, resolve_policies, simulate
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.report import format_verdicts
 from libra_core.sim.workloads import ScenarioSpec
 from tasks.common import TASK_OPTIONS
+
+
+class _ArtifactProgress:
+    """`simulate`'s progress as one progress artifact on the task run (percent of all the policies'
+    iterations and the lower bound's pass), written when the whole percent changes: at most ~100
+    API calls however long the run."""
+
+    def __init__(self, stages: int, iterations: int, description: str) -> None:
+        self.total = stages * iterations
+        self.started: list[str] = []
+        self.percent = 0
+        # Called from a sync task, so it returns the id (its async twin would return a coroutine).
+        self.artifact_id = cast(UUID, create_progress_artifact(progress=0.0, description=description))
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.started:
+            self.started.append(stage)
+        percent = int(100 * ((len(self.started) - 1) * total + done) / max(1, self.total))
+        if percent > self.percent:
+            self.percent = percent
+            update_progress_artifact(self.artifact_id, progress=float(min(100, percent)))
 
 
 @task(name="simulate-policies", **TASK_OPTIONS)
@@ -32,6 +54,8 @@ def simulate_task(
     settings: dict[str, Any] | None = None,
     spec: dict[str, Any] | None = None,
 ) -> SimReport:
+    stages = len(resolve_policies(policies)) + 1  # and the lower bound
+    progress = _ArtifactProgress(stages, iterations, f"Simulating {scenario} on {hardware}: iterations done")
     return simulate(
         scenario,
         hardware,
@@ -40,6 +64,7 @@ def simulate_task(
         seed=seed,
         settings=SimSettings(**(settings or {})),
         spec_overrides=spec or None,
+        progress=progress,
     )
 
 

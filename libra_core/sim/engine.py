@@ -89,8 +89,12 @@ class Simulator:
         settings: SimSettings | None = None,
         record_events: bool = False,
         deployment: Deployment | None = None,
+        on_iteration: Callable[[int], None] | None = None,
     ) -> None:
+        """`on_iteration(k)` is called as the k-th update ends (k = 1..iterations), on this thread;
+        progress reporting only, it must not touch the simulator."""
         self.s = settings or SimSettings()
+        self.on_iteration = on_iteration
         hw = self.s.hardware(hw)
         self.p, self.wl, self.model, self.hw, self.G = policy, workload, model, hw, num_gpus
         self.iterations, self.rng = iterations, rng

@@ -137,6 +137,8 @@ def on_train_done(sim: Simulator, _: object = None) -> None:
         sim.audit.record(j, records[j].tokens, records[j].train_end_s - records[j - 1].train_end_s)
     sim.q.push(now + delay, Kind.WEIGHTS_READY, j)
     sim.trajs.pop(j, None)
+    if sim.on_iteration is not None:
+        sim.on_iteration(j + 1)
     if sim.p.elastic and not sim.rollout_running and _rollout_waits_for(sim, j):
         # The next rollout starts when these weights are synced: lent instances start their wake
         # now, overlapping the sync, instead of training the next update for the sync's length

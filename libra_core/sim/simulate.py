@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,39 @@ def _result(name: str, st: RunStats, wall_s: float) -> PolicyResult:
     )
 
 
+LOWER_BOUND = "lower bound"  # the progress stage of the lower bound's pass over the workload
+
+
+def _ticker(progress: Callable[[str, int, int], None], stage: str, total: int) -> Callable[[int], None]:
+    """Announce `stage` as starting (done 0) and return its per-iteration callback."""
+    progress(stage, 0, total)
+    return lambda done: progress(stage, done, total)
+
+
 def scenario_lower_bound(
-    wl: Any, iterations: int, model: ModelSpec, hw: HardwareSpec, num_gpus: int
+    wl: Any,
+    iterations: int,
+    model: ModelSpec,
+    hw: HardwareSpec,
+    num_gpus: int,
+    on_iteration: Callable[[int], None] | None = None,
 ) -> tuple[float, int, float, float]:
     """`report.lower_bound_s` over `iterations` of workload `wl` (seconds, tokens, work s, path s),
-    on the cost model's tables for every TP degree an instance can run."""
+    on the cost model's tables for every TP degree an instance can run; `on_iteration(k)` after the
+    k-th iteration's share."""
     tps = instance_tp_degrees(model, hw)
     tables = CostTables(RolloutCostModel(model, hw), tps)
-    return lower_bound_s((wl.trajectories(j) for j in range(iterations)), model, hw, num_gpus, tables, tps)
+
+    def iters() -> Iterator[list[Any]]:
+        for j in range(iterations):
+            if j > 0 and on_iteration is not None:
+                on_iteration(j)
+            yield wl.trajectories(j)
+
+    bound = lower_bound_s(iters(), model, hw, num_gpus, tables, tps)
+    if on_iteration is not None:
+        on_iteration(iterations)
+    return bound
 
 
 def simulate(
@@ -78,12 +104,16 @@ def simulate(
     model: str | None = None,
     settings: SimSettings | None = None,
     spec_overrides: dict[str, Any] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> SimReport:
     """Simulate each policy on the same workload (same seed) and cluster; write outputs to `out_dir`.
 
     `scenario`: a name in `workloads.SCENARIOS` or a trace Parquet path; `hardware`: `COUNTxGPU`
     (e.g. `48xA800`); `policies`: names in `policies.POLICIES`, `libra` or `all`; `settings`: the
-    simulator's knobs; `spec_overrides`: changed fields of the scenario's generator (overrides.py).
+    simulator's knobs; `spec_overrides`: changed fields of the scenario's generator (overrides.py);
+    `progress(stage, done, total)`: called on this thread with `stage` a policy's name (then
+    `LOWER_BOUND`), `done` = 0 as it starts and 1..`iterations` as each of its iterations ends
+    (the CLI's bars, the flow's progress artifact).
     """
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
@@ -97,16 +127,25 @@ def simulate(
     results = []
     for i, spec in enumerate(specs):
         t0 = time.perf_counter()
+        tick = None if progress is None else _ticker(progress, spec.name, iterations)
         sim = Simulator(
-            spec, wl, mspec, hw, cluster.num_gpus, iterations, random.Random(seed * 1000 + i), settings
-        )
+            spec, wl, mspec, hw, cluster.num_gpus, iterations, random.Random(seed * 1000 + i), settings,
+            on_iteration=tick,
+        )  # fmt: skip
         stats = sim.run()
         results.append(_result(spec.name, stats, time.perf_counter() - t0))
         # Free the run (its C-MLFQ tree is the largest live structure) before the next policy and the
         # lower bound's pass over the workload, whose garbage collections would otherwise rescan it.
         del sim, stats
         log.info("%s: %.0f tok/s in %.1fs wall", spec.name, results[-1].tokens_per_s, results[-1].wall_s)
-    lb_s, tokens, work_s, path_s = scenario_lower_bound(wl, iterations, mspec, hw, cluster.num_gpus)
+    lb_s, tokens, work_s, path_s = scenario_lower_bound(
+        wl,
+        iterations,
+        mspec,
+        hw,
+        cluster.num_gpus,
+        None if progress is None else _ticker(progress, LOWER_BOUND, iterations),
+    )
     report = SimReport(
         str(scenario),
         cluster.label,

@@ -15,6 +15,11 @@ def test_simulate_tiny_writes_summary(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "greedy" in out.stdout and "+cmlfq" in out.stdout and "lower bound" in out.stdout
+    # Progress bars go to stderr, one per policy and the lower bound, each at 2/2 at the end;
+    # stdout stays a table a script can parse.
+    bars = [line.split()[0:2] for line in out.stderr.splitlines() if "2/2" in line]
+    assert [b[0] for b in bars] == ["greedy", "+cmlfq", "lower"], out.stderr
+    assert out.stdout.splitlines()[1].startswith("| policy |") and "━" not in out.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
     text = json.dumps(summary)
     assert "greedy" in text and "+cmlfq" in text

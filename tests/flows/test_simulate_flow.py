@@ -23,6 +23,24 @@ def test_simulate_flow_matches_the_library_and_writes_outputs(prefect_quiet, tmp
     assert sorted(p.name for p in out.glob("*.png")) == ["iterations.png", "throughput.png"]
 
 
+def test_simulate_flow_shows_its_progress_as_an_artifact(prefect_quiet, tmp_path: Path) -> None:
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
+
+    from flows.simulate_flow import simulate_flow
+
+    state = simulate_flow("tiny", "8xA800", 2, "greedy", out_dir=str(tmp_path / "sim"), return_state=True)
+    run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]), type=ArtifactFilterType(any_=["progress"])
+            )
+        )
+    assert [a.data for a in found] == [100.0]  # one artifact, at 100% once every stage is done
+    assert found[0].description is not None and "tiny on 8xA800" in found[0].description
+
+
 def test_simulate_flow_rejects_unknown_policy(prefect_quiet) -> None:
     from flows.simulate_flow import simulate_flow
 

@@ -1,7 +1,7 @@
 """`libra simulate`: replay a drifting agentic workload on a simulated cluster under each policy.
 
     libra simulate --scenario r2e-gym --hardware 48xA800 --iterations 100 --policies all [--out DIR]
-        [--setting FIELD=VALUE ...] [--spec FIELD=VALUE ...]
+        [--jobs N] [--setting FIELD=VALUE ...] [--spec FIELD=VALUE ...]
 
 All logic lives in libra_core.sim (docs/simulator.md). `--setting` changes the simulator's
 `SimSettings` (e.g. `spill_factor=1`), `--spec` the scenario generator's `ScenarioSpec` (e.g.
@@ -27,6 +27,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", default="all", help="comma-separated policy names, or `all`")
     p.add_argument("--model", default=None, help="model spec name (default: the scenario's)")
     p.add_argument("--seed", type=int, default=0, help="RNG seed (default 0)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="policies simulated at once, one process each (default 1; same numbers, sooner on more cores)",
+    )
     p.add_argument("--out", default=None, metavar="DIR", help="write summary.json, CSVs and PNG plots here")
     p.add_argument(
         "--setting",
@@ -78,9 +84,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from libra_core.sim.report import format_verdicts
     from libra_core.sim.workloads import ScenarioSpec
 
-    if args.iterations < 1:
-        Console(stderr=True).print("[bold red]error[/]: --iterations must be >= 1")
-        return EXIT_INPUT_ERROR
+    for flag, value in (("--iterations", args.iterations), ("--jobs", args.jobs)):
+        if value < 1:
+            Console(stderr=True).print(f"[bold red]error[/]: {flag} must be >= 1, got {value}")
+            return EXIT_INPUT_ERROR
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
         spec = parse_overrides(args.spec, ScenarioSpec, "--spec")
@@ -96,6 +103,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 settings=settings,
                 spec_overrides=spec,
                 progress=progress,
+                jobs=args.jobs,
             )
     except (ValueError, FileNotFoundError, KeyError) as err:
         Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)

@@ -30,15 +30,14 @@ class _ArtifactProgress:
 
     def __init__(self, stages: int, iterations: int, description: str) -> None:
         self.total = stages * iterations
-        self.started: list[str] = []
+        self.done: dict[str, int] = {}  # per stage: with several jobs, stages report interleaved
         self.percent = 0
         # Called from a sync task, so it returns the id (its async twin would return a coroutine).
         self.artifact_id = cast(UUID, create_progress_artifact(progress=0.0, description=description))
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        if stage not in self.started:
-            self.started.append(stage)
-        percent = int(100 * ((len(self.started) - 1) * total + done) / max(1, self.total))
+        self.done[stage] = done
+        percent = int(100 * sum(self.done.values()) / max(1, self.total))
         if percent > self.percent:
             self.percent = percent
             update_progress_artifact(self.artifact_id, progress=float(min(100, percent)))
@@ -53,6 +52,7 @@ def simulate_task(
     seed: int,
     settings: dict[str, Any] | None = None,
     spec: dict[str, Any] | None = None,
+    jobs: int = 1,
 ) -> SimReport:
     stages = len(resolve_policies(policies)) + 1  # and the lower bound
     progress = _ArtifactProgress(stages, iterations, f"Simulating {scenario} on {hardware}: iterations done")
@@ -65,6 +65,7 @@ def simulate_task(
         settings=SimSettings(**(settings or {})),
         spec_overrides=spec or None,
         progress=progress,
+        jobs=jobs,
     )
 
 
@@ -78,18 +79,22 @@ def simulate_flow(
     out_dir: str | None = None,
     settings: list[str] | None = None,
     spec: list[str] | None = None,
+    jobs: int = 1,
 ) -> str:
     """Simulate each policy on the same seeded workload; returns the output folder.
 
     `settings` / `spec`: what-if `FIELD=VALUE` changes to the simulator's `SimSettings` and to the
-    scenario generator's `ScenarioSpec`, as `libra simulate --setting/--spec` takes them."""
+    scenario generator's `ScenarioSpec`, as `libra simulate --setting/--spec` takes them; `jobs`:
+    policies simulated at once, each in its own process (the same numbers as one at a time)."""
     names = [p for p in policies.split(",") if p]
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     # Unknown policies and malformed or out-of-range settings fail here, before the task runs.
     resolve_policies(names)
     knobs = parse_overrides(settings or [], SimSettings, "settings")
     SimSettings(**knobs)  # range checks
     shape = parse_overrides(spec or [], ScenarioSpec, "spec")  # ranges: checked as the task loads it
-    report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape)
+    report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape, jobs)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"
     report.write(out.resolve())

@@ -101,6 +101,19 @@ def resolve_policies(names: list[str] | tuple[str, ...]) -> list[PolicySpec]:
     return out
 
 
+def check_cluster_size(specs: list[PolicySpec], num_gpus: int) -> None:
+    """Every policy but colocated gives training and rollout GPUs of their own: at least 2 in all.
+    Raises a ValueError naming the policies that cannot run on `num_gpus`."""
+    if num_gpus >= 2:
+        return
+    split = [p.name for p in specs if not p.colocated]
+    if split:
+        raise ValueError(
+            f"{', '.join(split)}: each splits the cluster into training and rollout GPUs, so needs at"
+            f" least 2 GPUs; the cluster has {num_gpus}. Use more GPUs or only the colocated policy"
+        )
+
+
 @dataclass(frozen=True)
 class Deployment:
     train_gpus: int

@@ -6,14 +6,15 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
-from libra_core.planner.specs import HardwareSpec, ModelSpec, get_model, parse_cluster
+from libra_core.planner.specs import ClusterSpec, HardwareSpec, ModelSpec, get_model, parse_cluster
 from libra_core.sim.engine import Simulator
 from libra_core.sim.instance import CostTables
-from libra_core.sim.policies import resolve_policies
+from libra_core.sim.policies import PolicySpec, check_cluster_size, resolve_policies
 from libra_core.sim.report import PolicyResult, SimReport, lower_bound_s, tail_share
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import IterationRecord, RunStats
@@ -94,6 +95,46 @@ def scenario_lower_bound(
     return bound
 
 
+@dataclass(frozen=True)
+class SimRun:
+    """The inputs every policy of one `simulate` call shares, as the caller gave them: small and
+    picklable, so a worker process (`jobs.py`) rebuilds the workload and specs from them."""
+
+    scenario: str | Path
+    hardware: str
+    iterations: int
+    seed: int = 0
+    model: str | None = None
+    settings: SimSettings | None = None
+    spec_overrides: dict[str, Any] | None = None
+
+    def load(self) -> tuple[ClusterSpec, Any, ModelSpec, HardwareSpec]:
+        """(cluster, workload, model, hardware with the settings' what-ifs); bad names raise."""
+        cluster = parse_cluster(self.hardware)
+        wl = load_scenario(self.scenario, self.iterations, self.seed, self.model, self.spec_overrides)
+        return cluster, wl, get_model(wl.model), (self.settings or SimSettings()).hardware(cluster.hardware)
+
+
+def run_policy(
+    run: SimRun,
+    loaded: tuple[ClusterSpec, Any, ModelSpec, HardwareSpec],
+    spec: PolicySpec,
+    index: int,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> PolicyResult:
+    """Simulate `spec`, the run's `index`-th policy (which picks its RNG stream), on `run.load()`."""
+    cluster, wl, mspec, hw = loaded
+    t0 = time.perf_counter()
+    tick = None if progress is None else _ticker(progress, spec.name, run.iterations)
+    rng = random.Random(run.seed * 1000 + index)
+    sim = Simulator(
+        spec, wl, mspec, hw, cluster.num_gpus, run.iterations, rng, run.settings, on_iteration=tick
+    )
+    result = _result(spec.name, sim.run(), time.perf_counter() - t0)
+    log.info("%s: %.0f tok/s in %.1fs wall", spec.name, result.tokens_per_s, result.wall_s)
+    return result
+
+
 def simulate(
     scenario: str | Path,
     hardware: str,
@@ -105,6 +146,7 @@ def simulate(
     settings: SimSettings | None = None,
     spec_overrides: dict[str, Any] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    jobs: int = 1,
 ) -> SimReport:
     """Simulate each policy on the same workload (same seed) and cluster; write outputs to `out_dir`.
 
@@ -113,31 +155,26 @@ def simulate(
     simulator's knobs; `spec_overrides`: changed fields of the scenario's generator (overrides.py);
     `progress(stage, done, total)`: called on this thread with `stage` a policy's name (then
     `LOWER_BOUND`), `done` = 0 as it starts and 1..`iterations` as each of its iterations ends
-    (the CLI's bars, the flow's progress artifact).
+    (the CLI's bars, the flow's progress artifact); `jobs`: policies simulated at once, each in
+    its own process (the same results as one at a time; with several, stages report interleaved).
     """
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
-    cluster = parse_cluster(hardware)
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    run = SimRun(scenario, hardware, iterations, seed, model, settings, spec_overrides)
     specs = resolve_policies(policies)
-    wl = load_scenario(scenario, iterations, seed, model, spec_overrides)
-    mspec = get_model(wl.model)
-    hw = (settings or SimSettings()).hardware(
-        cluster.hardware
-    )  # the lower bound's; Simulator applies its own
-    results = []
-    for i, spec in enumerate(specs):
-        t0 = time.perf_counter()
-        tick = None if progress is None else _ticker(progress, spec.name, iterations)
-        sim = Simulator(
-            spec, wl, mspec, hw, cluster.num_gpus, iterations, random.Random(seed * 1000 + i), settings,
-            on_iteration=tick,
-        )  # fmt: skip
-        stats = sim.run()
-        results.append(_result(spec.name, stats, time.perf_counter() - t0))
-        # Free the run (its C-MLFQ tree is the largest live structure) before the next policy and the
-        # lower bound's pass over the workload, whose garbage collections would otherwise rescan it.
-        del sim, stats
-        log.info("%s: %.0f tok/s in %.1fs wall", spec.name, results[-1].tokens_per_s, results[-1].wall_s)
+    loaded = run.load()
+    cluster, wl, mspec, hw = loaded
+    check_cluster_size(specs, cluster.num_gpus)
+    if jobs > 1 and len(specs) > 1:
+        from libra_core.sim.jobs import run_in_processes
+
+        results = run_in_processes(run, specs, jobs, progress)
+    else:
+        # One at a time, each run freed (its C-MLFQ tree is the largest live structure) before the
+        # next and before the lower bound's pass, whose garbage collections would rescan it.
+        results = [run_policy(run, loaded, spec, i, progress) for i, spec in enumerate(specs)]
     lb_s, tokens, work_s, path_s = scenario_lower_bound(
         wl,
         iterations,

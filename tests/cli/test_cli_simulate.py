@@ -25,11 +25,21 @@ def test_simulate_tiny_writes_summary(tmp_path: Path) -> None:
     assert "greedy" in text and "+cmlfq" in text
 
 
+def test_simulate_jobs_print_the_same_table() -> None:
+    args = ("simulate", "--scenario", "tiny", "--hardware", "8xH100", "--iterations", "2")
+    args += ("--policies", "greedy,static-optimal,+cmlfq")
+    one, two = libra(*args), libra(*args, "--jobs", "2")
+    assert one.returncode == two.returncode == 0, two.stderr
+    assert one.stdout == two.stdout and "| +cmlfq |" in two.stdout
+
+
 def test_simulate_bad_names_exit_2() -> None:
     for args, needle in [
         (("--scenario", "nowhere", "--hardware", "8xH100"), "nowhere"),
         (("--scenario", "tiny", "--hardware", "8xB300"), "B300"),
         (("--scenario", "tiny", "--hardware", "8xH100", "--policies", "magic"), "magic"),
+        (("--scenario", "tiny", "--hardware", "8xH100", "--jobs", "0"), "--jobs must be >= 1, got 0"),
+        (("--scenario", "tiny", "--hardware", "1xH100", "--policies", "greedy"), "needs at least 2 GPUs"),
     ]:
         out = libra("simulate", *args, "--iterations", "1")
         assert out.returncode == 2, (args, out.stdout, out.stderr)

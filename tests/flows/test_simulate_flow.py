@@ -13,7 +13,10 @@ from libra_core.sim import simulate
 def test_simulate_flow_matches_the_library_and_writes_outputs(prefect_quiet, tmp_path: Path) -> None:
     from flows.simulate_flow import simulate_flow
 
-    out = Path(simulate_flow("tiny", "8xA800", 2, "greedy,+cmlfq", seed=3, out_dir=str(tmp_path / "sim")))
+    # Two jobs: the policies run in worker processes spawned from the task, with the same numbers.
+    out = Path(
+        simulate_flow("tiny", "8xA800", 2, "greedy,+cmlfq", seed=3, out_dir=str(tmp_path / "sim"), jobs=2)
+    )
     assert out == (tmp_path / "sim").resolve()
     summary = json.loads((out / "summary.json").read_text())
     direct = simulate("tiny", "8xA800", 2, ["greedy", "+cmlfq"], seed=3)

@@ -2,13 +2,15 @@
 
 .venv/bin/python benchmarks/sim_table.py [--iterations 30] [--scenarios r2e-gym search-r1 dapo-math]
     [--spec FIELD=VALUE ...] [--setting FIELD=VALUE ...] [--policies NAME ...] [--calibration]
-    [--seed N | --seeds N N ...] [--out DIR]
+    [--seed N | --seeds N N ...] [--jobs N] [--out DIR]
 
 `--spec` changes fields of the chosen scenarios' generator (`ScenarioSpec` in
 libra_core/sim/workloads.py) for this run only, e.g. `--spec mean_subtasks=2 difficulty_sigma=2`:
 a what-if on the workload shape. `--setting` changes the simulator's `SimSettings`
 (libra_core/sim/engine.py), e.g. `--setting spill_factor=1 move_reprefill=false`: a what-if on the
-router or the engine. `--policies` runs only the named policies (default: all of them).
+router or the engine. `--policies` runs only the named policies (default: all of them). `--jobs`
+simulates that many policies at once, each in its own process (the same numbers; each policy's
+wall time grows when jobs outnumber the cores).
 `--seeds` runs every seed and then prints, per scenario, each policy's tok/s by seed (with the
 smallest and largest) and the two verdicts by seed: how robust an ordering is to the workload's draw.
 """
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the scenarios' generator")
     ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
     ap.add_argument("--policies", nargs="*", default=None, help="policy names (default: all)")
+    ap.add_argument("--jobs", type=int, default=1, help="policies simulated at once, one process each")
     ap.add_argument(
         "--calibration",
         action="store_true",
@@ -70,6 +73,7 @@ def main() -> None:
                 out_dir=out,
                 settings=settings,
                 spec_overrides=overrides if sc in workloads.SCENARIOS else None,  # a trace has no generator
+                jobs=args.jobs,
             )
             reports.append(report)
             print()

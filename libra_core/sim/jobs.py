@@ -13,7 +13,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue as queue_mod
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -40,8 +40,8 @@ def _simulate_one(run: SimRun, spec: PolicySpec, index: int) -> PolicyResult:
 class _Relay:
     """Forwards ticks to the caller's callback, keeping each stage's count monotone."""
 
-    def __init__(self, progress: Progress, total: int) -> None:
-        self.progress, self.total = progress, total
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
         self.done: dict[str, int] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:
@@ -61,35 +61,38 @@ def run_in_processes(
     run: SimRun, specs: list[PolicySpec], jobs: int, progress: Progress | None
 ) -> list[PolicyResult]:
     """Each of `specs` simulated in one of `min(jobs, len(specs))` worker processes; results in the
-    order of `specs`. The first policy to fail raises here (policies not yet started are cancelled)."""
+    order of `specs`. The first policy to fail raises here; policies not yet started never start."""
     ctx = mp.get_context("spawn")
     ticks = ctx.Queue() if progress is not None else None
-    relay = None if progress is None else _Relay(progress, run.iterations)
+    relay = None if progress is None else _Relay(progress)
     workers = min(jobs, len(specs))
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker, initargs=(ticks,)) as pool:
-        futures: list[Future[PolicyResult]] = [
-            pool.submit(_simulate_one, run, spec, i) for i, spec in enumerate(specs)
-        ]
-        pending: set[Future[PolicyResult]] = set(futures)
-        while pending:
-            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker, initargs=(ticks,))
+    # At most `workers` policies are handed out at a time: the pool would queue one more ahead, which
+    # a worker would then run to the end after a Ctrl-C had already stopped its first one.
+    queued = list(enumerate(specs))
+    futures: dict[Future[PolicyResult], int] = {}
+    results: list[PolicyResult | None] = [None] * len(specs)
+    try:
+        while queued or futures:
+            while queued and len(futures) < workers:
+                i, spec = queued.pop(0)
+                futures[pool.submit(_simulate_one, run, spec, i)] = i
+            finished, _ = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
             if relay is not None:
                 relay.drain(ticks)
-            failed = next((f for f in finished if f.exception() is not None), None)
-            if failed is not None:
-                for f in pending:
-                    f.cancel()  # running ones finish before the pool closes
-                err = failed.exception()
-                if isinstance(err, BrokenProcessPool):
-                    raise BrokenProcessPool(
-                        f"{err} A simulation worker died: out of memory (each of the {workers} jobs holds"
-                        " one policy's run; try fewer), killed, or started from a script without the"
-                        " `if __name__ == '__main__':` guard that spawned processes need."
-                    ) from err
-                raise err  # type: ignore[misc]
-        results = [f.result() for f in futures]
+            for f in finished:
+                results[futures.pop(f)] = f.result()  # the first failure raises here
+    except BrokenProcessPool as err:
+        raise BrokenProcessPool(
+            f"{err} A simulation worker died: out of memory (each of the {workers} jobs holds one"
+            " policy's run; try fewer), killed, or started from a script without the"
+            " `if __name__ == '__main__':` guard that spawned processes need."
+        ) from err
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # after a failure, the running ones end first
     if relay is not None:
         relay.drain(ticks)
         for spec in specs:  # a tick still in the queue's pipe when its worker returned
             relay(spec.name, run.iterations, run.iterations)
-    return results
+    assert all(r is not None for r in results), "every policy has a result"
+    return [r for r in results if r is not None]

@@ -1,7 +1,12 @@
-"""`simulate`'s progress callback: each policy, then the lower bound, reports 0..iterations in order,
-and watching a run does not change it."""
+"""`simulate`'s progress callback and its `jobs`: each policy, then the lower bound, reports
+0..iterations in order; watching a run or splitting it over worker processes does not change it;
+failures in a worker reach the caller with a reason."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +55,20 @@ def test_a_failing_policy_in_a_worker_raises_in_the_caller() -> None:
     # qwen3-32b trains on no 4 of the 8 GPUs: static-uniform fails in its worker, not silently.
     with pytest.raises(ValueError, match="qwen3-32b does not train on 4"):
         simulate("tiny", "8xA800", 1, ["static-uniform", "colocated"], model="qwen3-32b", jobs=2)
+
+
+def test_a_script_without_the_main_guard_is_told_why_its_workers_died(tmp_path: Path) -> None:
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from libra_core.sim import simulate\n"
+        "simulate('tiny', '8xA800', 1, ['greedy', 'colocated'], jobs=2)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    assert out.returncode != 0
+    assert "BrokenProcessPool" in out.stderr and "if __name__ == '__main__':" in out.stderr

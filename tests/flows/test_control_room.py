@@ -169,6 +169,25 @@ def test_schedule_comes_from_stages_yaml(served: Served) -> None:
     assert served.get("/deployments/name/simulate/simulate")["name"] == "simulate"
 
 
+def test_simulate_deployment_runs_policies_side_by_side(served: Served) -> None:
+    """A simulate run started through the API, as the UI's "Run" button does: its two jobs spawn
+    worker processes from inside the served flow run, and its progress artifact ends at 100%."""
+    dep = served.get("/deployments/name/simulate/simulate")
+    out = served.out / "simulate-jobs"
+    params = {"scenario": "tiny", "hardware": "8xA800", "iterations": 2, "policies": "greedy,+cmlfq"}
+    params |= {"jobs": 2, "out_dir": str(out)}
+    run_id = str(served.post(f"/deployments/{dep['id']}/create_flow_run", {"parameters": params})["id"])
+    run = served.wait_state(run_id, {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}, 300)
+    assert run["state"]["type"] == "COMPLETED", (run["state"], served.log_tail())
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["policy"] for r in summary["results"]] == ["greedy", "+cmlfq"]
+    progress = served.post(
+        "/artifacts/filter",
+        {"artifacts": {"flow_run_id": {"any_": [run_id]}, "type": {"any_": ["progress"]}}},
+    )
+    assert [a["data"] for a in progress] == [100.0]
+
+
 def _browser() -> Any:
     from playwright.sync_api import sync_playwright
 

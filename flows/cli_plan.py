@@ -45,9 +45,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from libra_core.planner import format_plain, plan_cluster, render_rich
 
-    if args.staleness < 0 or (args.gpu_budget is not None and args.gpu_budget < 1) or args.top < 1:
-        Console(stderr=True).print("[bold red]error[/]: --staleness >= 0, --gpu-budget >= 1, --top >= 1")
-        return EXIT_INPUT_ERROR
+    for flag, value, least in (
+        ("--staleness", args.staleness, 0),
+        ("--gpu-budget", args.gpu_budget, 1),
+        ("--top", args.top, 1),
+    ):
+        if value is not None and value < least:
+            Console(stderr=True).print(f"[bold red]error[/]: {flag} must be >= {least}, got {value}")
+            return EXIT_INPUT_ERROR
     if not 0.0 <= args.mixed_margin < 1.0:
         Console(stderr=True).print(
             f"[bold red]error[/]: --mixed-margin must be in [0, 1), got {args.mixed_margin}"

@@ -30,11 +30,23 @@ def test_plan_top_shows_that_many_plans() -> None:
         assert 1 + len(report["runners_up"]) == top
 
 
-def test_plan_unknown_names_exit_2() -> None:
+def test_plan_unknown_names_and_bad_numbers_exit_2() -> None:
     for args, needle in [
         (("--hardware", "48xB200", "--model", "qwen3-14b", "--workload", "swe-longtail"), "A800"),
         (("--hardware", "8xH100", "--model", "gpt-9", "--workload", "swe-longtail"), "qwen3-14b"),
         (("--hardware", "8xH100", "--model", "qwen3-8b", "--workload", "nope"), "preset"),
+        (
+            ("--hardware", "8xH100", "--model", "qwen3-8b", "--workload", "math-short", "--top", "0"),
+            "--top must be >= 1, got 0",
+        ),
+        (
+            ("--hardware", "8xH100", "--model", "qwen3-8b", "--workload", "math-short", "--staleness", "-1"),
+            "--staleness must be >= 0, got -1",
+        ),
+        (
+            ("--hardware", "8xH100", "--model", "qwen3-8b", "--workload", "math-short", "--gpu-budget", "0"),
+            "--gpu-budget must be >= 1, got 0",
+        ),
     ]:
         out = libra("plan", *args)
         assert out.returncode == 2, out

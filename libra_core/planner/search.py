@@ -308,6 +308,15 @@ def _search_splits(
     return plans
 
 
+def mixed_gap(plans: list[Plan]) -> float | None:
+    """How much slower the best mixed-TP plan in `plans` is priced than the best one-degree plan
+    (`plan_rank`, before the mixed margin): 0.02 = 2% slower, -0.01 = 1% faster. None when `plans`
+    lacks either kind. Why a heterogeneous search kept one degree, as `libra simulate` reports it."""
+    mixed = [plan_rank(p) for p in plans if _buckets(p.rollout) > 1]
+    one = [plan_rank(p) for p in plans if _buckets(p.rollout) == 1]
+    return min(mixed) / min(one) - 1.0 if mixed and one and min(one) > 0 else None
+
+
 def _buckets(a: Assignment) -> int:
     """Router buckets the assignment deploys: runs of groups with one TP degree merge into one."""
     return 1 + sum(1 for x, y in zip(a.groups, a.groups[1:], strict=False) if x.tp != y.tp)

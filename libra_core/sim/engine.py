@@ -148,6 +148,7 @@ class Simulator:
         self.cur: IterationRecord | None = None
         self.deploy(deployment or self._first_deployment())
         self.trainer = Trainer(self.dep.train_gpus if self.dep else 1)
+        self.stats.mixed_gap = self.dep.mixed_gap if self.dep else None
 
     # -- deployment ------------------------------------------------------------------------------------
     def _first_deployment(self) -> Deployment:

@@ -33,12 +33,12 @@ iteration (`SimSettings.plan_for_spread`), so the heterogeneous ones may choose 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from libra_core.planner.assignment import homogeneous
 from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
-from libra_core.planner.search import Plan, SearchSettings, best_train, search_plans, segment_table
+from libra_core.planner.search import Plan, SearchSettings, best_train, mixed_gap, search_plans, segment_table
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.train_cost import TrainLayout, TrainShape
 from libra_core.planner.workload import Workload
@@ -122,6 +122,9 @@ class Deployment:
     bucket_bounds: tuple[int, ...]  # ascending upper bounds; len = buckets - 1 (>= 1, see OPEN_BOUND)
     rollout_gpus: int  # GPUs given to rollout (>= sum of instance TPs; the rest idle or hybrid)
     plan: Plan | None = None
+    # A heterogeneous search's best mixed-TP price over its best one-degree price, minus 1
+    # (`search.mixed_gap`); not part of what is deployed, so not compared.
+    mixed_gap: float | None = field(default=None, compare=False)
 
     @property
     def num_buckets(self) -> int:
@@ -162,8 +165,8 @@ def build_deployment(
     plans = search_plans(model, hw, num_gpus, workload, settings)
     if not plans:
         raise ValueError(f"the planner found no plan for {model.name} on {num_gpus}x{hw.name}")
-    plan = plans[0]
-    return deployment_from_plan(policy, plan, model, hw, settings)
+    dep = deployment_from_plan(policy, plans[0], model, hw, settings)
+    return replace(dep, mixed_gap=mixed_gap(plans)) if policy.hetero else dep
 
 
 def fixed_split(

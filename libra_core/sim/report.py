@@ -52,6 +52,9 @@ class PolicyResult:
     hybrid_rollouts: int = 0
     iteration_s: list[float] = field(default_factory=list)  # time between consecutive weight versions
     replans: list[dict[str, Any]] = field(default_factory=list)
+    # Heterogeneous policies: at iteration 0, the planner's best mixed-TP price over its best
+    # one-degree price, minus 1 (0.02: mixed priced 2% slower); None otherwise.
+    mixed_gap: float | None = None
 
 
 @dataclass
@@ -230,7 +233,15 @@ def _ablation_misses(report: SimReport) -> list[str]:
             continue
         if rb.tokens_per_s == ra.tokens_per_s:
             same = (ra.first_deployment, ra.last_deployment) == (rb.first_deployment, rb.last_deployment)
-            out.append(f"{b} ties {a}" + (" (the same deployments)" if same else ""))
+            why = ""
+            if same and rb.mixed_gap is not None:  # why the heterogeneous search kept one degree
+                gap = rb.mixed_gap
+                why = ": at iteration 0 its planner priced the best mixed-TP layout " + (
+                    f"{gap:.1%} slower than one degree"
+                    if gap >= 0
+                    else f"only {-gap:.1%} faster than one degree, inside the mixed-layout margin"
+                )
+            out.append(f"{b} ties {a}" + (f" (the same deployments{why})" if same else ""))
         else:
             out.append(f"{b} {rb.tokens_per_s / ra.tokens_per_s - 1:+.1%} against {a}")
     return out

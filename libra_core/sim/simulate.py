@@ -57,6 +57,7 @@ def _result(name: str, st: RunStats, wall_s: float) -> PolicyResult:
         hybrid_rollouts=st.hybrid_rollouts,
         iteration_s=iters,
         replans=st.replans,
+        mixed_gap=st.mixed_gap,
     )
 
 

@@ -38,6 +38,7 @@ class RunStats:
     events: int = 0
     lent_joins: int = 0
     hybrid_rollouts: int = 0
+    mixed_gap: float | None = None  # the first deployment's (`Deployment.mixed_gap`)
 
     @property
     def makespan_s(self) -> float:

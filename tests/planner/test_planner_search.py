@@ -13,7 +13,7 @@ import pytest
 
 from libra_core.planner import format_plain, iteration_time_s, plan_cluster, read_trace
 from libra_core.planner.presets import workload_preset
-from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.search import SearchSettings, evaluate_plan, mixed_gap, plan_rank, search_plans
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.traces.schema import TRACE_SCHEMA, write_trace
 from libra_core.traces.schema import read_trace as read_validated_trace
@@ -177,6 +177,11 @@ def test_mixed_margin_ranks_a_close_mixed_layout_behind_one_bucket(preset: str, 
     assert mixed.t_iter_s == pytest.approx(by_price[0].t_iter_s)  # the margin changes ranks, not prices
     assert (mixed.t_iter_s < 0.95 * one.t_iter_s) == mixed_first
     assert margin[0] is (mixed if mixed_first else one)
+    # What `libra simulate` reports when a heterogeneous policy keeps one degree: the price gap.
+    gap = mixed_gap(margin)
+    assert gap is not None and gap == pytest.approx(plan_rank(mixed) / plan_rank(one) - 1)
+    assert (gap < -0.05) == mixed_first and gap < 0  # mixed is priced faster on both presets
+    assert mixed_gap([one]) is None and mixed_gap([mixed]) is None
 
 
 def test_plan_report_notes_the_margin_only_when_it_reorders() -> None:

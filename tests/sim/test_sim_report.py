@@ -122,3 +122,33 @@ def test_run_throughput_is_every_iterations_tokens_over_the_last_update_end() ->
     ]
     assert st.makespan_s == 100.0
     assert st.tokens_per_s == 40.0  # (1,000 + 3,000) / 100 s, not the last iteration's 3,000 / 60 s
+
+
+def test_a_tie_on_the_same_deployments_says_how_the_planner_priced_the_mixed_layout() -> None:
+    report = _report({**PAPER_LIKE, "+hetero-tp": 510.5, "+cmlfq": 510.5})
+    report.result("+hetero-tp").mixed_gap = 0.073
+    report.result("+cmlfq").mixed_gap = -0.012
+    misses = next(line for line in format_verdicts(report) if "add nothing" in line)
+    assert (
+        "+hetero-tp ties +planning (the same deployments: at iteration 0 its planner priced the best"
+        " mixed-TP layout 7.3% slower than one degree)" in misses
+    )
+    assert (
+        "+cmlfq ties +hetero-tp (the same deployments: at iteration 0 its planner priced the best"
+        " mixed-TP layout only 1.2% faster than one degree, inside the mixed-layout margin)" in misses
+    )
+    report.result("+cmlfq").mixed_gap = None  # a policy that priced no mixed layout says nothing more
+    assert "+cmlfq ties +hetero-tp (the same deployments)" in "".join(format_verdicts(report))
+
+
+def test_a_heterogeneous_policy_carries_its_first_plans_mixed_gap() -> None:
+    from libra_core.sim import SimSettings, simulate
+
+    report = simulate("r2e-gym", "48xA800", 1, ["+planning", "+hetero-tp"])
+    planning, hetero = report.results
+    assert planning.mixed_gap is None  # a one-degree search prices no mixed layout
+    assert hetero.mixed_gap is not None
+    # It kept one degree (the same deployment as +planning) only if no mixed layout was priced
+    # more than the margin faster.
+    kept_one = hetero.first_deployment == planning.first_deployment
+    assert kept_one == (hetero.mixed_gap > -SimSettings().mixed_margin)

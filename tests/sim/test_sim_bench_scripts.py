@@ -152,3 +152,24 @@ def test_mixed_sweep_without_a_two_degree_layout_says_there_is_nothing_to_compar
     assert out.returncode == 0, out.stderr
     assert "1 simulations" in out.stdout and "rollout 1 (1xTP1) | one bucket" in out.stdout
     assert "no comparison" in out.stdout and "best " not in out.stdout
+
+
+def test_mixed_price_compares_the_plans_libra_simulate_explains_its_tie_by() -> None:
+    out = _run("sim_mixed_price.py", "--top", "2", "--iterations", "1")
+    assert out.returncode == 0, out.stderr
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in out.stdout.splitlines()
+        if line.startswith("| one degree") or line.startswith("| mixed")
+    ]
+    assert [r[0] for r in rows] == ["one degree", "mixed 1", "mixed 2"]
+    num = lambda cell: float(cell.replace(",", ""))  # noqa: E731
+    for r in rows:
+        assert num(r[5]) == pytest.approx(num(r[3]) / num(r[4]), abs=0.01)  # priced / simulated
+    assert ("xTP" in rows[0][1]) and all(r[1].count("xTP") == 2 for r in rows[1:])
+    # The best mixed plan against the best one-degree plan is the gap `libra simulate` prints, and
+    # the one-degree plan is the one +hetero-tp runs (one iteration, the same tok/s).
+    hetero = simulate("r2e-gym", "48xA800", 1, ["+hetero-tp"]).results[0]
+    assert num(rows[0][6]) == pytest.approx(hetero.tokens_per_s, abs=0.5)
+    gap = hetero.mixed_gap
+    assert gap is not None and num(rows[1][2]) / num(rows[0][2]) - 1 == pytest.approx(gap, abs=0.003)

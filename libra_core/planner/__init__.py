@@ -5,6 +5,7 @@ Entry points: `plan_cluster` (the `libra plan` CLI), `LibraPlanner` (the flow's 
 """
 
 from libra_core.planner.calibration import StageCorrection
+from libra_core.planner.iteration import iteration_time_s
 from libra_core.planner.presets import PRESETS, workload_preset
 from libra_core.planner.replan import ReplanDecision, ReplanPolicy
 from libra_core.planner.report import (
@@ -15,7 +16,7 @@ from libra_core.planner.report import (
     plan_to_dict,
     render_rich,
 )
-from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, iteration_time_s, search_plans
+from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, search_plans
 from libra_core.planner.service import LibraPlanner
 from libra_core.planner.specs import get_hardware, get_model, parse_cluster
 from libra_core.planner.workload import Workload, read_trace

@@ -8,17 +8,7 @@ For every candidate split (train GPUs N_t, rollout GPUs N_r = G - N_t):
 - training: the fastest memory-feasible layout on N_t GPUs (train_cost.enumerate_layouts), skipped
   without evaluating layouts when even the compute-only lower bound cannot beat the best plan.
 
-The objective is the steady-state iteration time for a staleness bound s (weights move to rollout
-after every update, taking T_sync = weight bytes / inter-node bandwidth):
-- s = 0 (on-policy): rollout k+1 needs the weights of update k, so nothing overlaps:
-  `T_iter = T_rollout + T_train + T_sync`;
-- s >= 1: rollout of step k+1 runs while step k trains; rollout pauses only to load weights:
-  `T_iter = max(T_rollout + T_sync, T_train)`. Larger s only absorbs variance between iterations,
-  which this deterministic model does not see, so s = 1 and s = 8 price the same. With
-  `SearchSettings.plan_for_spread` the objective is the expected iteration under one iteration's
-  spread instead, `E[max(T_rollout + T_sync, T_train)]`, and a heterogeneous layout's rollout
-  ends with the slowest of its buckets (spread.py).
-- a single device (local CPU run) is colocated: both sides share it, `T_rollout + T_train + T_sync`.
+The objective is the steady-state iteration time for a staleness bound s (iteration.py).
 Stage correction factors (calibration.StageCorrection) multiply T_rollout and T_train.
 `SearchSettings.promote` prices the routing that promotes requests as they grow (rollout_cost.py)
 and `one_range_per_degree` gives each TP degree one length range (assignment.py).
@@ -42,9 +32,10 @@ from libra_core.planner.assignment import (
     one_degree,
     solve,
 )
+from libra_core.planner.iteration import iteration_time_s, weight_sync_s
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.specs import HardwareSpec, ModelSpec
-from libra_core.planner.spread import Spread, balanced_groups_factor, estimate_spread, expected_max
+from libra_core.planner.spread import Spread, balanced_groups_factor, estimate_spread
 from libra_core.planner.train_cost import (
     TrainEstimate,
     TrainLayout,
@@ -56,31 +47,6 @@ from libra_core.planner.train_cost import (
 from libra_core.planner.workload import Workload
 
 log = logging.getLogger(__name__)
-
-
-def iteration_time_s(
-    t_rollout_s: float,
-    t_train_s: float,
-    t_sync_s: float,
-    staleness: int,
-    colocated: bool = False,
-    spread: Spread | None = None,
-) -> float:
-    """Steady-state seconds per iteration (module docstring gives the formulas)."""
-    if colocated or staleness == 0:
-        return t_rollout_s + t_train_s + t_sync_s
-    if spread is None:
-        return max(t_rollout_s + t_sync_s, t_train_s)
-    return expected_max(
-        t_rollout_s + t_sync_s, spread.rollout_cv * t_rollout_s, t_train_s, spread.train_cv * t_train_s
-    )
-
-
-def weight_sync_s(model: ModelSpec, hw: HardwareSpec, colocated: bool) -> float:
-    """Broadcasting the new bf16 weights to the rollout instances (pipelined over the NICs)."""
-    if colocated:
-        return model.weight_bytes / (hw.mem_bw_bytes_per_s * hw.mem_bw_eff)
-    return model.weight_bytes / (hw.inter_bw_bytes_per_s * hw.inter_allreduce_eff)
 
 
 # The mixed-layout margin the run's planner (planner.mixed_margin), the simulator and `libra plan`

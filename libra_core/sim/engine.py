@@ -41,8 +41,9 @@ import numpy as np
 from libra_core.config.models import SchedulerConfig
 from libra_core.planner.audit import AuditPolicy, MoveAudit
 from libra_core.planner.calibration import StageCorrection
+from libra_core.planner.iteration import weight_sync_s
 from libra_core.planner.replan import ReplanPolicy
-from libra_core.planner.search import Plan, SearchSettings, search_plans, weight_sync_s
+from libra_core.planner.search import Plan, SearchSettings, search_plans
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.workload import Turns, Workload, workload_from_turns
 from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, Scheduler, ToolReturn

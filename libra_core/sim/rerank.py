@@ -27,8 +27,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from libra_core.planner.assignment import Assignment, Group
+from libra_core.planner.iteration import iteration_time_s
 from libra_core.planner.rollout_cost import instance_tp_degrees
-from libra_core.planner.search import Plan, iteration_spread, iteration_time_s
+from libra_core.planner.search import Plan, iteration_spread
 from libra_core.planner.spread import Spread
 from libra_core.sim.policies import Deployment, deployment_from_plan
 from libra_core.sim.workloads import SimTrajectory

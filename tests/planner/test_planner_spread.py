@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from libra_core.planner.iteration import iteration_time_s
 from libra_core.planner.rollout_cost import RolloutCostModel
-from libra_core.planner.search import SearchSettings, evaluate_plan, iteration_time_s, search_plans
+from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.planner.spread import (
     Spread,

@@ -42,7 +42,8 @@ from libra_core.sim.engine import Simulator
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import OPEN_BOUND, Deployment, PolicySpec
 from libra_core.sim.settings import SimSettings
-from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, ScenarioWorkload, TraceWorkload, load_scenario
+from libra_core.sim.trace_replay import TraceWorkload
+from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, ScenarioWorkload, load_scenario
 
 ONE_DEGREE = PolicySpec("one-degree")  # least-load routing over one bucket, no replanning
 

@@ -5,7 +5,8 @@
 
 All logic lives in libra_core.sim (docs/simulator.md). `--setting` changes the simulator's
 `SimSettings` (e.g. `spill_factor=1`), `--spec` the scenario generator's `ScenarioSpec` (e.g.
-`prompts_per_iteration=128`): what-ifs. Exit 2 on an unknown scenario, hardware, policy or field,
+`prompts_per_iteration=128`) or, for a trace, its replay's `TraceSpec` (e.g. `latency_scale=10`):
+what-ifs. Exit 2 on an unknown scenario, hardware, policy or field,
 or a bad value, with the valid names in the message.
 """
 
@@ -48,7 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="extend",
         default=[],
         metavar="FIELD=VALUE",
-        help="change the scenario generator (ScenarioSpec), e.g. prompts_per_iteration=128",
+        help="change the scenario generator (ScenarioSpec), e.g. prompts_per_iteration=128; for a "
+        "trace, its replay (TraceSpec): tool_latency_s, latency_scale",
     )
 
 
@@ -82,7 +84,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from libra_core.sim import SimSettings, format_table, simulate
     from libra_core.sim.overrides import parse_overrides
     from libra_core.sim.report import format_verdicts
-    from libra_core.sim.workloads import ScenarioSpec
+    from libra_core.sim.workloads import is_trace, spec_class
 
     for flag, value in (("--iterations", args.iterations), ("--jobs", args.jobs)):
         if value < 1:
@@ -90,7 +92,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             return EXIT_INPUT_ERROR
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
-        spec = parse_overrides(args.spec, ScenarioSpec, "--spec")
+        flag = "--spec (for a trace replay)" if is_trace(args.scenario) else "--spec"
+        spec = parse_overrides(args.spec, spec_class(args.scenario), flag)
         with _progress_bars() as progress:
             report = simulate(
                 args.scenario,

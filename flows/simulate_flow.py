@@ -19,7 +19,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from libra_core.sim import SimReport, SimSettings, format_table, resolve_policies, simulate
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.report import format_verdicts
-from libra_core.sim.workloads import ScenarioSpec
+from libra_core.sim.workloads import spec_class
 from tasks.common import TASK_OPTIONS
 
 
@@ -84,8 +84,9 @@ def simulate_flow(
     """Simulate each policy on the same seeded workload; returns the output folder.
 
     `settings` / `spec`: what-if `FIELD=VALUE` changes to the simulator's `SimSettings` and to the
-    scenario generator's `ScenarioSpec`, as `libra simulate --setting/--spec` takes them; `jobs`:
-    policies simulated at once, each in its own process (the same numbers as one at a time)."""
+    scenario generator's `ScenarioSpec` (a trace's replay: `TraceSpec`), as `libra simulate
+    --setting/--spec` takes them; `jobs`: policies simulated at once, each in its own process (the
+    same numbers as one at a time)."""
     names = [p for p in policies.split(",") if p]
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -93,7 +94,7 @@ def simulate_flow(
     resolve_policies(names)
     knobs = parse_overrides(settings or [], SimSettings, "settings")
     SimSettings(**knobs)  # range checks
-    shape = parse_overrides(spec or [], ScenarioSpec, "spec")  # ranges: checked as the task loads it
+    shape = parse_overrides(spec or [], spec_class(scenario), "spec")  # ranges: checked as the task loads it
     report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape, jobs)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"

@@ -69,6 +69,7 @@ class SimReport:
     results: list[PolicyResult]
     lower_bound_work_s: float = 0.0  # GPU-seconds of work / GPUs
     lower_bound_path_s: float = 0.0  # sum of the slowest trajectory per rollout (+ last update)
+    workload: str = ""  # what was simulated, one line (`describe()` of the workload)
 
     def result(self, policy: str) -> PolicyResult:
         for r in self.results:
@@ -153,7 +154,7 @@ def tail_share(latencies_s: list[float]) -> float:
 
 
 def format_table(report: SimReport) -> str:
-    """Plain markdown table of every policy, the lower bound and the paper's figures."""
+    """Plain markdown table of every policy and the lower bound, then the workload and the paper's figures."""
     head = (
         f"{report.scenario} on {report.hardware} ({report.model}), {report.iterations} iterations, "
         f"seed {report.seed}"
@@ -175,7 +176,9 @@ def format_table(report: SimReport) -> str:
         f"max(work {report.lower_bound_work_s:,.0f} s, path {report.lower_bound_path_s:,.0f} s) |"
     )
     paper = PAPER.get(report.scenario, "")
-    return "\n".join([head, *rows, *([paper] if paper else [])])
+    # The workload's line follows the table, so a script still finds the table's header on line 2.
+    extra = [x for x in (f"workload: {report.workload}" if report.workload else "", paper) if x]
+    return "\n".join([head, *rows, *extra])
 
 
 # The paper's ordering, best first: Libra (every part on) > static-optimal > greedy > colocated.

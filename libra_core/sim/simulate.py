@@ -195,6 +195,7 @@ def simulate(
         results,
         work_s,
         path_s,
+        wl.describe(),
     )
     if out_dir is not None:
         report.write(Path(out_dir))

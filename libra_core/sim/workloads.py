@@ -31,11 +31,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from libra_core.scheduling.base import ToolStatus, Turn
+
+if TYPE_CHECKING:
+    from libra_core.sim.trace_replay import TraceWorkload
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +242,14 @@ class ScenarioWorkload:
         """0 at the first iteration, 1 at the last."""
         return iteration / max(1, self.iterations - 1)
 
+    def describe(self) -> str:
+        """One line for the report: the generator and its load."""
+        s = self.spec
+        return (
+            f"generated {s.name} ({s.description}): {s.prompts_per_iteration} prompts x {s.group_size} "
+            "trajectories per iteration"
+        )
+
     def trajectories(self, iteration: int) -> list[SimTrajectory]:
         s = self.spec
         rng = random.Random((self.seed + 1) * 7919 + iteration * 104_729)
@@ -335,40 +346,19 @@ def _below_2(bits: Callable[[int], int]) -> int:
     return r
 
 
-class TraceWorkload:
-    """Replay of a trace Parquet file (libra_core/traces/schema.py): iteration k of the simulation
-    replays the trace's k-th iteration (cycling). The trace has no latencies: each call costs
-    `tool_latency_s` (x3 for a timeout)."""
+def is_trace(scenario: str | Path) -> bool:
+    """Whether `scenario` names a trace file to replay rather than a built-in generator."""
+    return isinstance(scenario, Path) or str(scenario).endswith(".parquet")
 
-    def __init__(self, path: str | Path, model: str, tool_latency_s: float = 1.0) -> None:
-        from libra_core.traces.schema import read_trace
 
-        rows = read_trace(path)
-        self.name = Path(path).stem
-        self.model = model
-        by_iter: dict[int, list[SimTrajectory]] = {}
-        for r in rows:
-            lat = tuple(
-                0.0 if t.tool is None else tool_latency_s * (3.0 if t.status == "timeout" else 1.0)
-                for t in r.turns
-            )
-            traj = SimTrajectory(r.trajectory_id, r.prompt_id, r.iteration, r.prompt_tokens, r.turns, lat)
-            by_iter.setdefault(r.iteration, []).append(traj)
-        self._iters = [by_iter[k] for k in sorted(by_iter)]
+def spec_class(scenario: str | Path) -> type:
+    """The dataclass `--spec FIELD=VALUE` changes for `scenario`: `ScenarioSpec` for a generator,
+    `trace_replay.TraceSpec` for a trace."""
+    if is_trace(scenario):
+        from libra_core.sim.trace_replay import TraceSpec
 
-    def trajectories(self, iteration: int) -> list[SimTrajectory]:
-        src = self._iters[iteration % len(self._iters)]
-        return [
-            SimTrajectory(
-                f"{t.trajectory_id}@{iteration}",
-                t.prompt_id,
-                iteration,
-                t.prompt_tokens,
-                t.turns,
-                t.tool_latency_s,
-            )
-            for t in src
-        ]
+        return TraceSpec
+    return ScenarioSpec
 
 
 def load_scenario(
@@ -379,11 +369,17 @@ def load_scenario(
     spec_overrides: dict[str, Any] | None = None,
 ) -> ScenarioWorkload | TraceWorkload:
     """A scenario name (`SCENARIOS`) or a trace Parquet path; unknown names raise a ValueError.
-    `spec_overrides` changes fields of a generated scenario's `ScenarioSpec` (a what-if)."""
-    if isinstance(scenario, Path) or str(scenario).endswith(".parquet"):
-        if spec_overrides:
-            raise ValueError(f"generator fields {sorted(spec_overrides)} do not apply to a trace replay")
-        return TraceWorkload(scenario, model or "qwen3-8b")
+    `spec_overrides` changes fields of the scenario's `spec_class` (a what-if)."""
+    if is_trace(scenario):
+        from libra_core.sim.trace_replay import TraceSpec, TraceWorkload
+
+        valid = {f.name for f in fields(TraceSpec)}
+        bad = sorted(set(spec_overrides or {}) - valid)
+        if bad:
+            raise ValueError(
+                f"fields {bad} do not apply to a trace replay; a trace's --spec fields are {sorted(valid)}"
+            )
+        return TraceWorkload(scenario, model or "qwen3-8b", TraceSpec(**(spec_overrides or {})))
     if scenario not in SCENARIOS:
         raise ValueError(
             f"unknown scenario {scenario!r}; valid: {sorted(SCENARIOS)} or a trace .parquet path"

@@ -2,7 +2,8 @@
 
 Per lake row (libra_core/data/schema.py TRAJECTORY_SCHEMA): `prompt_tokens` is `len(prompt_ids)`;
 turn k's `gen_tokens` is the length of the k-th run of `loss_mask == 1` in `response_ids`; its tool
-return is the tool event with `turn == k` (tool, payload_tokens, status). A trajectory whose response
+return is the tool event with `turn == k` (tool, payload_tokens, status, and the call's measured
+`latency_s`, which the simulator replays). A trajectory whose response
 ends with a tool payload (it hit max_turns) gets a final turn with 0 generated tokens.
 Called by `libra trace export RUN_DIR -o trace.parquet`.
 """
@@ -37,7 +38,8 @@ def generation_runs(loss_mask: Sequence[int]) -> list[int]:
     return runs
 
 
-def _turns(row: dict[str, Any]) -> tuple[Turn, ...]:
+def _turns(row: dict[str, Any]) -> tuple[tuple[Turn, ...], tuple[float | None, ...]]:
+    """The row's turns and each turn's tool latency (None on the last turn)."""
     runs = generation_runs(row["loss_mask"])
     events = sorted(row["tool_events"], key=lambda e: e["turn"])
     if [e["turn"] for e in events] != list(range(len(events))) or len(runs) not in (
@@ -55,23 +57,26 @@ def _turns(row: dict[str, Any]) -> tuple[Turn, ...]:
     ]
     last_gen = runs[-1] if len(runs) == len(events) + 1 else 0
     turns.append(Turn(last_gen, None, 0, None))
-    return tuple(turns)
+    return tuple(turns), (*(float(e["latency_s"]) for e in events), None)
 
 
 def lake_to_trace(lake: pa.Table) -> pa.Table:
     """Trace table (TRACE_SCHEMA) from a trajectory-lake table, sorted by iteration then id."""
     columns = ["trajectory_id", "prompt_id", "iteration", "prompt_ids", "loss_mask", "tool_events"]
     rows = lake.select(columns).to_pylist()
-    trajectories = [
-        TraceTrajectory(
-            trajectory_id=row["trajectory_id"],
-            prompt_id=row["prompt_id"],
-            iteration=row["iteration"],
-            prompt_tokens=len(row["prompt_ids"]),
-            turns=_turns(row),
+    trajectories = []
+    for row in rows:
+        turns, latencies = _turns(row)
+        trajectories.append(
+            TraceTrajectory(
+                trajectory_id=row["trajectory_id"],
+                prompt_id=row["prompt_id"],
+                iteration=row["iteration"],
+                prompt_tokens=len(row["prompt_ids"]),
+                turns=turns,
+                tool_latency_s=latencies if len(turns) > 1 else None,
+            )
         )
-        for row in rows
-    ]
     trajectories.sort(key=lambda t: (t.iteration, t.trajectory_id))
     return trace_table(trajectories)
 

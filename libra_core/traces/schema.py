@@ -7,6 +7,9 @@ Invariants (checked by `validate_trace`):
 - `turns` is non-empty; a turn is one generation and the tool return it caused. Every turn but the
   last has a non-null `tool` and `status`; the last has both null (the trajectory ended there).
 - `status` is one of success | failure | timeout; token counts are >= 0; `prompt_tokens` >= 1.
+- `latency_s`, the wall time of the turn's tool call, is null on the last turn; on the others it is
+  a finite number >= 0, or null where the writer did not time the call (`libra trace synth`, traces
+  written before the field existed: `read_trace` reads those with every latency null).
 - `trajectory_id` is unique within a trace.
 A trajectory that ended right after a tool return (e.g. it hit max_turns) carries a last turn with
 `gen_tokens` 0, so that payload still counts.
@@ -14,6 +17,7 @@ A trajectory that ended right after a tool return (e.g. it hit max_turns) carrie
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -34,6 +38,7 @@ TURN = pa.struct(
         pa.field("tool", pa.string(), nullable=True),  # tool called at the end of the turn; null on the last
         pa.field("payload_tokens", pa.int32(), nullable=False),  # observation tokens appended; 0 on the last
         pa.field("status", pa.string(), nullable=True),  # success | failure | timeout; null on the last
+        pa.field("latency_s", pa.float64(), nullable=True),  # the tool call's wall time; null: not timed
     ]
 )
 
@@ -59,6 +64,16 @@ class TraceTrajectory:
     iteration: int
     prompt_tokens: int
     turns: tuple[Turn, ...]
+    # Wall seconds of each turn's tool call, as the run measured them (None: not timed; always None
+    # on the last turn); None for the whole trajectory when no call was timed.
+    tool_latency_s: tuple[float | None, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.tool_latency_s is not None:
+            assert len(self.tool_latency_s) == len(self.turns), (
+                f"trajectory {self.trajectory_id!r}: {len(self.tool_latency_s)} latencies for "
+                f"{len(self.turns)} turns"
+            )
 
     @property
     def size(self) -> int:
@@ -80,8 +95,9 @@ def trace_table(trajectories: Iterable[TraceTrajectory]) -> pa.Table:
                     "tool": u.tool,
                     "payload_tokens": u.payload_tokens,
                     "status": u.status,
+                    "latency_s": None if t.tool_latency_s is None else t.tool_latency_s[k],
                 }
-                for u in t.turns
+                for k, u in enumerate(t.turns)
             ],
         }
         for t in trajectories
@@ -100,7 +116,7 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         raise fail("has no turns")
     if row["prompt_tokens"] < 1:
         raise fail(f"prompt_tokens is {row['prompt_tokens']}, must be >= 1")
-    out = []
+    out, latencies = [], []
     for k, turn in enumerate(turns):
         last = k == len(turns) - 1
         if turn["gen_tokens"] < 0 or turn["payload_tokens"] < 0:
@@ -109,10 +125,19 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
             raise fail("the last turn must have null tool and status (the trajectory ended there)")
         if not last and (turn["tool"] is None or turn["status"] not in TOOL_STATUSES):
             raise fail(f"turn {k} needs a tool and a status in {TOOL_STATUSES}, got {turn['status']!r}")
+        latency = turn.get("latency_s")
+        if latency is not None and (last or not (math.isfinite(latency) and latency >= 0.0)):
+            raise fail(
+                "the last turn's latency_s must be null (it calls no tool)"
+                if last
+                else f"turn {k} has latency_s {latency}; a tool call's wall time is a finite number >= 0"
+            )
+        latencies.append(latency)
         status = cast("ToolStatus | None", turn["status"])
         out.append(Turn(turn["gen_tokens"], turn["tool"], turn["payload_tokens"], status))
+    timed = tuple(latencies) if any(x is not None for x in latencies) else None
     return TraceTrajectory(
-        row["trajectory_id"], row["prompt_id"], row["iteration"], row["prompt_tokens"], tuple(out)
+        row["trajectory_id"], row["prompt_id"], row["iteration"], row["prompt_tokens"], tuple(out), timed
     )
 
 
@@ -155,6 +180,7 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
             f"a trace has exactly {TRACE_SCHEMA.names} (`libra trace export` writes one)"
         )
     try:
+        # A trace written before `latency_s` existed casts with every latency null.
         table = table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as err:
         raise TraceSchemaError(f"{path}: a column has the wrong type for the trace schema: {err}") from err

@@ -30,6 +30,32 @@ def test_export_writes_the_lake_as_a_trace(tmp_path: Path) -> None:
         (2, "calculator", 2, "success"),
         (1, None, 0, None),
     ]
+    assert first.tool_latency_s == (0.001, None)  # the call's measured wall time
+
+
+def test_an_exported_trace_replays_in_the_simulator(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    slow = row(reward=1.0)
+    slow["tool_events"][0]["latency_s"] = 250.0  # one slow call: the replay must wait for it
+    write_lake(table_from_rows([slow]), run, 1)
+    trace = tmp_path / "t.parquet"
+    assert libra("trace", "export", str(run), "-o", str(trace)).returncode == 0
+    args = ("simulate", "--scenario", str(trace), "--hardware", "8xH100", "--iterations", "2")
+    out = libra(
+        *args, "--policies", "static-optimal", "--spec", "latency_scale=2", "--out", str(tmp_path / "s")
+    )
+    assert out.returncode == 0, out.stderr
+    assert (
+        "workload: trace replay of t: 1 trajectories in 1 recorded iterations; all 1 tool calls at "
+        in out.stdout
+    )
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    # Two iterations, each waiting 2 x 250 s on the call: the bound and the run both include it.
+    assert summary["lower_bound_path_s"] >= 2 * 500.0
+    assert summary["results"][0]["makespan_s"] >= summary["lower_bound_path_s"]
+    bad = libra(*args, "--spec", "group_size=4")
+    assert bad.returncode == 2
+    assert "--spec (for a trace replay) 'group_size=4'" in bad.stderr and "latency_scale" in bad.stderr
 
 
 def test_synth_then_eval_all_writes_json(tmp_path: Path) -> None:

@@ -87,3 +87,21 @@ def test_two_iteration_experiment(
     assert (run_dir / "checkpoints" / "iter_00002" / "policy" / "model.safetensors").is_file()
     saved = json.loads((run_dir / "checkpoints" / "iter_00002" / "state.json").read_text())
     assert saved["policy_version"] == version
+
+    # The run's trace replays in the simulator, each tool call at the wall time the run measured.
+    from libra_core.sim import simulate
+    from libra_core.traces.export import export_trace
+    from libra_core.traces.schema import read_trace
+
+    trace_path = export_trace(run_dir, tmp_path / "trace.parquet")
+    trace = read_trace(trace_path)
+    events = [e for r in lake.select(["tool_events"]).to_pylist() for e in r["tool_events"]]
+    recorded = [x for t in trace for x in (t.tool_latency_s or ()) if x is not None]
+    assert events and sorted(recorded) == sorted(e["latency_s"] for e in events)
+    assert all(x > 0 for x in recorded)  # the calculator really ran
+    report = simulate(trace_path, "8xH100", 2, ["static-optimal"])
+    assert f"all {len(events)} tool calls at their recorded latency" in report.workload
+    tools_s = {t.trajectory_id: sum(x or 0.0 for x in t.tool_latency_s or ()) for t in trace}
+    slowest_tools_s = [max(tools_s[t.trajectory_id] for t in trace if t.iteration == i) for i in (1, 2)]
+    assert report.lower_bound_path_s >= sum(slowest_tools_s)
+    assert report.results[0].makespan_s >= report.lower_bound_path_s

@@ -15,7 +15,8 @@ from libra_core.planner import format_plain, iteration_time_s, plan_cluster, rea
 from libra_core.planner.presets import workload_preset
 from libra_core.planner.search import SearchSettings, evaluate_plan, mixed_gap, plan_rank, search_plans
 from libra_core.planner.specs import get_hardware, get_model
-from libra_core.traces.schema import TRACE_SCHEMA, write_trace
+from libra_core.scheduling.base import Turn
+from libra_core.traces.schema import TRACE_SCHEMA, TraceTrajectory, trace_table, write_trace
 from libra_core.traces.schema import read_trace as read_validated_trace
 from libra_core.traces.synthetic import synthetic_trace
 
@@ -121,6 +122,18 @@ def test_a_trace_from_libra_trace_synth_plans(tmp_path: Path) -> None:
     calls = sum(1 for t in trajs for u in t.turns if u.tool)
     assert float(w.tool_calls.sum()) == calls and float(w.tool_latency_s.sum()) == pytest.approx(calls)
     assert plan_cluster("8xH100", "qwen3-4b", str(path)).best is not None
+
+
+def test_a_trace_prices_its_recorded_tool_latencies(tmp_path: Path) -> None:
+    # What `libra trace export` writes from a run: each call's measured wall time; one call untimed.
+    turns = (Turn(10, "calc", 4, "success"), Turn(6, "calc", 2, "failure"), Turn(3, None, 0, None))
+    rows = [
+        TraceTrajectory("a", "p", 0, 20, turns, (0.25, 4.0, None)),
+        TraceTrajectory("b", "p", 0, 20, turns, (0.5, None, None)),
+        TraceTrajectory("c", "p", 0, 20, turns),  # the trace did not time this one
+    ]
+    w = read_trace(write_trace(trace_table(rows), tmp_path / "timed.parquet"), tool_latency_s=2.0)
+    assert list(w.tool_latency_s) == [4.25, 0.5 + 2.0, 2 * 2.0]
 
 
 def test_a_trace_that_breaks_an_invariant_is_a_clear_error(tmp_path: Path) -> None:

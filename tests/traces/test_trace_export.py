@@ -17,7 +17,11 @@ from libra_core.traces.schema import TRACE_SCHEMA, TraceSchemaError, read_trace,
 
 
 def lake_row(
-    tid: str, mask: list[int], events: list[tuple[int, int, str]], finish: str = "answer"
+    tid: str,
+    mask: list[int],
+    events: list[tuple[int, int, str]],
+    finish: str = "answer",
+    latencies_s: list[float] | None = None,
 ) -> dict[str, Any]:
     n = len(mask)
     spans, start = [], None
@@ -47,7 +51,7 @@ def lake_row(
                 "call_tokens": 2,
                 "payload_tokens": p,
                 "status": s,
-                "latency_s": 0.0,
+                "latency_s": (latencies_s or [0.0] * len(events))[t],
             }
             for t, p, s in events
         ],
@@ -71,15 +75,22 @@ def test_generation_runs() -> None:
 def test_export_round_trip(tmp_path: Path) -> None:
     rows = [
         # 3 generated, 2 payload (success), 4 generated: two turns.
-        lake_row("b", [1, 1, 1, 0, 0, 1, 1, 1, 1], [(0, 2, "success")]),
+        lake_row("b", [1, 1, 1, 0, 0, 1, 1, 1, 1], [(0, 2, "success")], latencies_s=[0.25]),
         # ended on a tool return (max_turns): a final turn with 0 generated tokens is added.
-        lake_row("a", [1, 1, 0, 0, 0, 1, 0], [(0, 3, "failure"), (1, 1, "success")], finish="max_turns"),
+        lake_row(
+            "a",
+            [1, 1, 0, 0, 0, 1, 0],
+            [(0, 3, "failure"), (1, 1, "success")],
+            finish="max_turns",
+            latencies_s=[1.5, 0.0],
+        ),
+        lake_row("c", [1, 1], [], latencies_s=[]),  # answered at once: no call to time
     ]
     write_lake(table_from_rows(rows), tmp_path, 2)
     out = export_trace(tmp_path, tmp_path / "trace.parquet")
     trace = read_trace(out)
-    assert [t.trajectory_id for t in trace] == ["a", "b"]  # sorted by iteration, then id
-    a, b = trace
+    assert [t.trajectory_id for t in trace] == ["a", "b", "c"]  # sorted by iteration, then id
+    a, b, c = trace
     assert a.prompt_tokens == 4 and a.iteration == 2
     assert a.turns == (
         Turn(2, "calculator", 3, "failure"),
@@ -88,6 +99,26 @@ def test_export_round_trip(tmp_path: Path) -> None:
     )
     assert b.turns == (Turn(3, "calculator", 2, "success"), Turn(4, None, 0, None))
     assert b.size == 4 + 3 + 2 + 4
+    # each call's measured wall time rides along, none on the last turn
+    assert a.tool_latency_s == (1.5, 0.0, None)
+    assert b.tool_latency_s == (0.25, None)
+    assert c.tool_latency_s is None and c.turns == (Turn(2, None, 0, None),)
+
+
+def test_a_trace_written_before_latencies_reads_untimed(tmp_path: Path) -> None:
+    old_turn = pa.struct([f for f in TRACE_SCHEMA.field("turns").type.value_type if f.name != "latency_s"])
+    old_schema = pa.schema(
+        [*[f for f in TRACE_SCHEMA if f.name != "turns"], pa.field("turns", pa.list_(old_turn))]
+    )
+    turns = [
+        {"gen_tokens": 2, "tool": "calc", "payload_tokens": 1, "status": "timeout"},
+        {"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None},
+    ]
+    path = tmp_path / "old.parquet"
+    pq.write_table(pa.Table.from_pylist([trace_row(turns)], schema=old_schema), path)
+    (t,) = read_trace(path)
+    assert t.turns == (Turn(2, "calc", 1, "timeout"), Turn(1, None, 0, None))
+    assert t.tool_latency_s is None
 
 
 def test_misaligned_row_is_refused() -> None:
@@ -116,6 +147,30 @@ def trace_row(turns: list[dict[str, Any]]) -> dict[str, Any]:
             "turn 0 needs a tool and a status",
         ),
         ([], "has no turns"),
+        (
+            [
+                {"gen_tokens": 1, "tool": "x", "payload_tokens": 1, "status": "success", "latency_s": -0.5},
+                {"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None},
+            ],
+            "turn 0 has latency_s -0.5",
+        ),
+        (
+            [
+                {
+                    "gen_tokens": 1,
+                    "tool": "x",
+                    "payload_tokens": 1,
+                    "status": "success",
+                    "latency_s": float("nan"),
+                },
+                {"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None},
+            ],
+            "turn 0 has latency_s nan",
+        ),
+        (
+            [{"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None, "latency_s": 2.0}],
+            "last turn's latency_s must be null",
+        ),
     ],
 )
 def test_trace_invariants(turns: list[dict[str, Any]], message: str) -> None:

@@ -1,0 +1,101 @@
+"""Trace replay: the simulator's workload read from a trace Parquet file instead of a generator.
+
+A trace (libra_core/traces/schema.py) is what `libra trace export` writes from a real run's
+trajectory lake, or `libra trace synth` generates. Iteration k of a simulation replays the trace's
+k-th recorded iteration (cycling when the simulation runs longer than the trace), with the tokens
+of every turn as recorded. A tool call costs the wall time the run measured for it (the trace's
+`latency_s`, times `TraceSpec.latency_scale`); a call the trace did not time (a synthetic trace,
+or one exported before latencies were kept) costs `TraceSpec.tool_latency_s`, three times that if
+it timed out. `libra simulate --scenario PATH.parquet --spec FIELD=VALUE` changes `TraceSpec`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from libra_core.sim.workloads import SimTrajectory
+
+TIMEOUT_FACTOR = 3.0  # an untimed call that timed out waited this many times `tool_latency_s`
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """What-ifs for a trace replay (`--spec` when the scenario is a trace)."""
+
+    tool_latency_s: float = 1.0  # wall seconds of a tool call the trace did not time
+    latency_scale: float = 1.0  # multiplies every recorded latency (tools slower or faster than the run's)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"trace replay: {f.name} must be a finite number >= 0, got {value}")
+
+
+class TraceWorkload:
+    """Iteration -> trajectories replayed from a trace; the same trace gives the same iterations."""
+
+    def __init__(self, path: str | Path, model: str, spec: TraceSpec | None = None) -> None:
+        from libra_core.traces.schema import read_trace
+
+        self.spec = spec or TraceSpec()
+        rows = read_trace(path)
+        self.name = Path(path).stem
+        self.model = model
+        self.timed_calls = 0  # tool calls whose latency the trace recorded
+        self.untimed_calls = 0  # calls that cost `spec.tool_latency_s`
+        by_iter: dict[int, list[SimTrajectory]] = {}
+        for r in rows:
+            recorded = r.tool_latency_s or (None,) * len(r.turns)
+            lat = tuple(self._latency(t.tool, t.status, x) for t, x in zip(r.turns, recorded, strict=True))
+            traj = SimTrajectory(r.trajectory_id, r.prompt_id, r.iteration, r.prompt_tokens, r.turns, lat)
+            by_iter.setdefault(r.iteration, []).append(traj)
+        if not by_iter:
+            raise ValueError(f"trace {path} holds no trajectories; nothing to replay")
+        self.recorded_iterations = sorted(by_iter)
+        self._iters = [by_iter[k] for k in self.recorded_iterations]
+
+    def _latency(self, tool: str | None, status: str | None, recorded: float | None) -> float:
+        if tool is None:
+            return 0.0
+        if recorded is not None:
+            self.timed_calls += 1
+            return recorded * self.spec.latency_scale
+        self.untimed_calls += 1
+        return self.spec.tool_latency_s * (TIMEOUT_FACTOR if status == "timeout" else 1.0)
+
+    def describe(self) -> str:
+        """One line for the report: what is replayed and where its tool latencies come from."""
+        n = sum(len(ts) for ts in self._iters)
+        calls = self.timed_calls + self.untimed_calls
+        if self.untimed_calls == 0:
+            source = f"all {calls:,} tool calls at their recorded latency"
+        elif self.timed_calls == 0:
+            source = f"no tool call timed: each costs {self.spec.tool_latency_s:g} s (x3 on a timeout)"
+        else:
+            source = (
+                f"{self.timed_calls:,} of {calls:,} tool calls at their recorded latency, the rest "
+                f"{self.spec.tool_latency_s:g} s each"
+            )
+        scaled = self.spec.latency_scale != 1.0 and self.timed_calls > 0
+        scale = f" x{self.spec.latency_scale:g}" if scaled else ""
+        return (
+            f"trace replay of {self.name}: {n:,} trajectories in {len(self._iters)} recorded iterations; "
+            f"{source}{scale}"
+        )
+
+    def trajectories(self, iteration: int) -> list[SimTrajectory]:
+        src = self._iters[iteration % len(self._iters)]
+        return [
+            SimTrajectory(
+                f"{t.trajectory_id}@{iteration}",
+                t.prompt_id,
+                iteration,
+                t.prompt_tokens,
+                t.turns,
+                t.tool_latency_s,
+            )
+            for t in src
+        ]

@@ -1,0 +1,82 @@
+"""Trace replay: a trace's recorded tool latencies reach the simulated trajectories and the bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from libra_core.scheduling.base import Turn
+from libra_core.sim import SimReport, simulate
+from libra_core.sim.trace_replay import TraceSpec, TraceWorkload
+from libra_core.sim.workloads import ScenarioSpec, load_scenario, spec_class
+from libra_core.traces.schema import TraceTrajectory, trace_table, write_trace
+
+SLOW_CALL_S = 400.0  # one call far slower than anything else: it alone sets the path bound
+
+
+def trace_file(tmp_path: Path, iterations: int = 2) -> Path:
+    """Per iteration: a trajectory with one timed slow call, one with a timed fast call and an
+    untimed timeout, and one with no call."""
+    rows = []
+    for it in range(iterations):
+        rows += [
+            TraceTrajectory(
+                f"slow-{it}", "p0", it, 100, (Turn(50, "bash", 20, "success"), Turn(30, None, 0, None)),
+                (SLOW_CALL_S, None),
+            ),
+            TraceTrajectory(
+                f"mixed-{it}", "p1", it, 80,
+                (Turn(40, "bash", 10, "success"), Turn(20, "bash", 5, "timeout"), Turn(10, None, 0, None)),
+                (0.5, None, None),
+            ),
+            TraceTrajectory(f"plain-{it}", "p2", it, 60, (Turn(25, None, 0, None),)),
+        ]  # fmt: skip
+    return write_trace(trace_table(rows), tmp_path / "run.parquet")
+
+
+def test_recorded_latencies_replay_and_untimed_calls_fall_back(tmp_path: Path) -> None:
+    wl = TraceWorkload(trace_file(tmp_path), "qwen3-8b", TraceSpec(tool_latency_s=2.0, latency_scale=3.0))
+    slow, mixed, plain = wl.trajectories(1)
+    assert slow.tool_latency_s == (3 * SLOW_CALL_S, 0.0)  # recorded, scaled
+    assert mixed.tool_latency_s == (1.5, 3 * 2.0, 0.0)  # recorded 0.5 x3; an untimed timeout: 3x 2 s
+    assert plain.tool_latency_s == (0.0,)
+    assert (wl.timed_calls, wl.untimed_calls) == (4, 2)  # over both recorded iterations
+    assert slow.trajectory_id == "slow-1@1" and wl.trajectories(2)[0].trajectory_id == "slow-0@2"  # cycles
+    line = wl.describe()
+    assert "6 trajectories in 2 recorded iterations" in line
+    assert "4 of 6 tool calls at their recorded latency, the rest 2 s each x3" in line
+
+
+def test_latency_scale_moves_the_path_bound_by_the_slow_call(tmp_path: Path) -> None:
+    path, iters = trace_file(tmp_path), 3
+
+    def run(scale: float) -> SimReport:
+        return simulate(path, "8xH100", iters, ["static-optimal"], spec_overrides={"latency_scale": scale})
+
+    one, three = run(1.0), run(3.0)
+    # The slow call dominates every iteration's slowest trajectory, so tripling the recorded
+    # latencies adds exactly 2 x 400 s per iteration to the path bound.
+    assert three.lower_bound_path_s - one.lower_bound_path_s == pytest.approx(2 * SLOW_CALL_S * iters)
+    for report in (one, three):
+        (r,) = report.results
+        assert report.lower_bound_path_s <= r.makespan_s
+        assert report.workload.startswith("trace replay of run: 6 trajectories")
+    assert three.results[0].makespan_s > one.results[0].makespan_s + 2 * SLOW_CALL_S * iters * 0.99
+
+
+def test_trace_spec_fields_are_the_ones_a_trace_takes(tmp_path: Path) -> None:
+    path = trace_file(tmp_path)
+    assert spec_class(path) is TraceSpec and spec_class(str(path)) is TraceSpec
+    assert spec_class("r2e-gym") is ScenarioSpec
+    with pytest.raises(ValueError, match=r"\['group_size'\] do not apply to a trace replay.*latency_scale"):
+        load_scenario(path, 2, 0, spec_overrides={"group_size": 4})
+    with pytest.raises(ValueError, match="tool_latency_s must be a finite number >= 0, got -1"):
+        load_scenario(path, 2, 0, spec_overrides={"tool_latency_s": -1.0})
+
+
+def test_a_trace_without_latencies_says_so(tmp_path: Path) -> None:
+    rows = [TraceTrajectory("t", "p", 0, 10, (Turn(5, "calc", 2, "success"), Turn(3, None, 0, None)))]
+    wl = TraceWorkload(write_trace(trace_table(rows), tmp_path / "synth.parquet"), "qwen3-8b")
+    assert wl.trajectories(0)[0].tool_latency_s == (1.0, 0.0)
+    assert "no tool call timed: each costs 1 s" in wl.describe()

@@ -97,6 +97,9 @@ class SearchSettings:
     # one-bucket layout migrates nothing; within the planner's error the simpler plan is the safer
     # bet, as the replan hysteresis treats a move. 0: rank by price alone. Plan times are unchanged.
     mixed_margin: float = 0.0
+    # The weight sync overlaps the rollout (iteration.py): the simulator's pipeline. Off: the
+    # runtime's, whose engines pause to reload the weights (`T_rollout + T_sync` on that side).
+    sync_overlaps: bool = False
 
 
 @dataclass(frozen=True)
@@ -250,15 +253,17 @@ def _search_splits(
             continue
         bound = train_lower_bound_s(model, hw, n_train, shape) * f_t
         # E[max] grows with either mean (each spread is relative), so the bound still prunes.
-        lower = iteration_time_s(t_r, bound, t_sync, s.staleness, spread=spread) + TIE_BREAK * (t_r + bound)
+        lower = iteration_time_s(
+            t_r, bound, t_sync, s.staleness, spread=spread, sync_overlaps=s.sync_overlaps
+        ) + TIE_BREAK * (t_r + bound)
         if lower >= best_obj and len(candidates) >= s.top_k:
             continue
         est = best_train(model, hw, n_train, shape)
         if est is None:
             continue
-        obj = iteration_time_s(t_r, est.time_s * f_t, t_sync, s.staleness, spread=spread) + TIE_BREAK * (
-            t_r + est.time_s * f_t
-        )
+        obj = iteration_time_s(
+            t_r, est.time_s * f_t, t_sync, s.staleness, spread=spread, sync_overlaps=s.sync_overlaps
+        ) + TIE_BREAK * (t_r + est.time_s * f_t)
         candidates.append((obj, n_train, est, t_r))
         candidates.sort(key=lambda c: c[0])
         best_obj = candidates[min(len(candidates), s.top_k) - 1][0]
@@ -310,7 +315,7 @@ def _plan(
         t_t,
         t_r,
         t_sync,
-        iteration_time_s(t_r, t_t, t_sync, s.staleness, spread=spread),
+        iteration_time_s(t_r, t_t, t_sync, s.staleness, spread=spread, sync_overlaps=s.sync_overlaps),
         s.staleness,
         shape.tokens,
         False,
@@ -447,7 +452,7 @@ def evaluate_plan(
         else math.inf
     ) * f_r
     t_t = est.time_s * f_t if est.feasible else math.inf
-    t_iter = iteration_time_s(t_r, t_t, plan.t_sync_s, s.staleness, plan.colocated, spread)
+    t_iter = iteration_time_s(t_r, t_t, plan.t_sync_s, s.staleness, plan.colocated, spread, s.sync_overlaps)
     return Plan(
         plan.num_gpus,
         plan.train_gpus,

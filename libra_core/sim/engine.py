@@ -112,6 +112,7 @@ class Simulator:
             queue_wait=self.s.queue_wait,
             two_phase_path=self.s.two_phase_path,
             mixed_margin=self.s.mixed_margin,
+            sync_overlaps=self.s.sync_overlaps,
         )
         from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degrees
 

@@ -166,5 +166,7 @@ def resimulated(
     """`plan` with the rollout `dep` takes on `trajectories` in place of the priced one; its iteration
     time under `spread` (`sample_spread` of the same trajectories)."""
     t_r = simulated_rollout_s(sim, dep, trajectories)
-    t_iter = iteration_time_s(t_r, plan.t_train_s, plan.t_sync_s, plan.staleness, plan.colocated, spread)
+    t_iter = iteration_time_s(
+        t_r, plan.t_train_s, plan.t_sync_s, plan.staleness, plan.colocated, spread, sim.search.sync_overlaps
+    )
     return replace(plan, t_rollout_s=t_r, t_iter_s=t_iter)

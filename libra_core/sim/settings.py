@@ -68,6 +68,11 @@ class SimSettings:
     # hysteresis's 5%; 0: by price alone, with which Search-R1 at seed 2 ran a mixed layout priced
     # 1% faster for 50 iterations at 5% slower (docs/simulator-notebook.md, thirteenth session).
     mixed_margin: float = DEFAULT_MIXED_MARGIN
+    # The planner prices the weight sync as this simulator runs it, overlapping the rollout
+    # (SearchSettings.sync_overlaps; planner/iteration.py). False: as the runtime's pause, the
+    # default before 2026-12-05, which on a replayed CPU run's one-second iterations hid the
+    # training time behind the sync (docs/simulator-notebook.md, twentieth session).
+    sync_overlaps: bool = True
     # The serving engine's CPU time per decode step, fixed and per sequence in the batch
     # (HardwareSpec.serving_*_overhead_us; 0 there): a what-if for a serving stack whose step is
     # not GPU-bound. The simulated instances and every planner call see the same costs.

@@ -26,6 +26,11 @@ def test_iteration_time_formulas() -> None:
     assert iteration_time_s(10, 4, 1, staleness=1) == 11
     assert iteration_time_s(3, 8, 1, staleness=2) == 8
     assert iteration_time_s(3, 8, 1, staleness=2, colocated=True) == 12
+    # The sync overlapping the rollout (the simulator's pipeline) shows only in the s + 1 cycle.
+    assert iteration_time_s(10, 4, 1, staleness=1, sync_overlaps=True) == 10
+    assert iteration_time_s(3, 3, 2, staleness=1, sync_overlaps=True) == 4  # (3 + 3 + 2) / 2
+    assert iteration_time_s(3, 3, 2, staleness=2, sync_overlaps=True) == 3
+    assert iteration_time_s(3, 8, 1, staleness=0, sync_overlaps=True) == 12  # on-policy: serial
 
 
 @pytest.mark.parametrize("cluster,model", [("48xA800", "qwen3-14b"), ("16xH100", "qwen3-30b-a3b")])

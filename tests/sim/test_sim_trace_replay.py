@@ -1,16 +1,20 @@
-"""Trace replay: a trace's recorded tool latencies reach the simulated trajectories and the bound."""
+"""Trace replay: a trace's recorded tool latencies reach the simulated trajectories and the bound;
+the planner prices the period the simulator runs when iterations are as short as a CPU run's."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from libra_core.scheduling.base import Turn
 from libra_core.sim import SimReport, simulate
+from libra_core.sim.settings import SimSettings
 from libra_core.sim.trace_replay import TraceSpec, TraceWorkload
 from libra_core.sim.workloads import ScenarioSpec, load_scenario, spec_class
 from libra_core.traces.schema import TraceTrajectory, trace_table, write_trace
+from tests.sim.builders import build_sim
 
 SLOW_CALL_S = 400.0  # one call far slower than anything else: it alone sets the path bound
 
@@ -80,3 +84,31 @@ def test_a_trace_without_latencies_says_so(tmp_path: Path) -> None:
     wl = TraceWorkload(write_trace(trace_table(rows), tmp_path / "synth.parquet"), "qwen3-8b")
     assert wl.trajectories(0)[0].tool_latency_s == (1.0, 0.0)
     assert "no tool call timed: each costs 1 s" in wl.describe()
+
+
+def test_the_planner_prices_the_period_the_simulator_runs(tmp_path: Path) -> None:
+    # Iterations of under a second (a CPU run's trace replayed on GPUs), where the 8B model's
+    # weight sync (~0.44 s on H100) is as long as a stage: priced as overlapping the rollout, as
+    # the simulator runs it, the plan's period is the simulated one; priced as the runtime's pause
+    # (sync_overlaps=False) it is too long by most of a sync.
+    rng = random.Random(0)
+    rows = [
+        TraceTrajectory(
+            f"t{it}-{k}", f"p{k // 8}", it, 30,
+            (Turn(rng.randint(20, 60), "calc", 3, "success"), Turn(10, None, 0, None)), (0.001, None),
+        )
+        for it in range(2)
+        for k in range(128)
+    ]  # fmt: skip
+    path = write_trace(trace_table(rows), tmp_path / "short.parquet")
+    errors = {}
+    for overlaps in (True, False):
+        sim = build_sim(
+            str(path), "static-optimal", 12, settings=SimSettings(sync_overlaps=overlaps), gpus="8xH100"
+        )
+        ends = [r.train_end_s for r in sim.run().records]
+        period_s = (ends[-1] - ends[1]) / (len(ends) - 2)  # steady state, past the pipeline's fill
+        assert sim.dep is not None and sim.dep.plan is not None
+        errors[overlaps] = sim.dep.plan.t_iter_s / period_s - 1.0
+    assert abs(errors[True]) < 0.05, errors
+    assert errors[False] > 0.25, errors

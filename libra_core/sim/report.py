@@ -237,7 +237,14 @@ def _ablation_misses(report: SimReport) -> list[str]:
         if rb.tokens_per_s == ra.tokens_per_s:
             same = (ra.first_deployment, ra.last_deployment) == (rb.first_deployment, rb.last_deployment)
             why = ""
-            if same and rb.mixed_gap is not None:  # why the heterogeneous search kept one degree
+            if same and b == "+elastic":  # the pool is the step: say whether it ever lent a GPU
+                why = (
+                    ": the elastic pool moved no GPU between training and rollout"
+                    if rb.lent_joins == rb.hybrid_rollouts == 0
+                    else f": its {rb.lent_joins} loans to training and {rb.hybrid_rollouts} hybrid "
+                    "rollouts gained nothing"
+                )
+            elif same and rb.mixed_gap is not None:  # why the heterogeneous search kept one degree
                 gap = rb.mixed_gap
                 why = ": at iteration 0 its planner priced the best mixed-TP layout " + (
                     f"{gap:.1%} slower than one degree"

@@ -141,6 +141,17 @@ def test_a_tie_on_the_same_deployments_says_how_the_planner_priced_the_mixed_lay
     assert "+cmlfq ties +hetero-tp (the same deployments)" in "".join(format_verdicts(report))
 
 
+def test_an_elastic_tie_says_whether_the_pool_lent_not_the_mixed_gap() -> None:
+    report = _report({**PAPER_LIKE, "+elastic": PAPER_LIKE["+cmlfq"]})
+    report.result("+elastic").mixed_gap = 0.2  # the heterogeneous search's figure: not the pool's cause
+    misses = next(line for line in format_verdicts(report) if "add nothing" in line)
+    assert "+elastic ties +cmlfq (the same deployments: the elastic pool moved no GPU between training and rollout)" in misses
+    assert "mixed-TP" not in misses
+    report.result("+elastic").lent_joins = 3
+    misses = next(line for line in format_verdicts(report) if "add nothing" in line)
+    assert "its 3 loans to training and 0 hybrid rollouts gained nothing" in misses
+
+
 def test_a_heterogeneous_policy_carries_its_first_plans_mixed_gap() -> None:
     from libra_core.sim import SimSettings, simulate
 

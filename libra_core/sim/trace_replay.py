@@ -4,8 +4,8 @@ A trace (libra_core/traces/schema.py) is what `libra trace export` writes from a
 trajectory lake, or `libra trace synth` generates. Iteration k of a simulation replays the trace's
 k-th recorded iteration (cycling when the simulation runs longer than the trace), with the tokens
 of every turn as recorded. A tool call costs the wall time the run measured for it (the trace's
-`latency_s`, times `TraceSpec.latency_scale`); a call the trace did not time (a synthetic trace,
-or one exported before latencies were kept) costs `TraceSpec.tool_latency_s`, three times that if
+`latency_s`, times `TraceSpec.latency_scale`; `libra trace synth` draws them); a call the trace
+did not time (one exported before latencies were kept) costs `TraceSpec.tool_latency_s`, three times that if
 it timed out. `libra simulate --scenario PATH.parquet --spec FIELD=VALUE` changes `TraceSpec`.
 """
 

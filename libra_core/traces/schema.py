@@ -8,8 +8,9 @@ Invariants (checked by `validate_trace`):
   last has a non-null `tool` and `status`; the last has both null (the trajectory ended there).
 - `status` is one of success | failure | timeout; token counts are >= 0; `prompt_tokens` >= 1.
 - `latency_s`, the wall time of the turn's tool call, is null on the last turn; on the others it is
-  a finite number >= 0, or null where the writer did not time the call (`libra trace synth`, traces
-  written before the field existed: `read_trace` reads those with every latency null).
+  a finite number >= 0 (measured by the run, or drawn by `libra trace synth`), or null where the
+  writer did not time the call (traces written before the field existed: `read_trace` reads those
+  with every latency null).
 - `trajectory_id` is unique within a trace.
 A trajectory that ended right after a tool return (e.g. it hit max_turns) carries a last turn with
 `gen_tokens` 0, so that payload still counts.

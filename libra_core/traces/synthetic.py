@@ -27,6 +27,14 @@ Generative story (all draws from the `random.Random` passed in, so a seed pins t
   `drift_factor = 1 + drift * progress` (the policy gets more verbose) and `improvement = 1.5 * drift
   * progress` lowers the failure rate (the policy gets better at using tools).
 
+Latencies: every tool call gets a wall time, drawn from a stream of its own (seeded from the
+state of the generator passed in, before its first draw), so the tokens and statuses are the
+draws they were before traces carried latencies. A call takes `LogNormal(log(TOOL_LATENCY_S[tool]),
+LATENCY_SIGMA)` seconds, twice that when it returned a large payload (>= 1,000 tokens), and
+`TIMEOUT_S` when it timed out. The medians are illustrative (a search API, a python sandbox, a
+shell running tests), not fitted; the schedulers and the evaluator read only tokens and statuses,
+the simulator's replay and `libra plan` the latencies.
+
 Presets (`PRESETS`): `causal` (informative tool returns, prompts repeat), `noisy` (half of the
 tool returns uninformative, more spread within a prompt) and `fresh` (no prompt ever repeats, some
 noise; the situation of the real arithmetic lake, where prompt-level evidence does not exist).
@@ -44,6 +52,10 @@ from libra_core.scheduling.base import ToolStatus, Turn
 from libra_core.traces.schema import TraceTrajectory, trace_table
 
 TOOLS = ("search", "python", "shell")
+TOOL_LATENCY_S = {"search": 0.5, "python": 2.0, "shell": 5.0}  # median wall time of a call
+LATENCY_SIGMA = 0.6
+TIMEOUT_S = 30.0  # a call that timed out waited this long
+LARGE_PAYLOAD_TOKENS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +141,24 @@ def _trajectory(
     return tuple(turns)
 
 
+def _latencies(rng: random.Random, turns: tuple[Turn, ...]) -> tuple[float | None, ...]:
+    """Each turn's tool-call wall time (None on the last turn), from the latency stream."""
+    out: list[float | None] = []
+    for t in turns:
+        if t.tool is None:
+            out.append(None)
+        elif t.status == "timeout":
+            out.append(TIMEOUT_S)
+        else:
+            x = rng.lognormvariate(math.log(TOOL_LATENCY_S.get(t.tool, 1.0)), LATENCY_SIGMA)
+            out.append(round(x * (2.0 if t.payload_tokens >= LARGE_PAYLOAD_TOKENS else 1.0), 6))
+    return tuple(out)
+
+
 def synthetic_trajectories(rng: random.Random, cfg: SyntheticTraceConfig) -> list[TraceTrajectory]:
     """Generate a trace as TraceTrajectory rows (see the module docstring for the model)."""
+    # Its own stream, from the state before the first draw: the token draws stay what they were.
+    lat_rng = random.Random(str(rng.getstate()[1]))
     pool = [_new_prompt(rng, cfg, i) for i in range(cfg.prompt_pool)]
     fresh = cfg.prompt_pool
     out: list[TraceTrajectory] = []
@@ -143,13 +171,15 @@ def synthetic_trajectories(rng: random.Random, cfg: SyntheticTraceConfig) -> lis
             fresh += cfg.prompts_per_iteration
         for g, prompt in enumerate(chosen):
             for s in range(cfg.group_size):
+                turns = _trajectory(rng, cfg, prompt, progress)
                 out.append(
                     TraceTrajectory(
                         trajectory_id=f"it{iteration:05d}-g{g:04d}-s{s:02d}",
                         prompt_id=prompt.prompt_id,
                         iteration=iteration,
                         prompt_tokens=prompt.prompt_tokens,
-                        turns=_trajectory(rng, cfg, prompt, progress),
+                        turns=turns,
+                        tool_latency_s=_latencies(lat_rng, turns) if len(turns) > 1 else None,
                     )
                 )
     return out

@@ -7,7 +7,13 @@ import statistics
 from dataclasses import replace
 
 from libra_core.traces.schema import validate_trace
-from libra_core.traces.synthetic import PRESETS, SyntheticTraceConfig, synthetic_trace, synthetic_trajectories
+from libra_core.traces.synthetic import (
+    PRESETS,
+    TIMEOUT_S,
+    SyntheticTraceConfig,
+    synthetic_trace,
+    synthetic_trajectories,
+)
 
 SMALL = SyntheticTraceConfig(num_iterations=10, prompts_per_iteration=16, group_size=8, prompt_pool=40)
 
@@ -63,3 +69,35 @@ def test_fresh_preset_never_repeats_a_prompt() -> None:
     trajs = synthetic_trajectories(random.Random(0), cfg)
     per_prompt = {t.prompt_id: t.iteration for t in trajs}
     assert len(per_prompt) == 15
+
+
+def test_every_call_gets_a_latency_by_its_tool_and_status() -> None:
+    trajs = synthetic_trajectories(random.Random(0), SMALL)
+    calls = [(u, x) for t in trajs for u, x in zip(t.turns, t.tool_latency_s or (None,), strict=False)]
+    assert all(x is None for t in trajs for x in (t.tool_latency_s or (None,))[-1:])  # none on the answer
+    timed = [(u, x) for u, x in calls if u.tool is not None]
+    assert timed and all(x is not None and x > 0 for _, x in timed)
+    assert all(x == TIMEOUT_S for u, x in timed if u.status == "timeout")
+
+    def median_s(tool: str) -> float:
+        return statistics.median(
+            x for u, x in timed if u.tool == tool and u.status != "timeout" and u.payload_tokens < 1000
+        )
+
+    # medians near the tool's (0.5, 2, 5 s), in that order
+    assert median_s("search") < median_s("python") < median_s("shell")
+    assert 0.35 < median_s("search") < 0.7 and 3.5 < median_s("shell") < 7.0
+
+
+def test_latencies_leave_the_token_draws_as_they_were() -> None:
+    # The latency stream is separate: the same seed gives the same turns as a trace without them.
+    a = synthetic_trajectories(random.Random(4), SMALL)
+    b = synthetic_trajectories(random.Random(4), SMALL)
+    assert [t.tool_latency_s for t in a] == [t.tool_latency_s for t in b]
+    # The generator before latencies (at 8c7ec1d) drew, for seed 4: these tokens, turns and timeouts.
+    assert sum(t.size for t in a) == 13_255_204
+    assert (sum(len(t.turns) for t in a), sum(u.status == "timeout" for t in a for u in t.turns)) == (
+        13_573,
+        822,
+    )
+    assert validate_trace(synthetic_trace(random.Random(4), SMALL))[0].tool_latency_s == a[0].tool_latency_s

@@ -70,3 +70,30 @@ def test_simulate_flow_what_ifs_match_the_library(prefect_quiet, tmp_path: Path)
     assert summary["results"][0]["makespan_s"] == direct.results[0].makespan_s != plain.results[0].makespan_s
     with pytest.raises(ValueError, match="spill_factor must be > 0"):
         simulate_flow("tiny", "8xA800", 2, "greedy", settings=["spill_factor=-1"])
+
+
+def test_simulate_flow_replays_a_trace_with_its_what_ifs(prefect_quiet, tmp_path: Path) -> None:
+    # A trace path as the scenario (what a user types in the UI): `spec` is the replay's TraceSpec.
+    import random
+
+    from flows.simulate_flow import simulate_flow
+    from libra_core.traces.schema import write_trace
+    from libra_core.traces.synthetic import SyntheticTraceConfig, synthetic_trace
+
+    cfg = SyntheticTraceConfig(num_iterations=2, prompts_per_iteration=4, group_size=4, prompt_pool=8)
+    trace = write_trace(synthetic_trace(random.Random(0), cfg), tmp_path / "synth.parquet")
+    out = Path(
+        simulate_flow(
+            str(trace), "8xA800", 2, "greedy", out_dir=str(tmp_path / "sim"), spec=["latency_scale=2"]
+        )
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    direct = simulate(trace, "8xA800", 2, ["greedy"], spec_overrides={"latency_scale": 2.0})
+    plain = simulate(trace, "8xA800", 2, ["greedy"])
+    assert summary["results"][0]["makespan_s"] == direct.results[0].makespan_s > plain.results[0].makespan_s
+    assert (
+        summary["workload"].startswith("trace replay of synth: 32 trajectories")
+        and "x2" in summary["workload"]
+    )
+    with pytest.raises(ValueError, match="spec 'group_size=4'.*latency_scale"):
+        simulate_flow(str(trace), "8xA800", 2, "greedy", spec=["group_size=4"])

@@ -67,7 +67,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
             path = write_trace(synthetic_trace(random.Random(args.seed), args.preset), args.output)
     except (FileNotFoundError, TraceSchemaError, ValueError) as err:
         return _fail(str(err))
-    print(f"wrote {len(read_trace(path))} trajectories to {path}")
+    trace = read_trace(path)
+    calls = sum(1 for t in trace for u in t.turns if u.tool is not None)
+    timed = sum(1 for t in trace for x in t.tool_latency_s or () if x is not None)
+    print(f"wrote {len(trace)} trajectories to {path} ({calls} tool calls, {timed} with their latency)")
     return 0
 
 

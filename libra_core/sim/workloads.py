@@ -1,4 +1,5 @@
-"""Simulated workloads: agentic trajectories per iteration, generated or replayed from a trace.
+"""Simulated workloads: agentic trajectories per iteration, generated here or replayed from a trace
+(`trace_replay.py`; `load_scenario` picks either by name).
 
 Generators are shaped like three public agentic RL recipes (figures are illustrative shapes, not fits):
 - `search-r1`: multi-hop retrieval, 1-8 turns, long retrieved passages, fast tools (Qwen2.5-7B);

@@ -255,10 +255,15 @@ def _counts_over(table: SegmentTable, ti: int, targets: np.ndarray) -> np.ndarra
     # best is non-increasing in n; n misses target l iff targets[l] < best[n], i.e. l < idx[n].
     idx = np.searchsorted(targets, best, side="left").reshape(nn, -1)  # (N, (K+1)^2)
     width = len(targets) + 1
-    flat = (np.arange(k1 * k1)[None, :] * width + idx).ravel()
-    hist = np.bincount(flat, minlength=k1 * k1 * width).reshape(k1 * k1, width)
-    missed = nn - np.cumsum(hist, axis=1)[:, :-1]  # #{n: idx[n] > l}
-    return missed.reshape(k1, k1, len(targets))
+    # Counts fit in int16 (N is at most a cluster's GPUs): one (K+1)^2 x L array, filled and summed
+    # in place. An int64 histogram and its cumulative sums touched 12x the memory, and fresh pages
+    # cost more than the arithmetic (0.1 s a call on the 2-core machine; a planner search makes 4-8).
+    assert nn < np.iinfo(np.int16).max, f"{nn} instance counts do not fit the int16 counts"
+    hist = np.zeros((k1 * k1, width), dtype=np.int16)
+    np.add.at(hist, (np.broadcast_to(np.arange(k1 * k1), idx.shape), idx), 1)
+    np.cumsum(hist, axis=1, out=hist)
+    np.subtract(nn, hist, out=hist)  # #{n: idx[n] > l}
+    return hist[:, :-1].reshape(k1, k1, len(targets))
 
 
 def frontier(

@@ -225,3 +225,17 @@ def test_homogeneous_dp_prices_the_tail_at_its_own_batch() -> None:
     assert got is not None and got.makespan_s == pytest.approx(6.0, rel=1e-6)
     (g,) = got.groups
     assert (g.tp, g.instances, g.start_bin, g.end_bin) == (1, 2, 0, 2)
+
+
+def test_counts_over_counts_the_instance_counts_that_miss_each_target() -> None:
+    from libra_core.planner.assignment import _counts_over
+
+    rng = np.random.default_rng(11)
+    table = random_table(rng, 5, (1, 2, 4), counts=6)
+    targets = np.sort(rng.uniform(0.5, 60, 30))
+    for ti in range(len(table.tps)):
+        best = np.minimum.accumulate(np.nan_to_num(table.group_times_s(ti), nan=np.inf), axis=0)
+        naive = (best[:, :, :, None] > targets[None, None, None, :]).sum(axis=0)  # n with best[n] > t
+        got = _counts_over(table, ti, targets)
+        assert got.shape == naive.shape and np.array_equal(got, naive)
+        assert got.max() == table.max_instances  # some range misses the smallest target at every n

@@ -69,7 +69,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         return _fail(str(err))
     trace = read_trace(path)
     calls = sum(1 for t in trace for u in t.turns if u.tool is not None)
-    timed = sum(1 for t in trace for x in t.tool_latency_s or () if x is not None)
+    timed = sum(1 for t in trace for x in t.turn_latencies_s() if x is not None)
     print(f"wrote {len(trace)} trajectories to {path} ({calls} tool calls, {timed} with their latency)")
     return 0
 

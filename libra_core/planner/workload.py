@@ -188,9 +188,10 @@ def read_trace(
 
 def _tool_time_s(t: TraceTrajectory, untimed_s: float) -> float:
     """Summed tool time of one trace trajectory: recorded latencies, `untimed_s` per untimed call."""
-    recorded = t.tool_latency_s or (None,) * len(t.turns)
     return sum(
-        (untimed_s if x is None else x) for u, x in zip(t.turns, recorded, strict=True) if u.tool is not None
+        (untimed_s if x is None else x)
+        for u, x in zip(t.turns, t.turn_latencies_s(), strict=True)
+        if u.tool is not None
     )
 
 

@@ -3,10 +3,11 @@
 A trace (libra_core/traces/schema.py) is what `libra trace export` writes from a real run's
 trajectory lake, or `libra trace synth` generates. Iteration k of a simulation replays the trace's
 k-th recorded iteration (cycling when the simulation runs longer than the trace), with the tokens
-of every turn as recorded. A tool call costs the wall time the run measured for it (the trace's
-`latency_s`, times `TraceSpec.latency_scale`; `libra trace synth` draws them); a call the trace
-did not time (one exported before latencies were kept) costs `TraceSpec.tool_latency_s`, three times that if
-it timed out. `libra simulate --scenario PATH.parquet --spec FIELD=VALUE` changes `TraceSpec`.
+of every turn as recorded. A tool call costs the wall time recorded for it (the trace's
+`latency_s`: measured by the run, or drawn by `libra trace synth`), times
+`TraceSpec.latency_scale`; a call the trace did not time (one exported before latencies were
+kept) costs `TraceSpec.tool_latency_s`, `TIMEOUT_FACTOR` times that if it timed out.
+`libra simulate --scenario PATH.parquet --spec FIELD=VALUE` changes `TraceSpec`.
 """
 
 from __future__ import annotations
@@ -48,14 +49,14 @@ class TraceWorkload:
         self.untimed_calls = 0  # calls that cost `spec.tool_latency_s`
         by_iter: dict[int, list[SimTrajectory]] = {}
         for r in rows:
-            recorded = r.tool_latency_s or (None,) * len(r.turns)
-            lat = tuple(self._latency(t.tool, t.status, x) for t, x in zip(r.turns, recorded, strict=True))
+            lat = tuple(
+                self._latency(t.tool, t.status, x) for t, x in zip(r.turns, r.turn_latencies_s(), strict=True)
+            )
             traj = SimTrajectory(r.trajectory_id, r.prompt_id, r.iteration, r.prompt_tokens, r.turns, lat)
             by_iter.setdefault(r.iteration, []).append(traj)
         if not by_iter:
             raise ValueError(f"trace {path} holds no trajectories; nothing to replay")
-        self.recorded_iterations = sorted(by_iter)
-        self._iters = [by_iter[k] for k in self.recorded_iterations]
+        self._iters = [by_iter[k] for k in sorted(by_iter)]
 
     def _latency(self, tool: str | None, status: str | None, recorded: float | None) -> float:
         if tool is None:
@@ -73,7 +74,8 @@ class TraceWorkload:
         if self.untimed_calls == 0:
             source = f"all {calls:,} tool calls at their recorded latency"
         elif self.timed_calls == 0:
-            source = f"no tool call timed: each costs {self.spec.tool_latency_s:g} s (x3 on a timeout)"
+            each = f"{self.spec.tool_latency_s:g} s (x{TIMEOUT_FACTOR:g} on a timeout)"
+            source = f"no tool call timed: each costs {each}"
         else:
             source = (
                 f"{self.timed_calls:,} of {calls:,} tool calls at their recorded latency, the rest "

@@ -74,7 +74,7 @@ def lake_to_trace(lake: pa.Table) -> pa.Table:
                 iteration=row["iteration"],
                 prompt_tokens=len(row["prompt_ids"]),
                 turns=turns,
-                tool_latency_s=latencies if len(turns) > 1 else None,
+                tool_latency_s=latencies,
             )
         )
     trajectories.sort(key=lambda t: (t.iteration, t.trajectory_id))

@@ -66,15 +66,23 @@ class TraceTrajectory:
     prompt_tokens: int
     turns: tuple[Turn, ...]
     # Wall seconds of each turn's tool call, as the run measured them (None: not timed; always None
-    # on the last turn); None for the whole trajectory when no call was timed.
+    # on the last turn); None for the whole trajectory when no call was timed (normalised here, so
+    # an untimed trajectory has one form whoever built it).
     tool_latency_s: tuple[float | None, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.tool_latency_s is not None:
-            assert len(self.tool_latency_s) == len(self.turns), (
-                f"trajectory {self.trajectory_id!r}: {len(self.tool_latency_s)} latencies for "
-                f"{len(self.turns)} turns"
+        lat = self.tool_latency_s
+        if lat is not None:
+            assert len(lat) == len(self.turns), (
+                f"trajectory {self.trajectory_id!r}: {len(lat)} latencies for {len(self.turns)} turns"
             )
+            if all(x is None for x in lat):
+                object.__setattr__(self, "tool_latency_s", None)
+
+    def turn_latencies_s(self) -> tuple[float | None, ...]:
+        """Each turn's recorded tool-call seconds, None where the call was not timed and on the last
+        turn (one entry per turn, also when the trajectory has no latencies)."""
+        return self.tool_latency_s or (None,) * len(self.turns)
 
     @property
     def size(self) -> int:
@@ -96,9 +104,9 @@ def trace_table(trajectories: Iterable[TraceTrajectory]) -> pa.Table:
                     "tool": u.tool,
                     "payload_tokens": u.payload_tokens,
                     "status": u.status,
-                    "latency_s": None if t.tool_latency_s is None else t.tool_latency_s[k],
+                    "latency_s": latency,
                 }
-                for k, u in enumerate(t.turns)
+                for u, latency in zip(t.turns, t.turn_latencies_s(), strict=True)
             ],
         }
         for t in trajectories
@@ -136,9 +144,13 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         latencies.append(latency)
         status = cast("ToolStatus | None", turn["status"])
         out.append(Turn(turn["gen_tokens"], turn["tool"], turn["payload_tokens"], status))
-    timed = tuple(latencies) if any(x is not None for x in latencies) else None
     return TraceTrajectory(
-        row["trajectory_id"], row["prompt_id"], row["iteration"], row["prompt_tokens"], tuple(out), timed
+        row["trajectory_id"],
+        row["prompt_id"],
+        row["iteration"],
+        row["prompt_tokens"],
+        tuple(out),
+        tuple(latencies),
     )
 
 

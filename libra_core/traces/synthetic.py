@@ -179,7 +179,7 @@ def synthetic_trajectories(rng: random.Random, cfg: SyntheticTraceConfig) -> lis
                         iteration=iteration,
                         prompt_tokens=prompt.prompt_tokens,
                         turns=turns,
-                        tool_latency_s=_latencies(lat_rng, turns) if len(turns) > 1 else None,
+                        tool_latency_s=_latencies(lat_rng, turns),
                     )
                 )
     return out

@@ -13,7 +13,13 @@ from libra_core.data.io import write_lake
 from libra_core.data.schema import table_from_rows
 from libra_core.scheduling.base import Turn
 from libra_core.traces.export import export_trace, generation_runs, lake_to_trace
-from libra_core.traces.schema import TRACE_SCHEMA, TraceSchemaError, read_trace, validate_trace
+from libra_core.traces.schema import (
+    TRACE_SCHEMA,
+    TraceSchemaError,
+    TraceTrajectory,
+    read_trace,
+    validate_trace,
+)
 
 
 def lake_row(
@@ -103,6 +109,15 @@ def test_export_round_trip(tmp_path: Path) -> None:
     assert a.tool_latency_s == (1.5, 0.0, None)
     assert b.tool_latency_s == (0.25, None)
     assert c.tool_latency_s is None and c.turns == (Turn(2, None, 0, None),)
+    assert c.turn_latencies_s() == (None,) and b.turn_latencies_s() == (0.25, None)
+
+
+def test_an_untimed_trajectory_has_one_form() -> None:
+    turns = (Turn(3, "calc", 2, "success"), Turn(1, None, 0, None))
+    untimed = TraceTrajectory("t", "p", 0, 4, turns, (None, None))
+    assert untimed.tool_latency_s is None and untimed == TraceTrajectory("t", "p", 0, 4, turns)
+    with pytest.raises(AssertionError, match="1 latencies for 2 turns"):
+        TraceTrajectory("t", "p", 0, 4, turns, (0.5,))
 
 
 def test_a_trace_written_before_latencies_reads_untimed(tmp_path: Path) -> None:

@@ -57,6 +57,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     import random
 
     from libra_core.traces.export import export_trace
+    from libra_core.traces.report import trace_summary
     from libra_core.traces.schema import TraceSchemaError, read_trace, write_trace
     from libra_core.traces.synthetic import synthetic_trace
 
@@ -67,10 +68,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             path = write_trace(synthetic_trace(random.Random(args.seed), args.preset), args.output)
     except (FileNotFoundError, TraceSchemaError, ValueError) as err:
         return _fail(str(err))
-    trace = read_trace(path)
-    calls = sum(1 for t in trace for u in t.turns if u.tool is not None)
-    timed = sum(1 for t in trace for x in t.turn_latencies_s() if x is not None)
-    print(f"wrote {len(trace)} trajectories to {path} ({calls} tool calls, {timed} with their latency)")
+    print(f"wrote {path}: {trace_summary(read_trace(path))}")
     return 0
 
 

@@ -21,7 +21,8 @@ def test_export_writes_the_lake_as_a_trace(tmp_path: Path) -> None:
     write_lake(table_from_rows([row(reward=0.1, iteration=2, trajectory_id="it00002-g0000-s00")]), run, 2)
     out = libra("trace", "export", str(run), "-o", str(tmp_path / "t.parquet"))
     assert out.returncode == 0, out.stderr
-    assert "wrote 2 trajectories" in out.stdout and "(2 tool calls, 2 with their latency)" in out.stdout
+    assert "2 trajectories of 8.0 tokens on average; 2 tool calls (2 success)" in out.stdout
+    assert "2 with their latency: 0.001-0.001 s, median 0.001 s" in out.stdout
     trace = read_trace(tmp_path / "t.parquet")
     assert [t.iteration for t in trace] == [1, 2]
     first = trace[0]

@@ -218,3 +218,16 @@ def test_read_trace_names_a_column_of_the_wrong_type(tmp_path: Path) -> None:
     pq.write_table(table, path)
     with pytest.raises(TraceSchemaError, match="wrong type"):
         read_trace(path)
+
+
+def test_trace_summary_counts_calls_by_status_and_reads_the_latencies() -> None:
+    from libra_core.traces.report import trace_summary
+
+    turns = (Turn(3, "calc", 2, "success"), Turn(1, "calc", 1, "timeout"), Turn(2, None, 0, None))
+    timed = TraceTrajectory("a", "p", 0, 4, turns, (0.5, 4.0, None))
+    untimed = TraceTrajectory("b", "p", 0, 2, (Turn(5, None, 0, None),))
+    assert trace_summary([timed, untimed]) == (
+        "2 trajectories of 10.0 tokens on average; 2 tool calls (1 success, 1 timeout); "
+        "2 with their latency: 0.5-4 s, median 2.25 s"
+    )
+    assert trace_summary([untimed]).endswith("; 0 tool calls; none with its latency")

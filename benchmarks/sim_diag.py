@@ -1,21 +1,23 @@
-"""Per-policy diagnostics of one simulated scenario on 48xA800: tok/s, mean rollout and iteration
-time, moves, tail share, the first deployment and the plan's predicted times, and per bucket of
-the first deployment the planner's group time next to when its last trajectory finished in
-iteration 0; then every replan and audit decision (iteration, action, the two priced or measured
-figures, the splits, the reason). Flags: `--per-iteration` also prints each iteration's rollout
-seconds, update seconds and period (train end to train end); `--candidates` the planner's 8 best plans for
+"""Per-policy diagnostics of one simulated scenario: tok/s, mean rollout and iteration time, moves,
+tail share, the first deployment and the plan's predicted times, and per bucket of the first
+deployment the planner's group time next to when its last trajectory finished in iteration 0;
+then every replan and audit decision (iteration, action, the two priced or measured figures, the
+splits, the reason). Flags: `--per-iteration` also prints each iteration's rollout seconds, update
+seconds and period (train end to train end); `--candidates` the planner's 8 best plans for
 iteration 0 under the policy's search settings, with their rollout groups (degree, instances, bins);
 `--seed=N` the workload's and the simulator's seed (0 by default, as `libra simulate`);
 `--slowest=N` iteration 0's N last trajectories to finish (latency, the TP degree of the instance
-that served their last turn, turns, generated tokens, tool seconds, context at the last tool return).
+that served their last turn, turns, generated tokens, tool seconds, context at the last tool return);
+`--hardware=COUNTxGPU` the cluster (48xA800 by default).
 
 .venv/bin/python benchmarks/sim_diag.py SCENARIO ITERATIONS POLICY[,POLICY...] [FIELD=VALUE ...]
-    [--per-iteration] [--candidates] [--seed=N] [--slowest=N]
+    [--per-iteration] [--candidates] [--seed=N] [--slowest=N] [--hardware=COUNTxGPU]
 e.g.  .venv/bin/python benchmarks/sim_diag.py r2e-gym 6 greedy,+planning,oracle-routing
       .venv/bin/python benchmarks/sim_diag.py dapo-math 2 oracle-routing spill_factor=1e9
       .venv/bin/python benchmarks/sim_diag.py r2e-gym 2 +planning spec.prompts_per_iteration=96
+      .venv/bin/python benchmarks/sim_diag.py run.parquet 12 static-optimal --hardware=8xH100
 (FIELD=VALUE: SimSettings what-ifs, as `libra simulate --setting`; spec.FIELD=VALUE: changes to the
-scenario's generator, as `libra simulate --spec`.)
+scenario's generator, or for a trace its replay, as `libra simulate --spec`.)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from libra_core.sim.engine import Flight, Simulator
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import Deployment, resolve_policies
 from libra_core.sim.settings import SimSettings
-from libra_core.sim.workloads import ScenarioSpec, SimTrajectory, load_scenario, long_tail_share
+from libra_core.sim.workloads import SimTrajectory, load_scenario, long_tail_share, spec_class
 
 
 def main() -> None:
@@ -40,22 +42,24 @@ def main() -> None:
     if "--help" in sys.argv or "-h" in sys.argv or len(positional) < 3 or not positional[1].isdigit():
         raise SystemExit(__doc__)
     scenario, iters, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
-    valued = ("--seed=", "--slowest=")
+    valued = ("--seed=", "--slowest=", "--hardware=")
     flags = {a for a in sys.argv[4:] if a.startswith("--") and not a.startswith(valued)}
     unknown = flags - {"--per-iteration", "--candidates"}
     if unknown:
         raise SystemExit(
             f"error: unknown flags {sorted(unknown)}; valid: --per-iteration, --candidates, --seed=N,"
-            " --slowest=N"
+            " --slowest=N, --hardware=COUNTxGPU"
         )
-    seed, slowest = (_int_flag(name) for name in valued)
+    seed, slowest = (_int_flag(name) for name in valued[:2])
+    hardware = [a.removeprefix("--hardware=") for a in sys.argv[4:] if a.startswith("--hardware=")]
     extra = [a for a in sys.argv[4:] if not a.startswith("--")]
     specs = [a.removeprefix("spec.") for a in extra if a.startswith("spec.")]
     settings = SimSettings(
         **parse_overrides([a for a in extra if not a.startswith("spec.")], SimSettings, "setting")
     )
-    cluster = parse_cluster("48xA800")
-    wl = load_scenario(scenario, iters, seed, spec_overrides=parse_overrides(specs, ScenarioSpec, "spec"))
+    cluster = parse_cluster(hardware[-1] if hardware else "48xA800")
+    spec = parse_overrides(specs, spec_class(scenario), "spec")
+    wl = load_scenario(scenario, iters, seed, spec_overrides=spec)
     model = get_model(wl.model)
     for name in policies:
         t0 = time.perf_counter()

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from libra_core.traces.schema import TraceTrajectory
 from libra_core.traces.schema import read_trace as read_validated_trace
 
 log = logging.getLogger(__name__)
@@ -162,7 +161,8 @@ def read_trace(
 
     The file is read and validated by `traces.schema.read_trace` (TraceSchemaError, a ValueError,
     naming the problem). A tool call costs the latency the trace recorded for it (`libra trace
-    export` keeps the run's), or `tool_latency_s` where the trace did not time it. Prompts per
+    export` keeps the run's), or `tool_latency_s` where the trace did not time it (three times that
+    on a timeout: `TraceTrajectory.priced_latencies_s`, the rule the simulator's replay uses). Prompts per
     iteration and group size are the trace's means over its iterations (or over `iterations`).
     """
     trajs = read_validated_trace(path)
@@ -180,19 +180,10 @@ def read_trace(
         prompt_tokens=[t.prompt_tokens for t in trajs],
         gen=[[u.gen_tokens for u in t.turns] for t in trajs],
         payload=[[u.payload_tokens if u.tool else 0 for u in t.turns] for t in trajs],
-        tool_latency_s=[_tool_time_s(t, tool_latency_s) for t in trajs],
+        tool_latency_s=[sum(t.priced_latencies_s(tool_latency_s)) for t in trajs],
     )
     log.info("trace %s: %d trajectories, %d iterations", path, len(trajs), len(per_iter))
     return workload_from_turns(Path(path).stem, turns, prompts, group)
-
-
-def _tool_time_s(t: TraceTrajectory, untimed_s: float) -> float:
-    """Summed tool time of one trace trajectory: recorded latencies, `untimed_s` per untimed call."""
-    return sum(
-        (untimed_s if x is None else x)
-        for u, x in zip(t.turns, t.turn_latencies_s(), strict=True)
-        if u.tool is not None
-    )
 
 
 def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str = "measured") -> Workload:

@@ -6,7 +6,8 @@ k-th recorded iteration (cycling when the simulation runs longer than the trace)
 of every turn as recorded. A tool call costs the wall time recorded for it (the trace's
 `latency_s`: measured by the run, or drawn by `libra trace synth`), times
 `TraceSpec.latency_scale`; a call the trace did not time (one exported before latencies were
-kept) costs `TraceSpec.tool_latency_s`, `TIMEOUT_FACTOR` times that if it timed out.
+kept) costs `TraceSpec.tool_latency_s`, `UNTIMED_TIMEOUT_FACTOR` times that if it timed out
+(`TraceTrajectory.priced_latencies_s`, the rule `libra plan` prices a trace by).
 `libra simulate --scenario PATH.parquet --spec FIELD=VALUE` changes `TraceSpec`.
 """
 
@@ -17,8 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from libra_core.sim.workloads import SimTrajectory
-
-TIMEOUT_FACTOR = 3.0  # an untimed call that timed out waited this many times `tool_latency_s`
+from libra_core.traces.schema import UNTIMED_TIMEOUT_FACTOR, read_trace
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,6 @@ class TraceWorkload:
     """Iteration -> trajectories replayed from a trace; the same trace gives the same iterations."""
 
     def __init__(self, path: str | Path, model: str, spec: TraceSpec | None = None) -> None:
-        from libra_core.traces.schema import read_trace
-
         self.spec = spec or TraceSpec()
         rows = read_trace(path)
         self.name = Path(path).stem
@@ -49,23 +47,15 @@ class TraceWorkload:
         self.untimed_calls = 0  # calls that cost `spec.tool_latency_s`
         by_iter: dict[int, list[SimTrajectory]] = {}
         for r in rows:
-            lat = tuple(
-                self._latency(t.tool, t.status, x) for t, x in zip(r.turns, r.turn_latencies_s(), strict=True)
-            )
+            recorded = [x is not None for u, x in zip(r.turns, r.turn_latencies_s(), strict=True) if u.tool]
+            self.timed_calls += sum(recorded)
+            self.untimed_calls += len(recorded) - sum(recorded)
+            lat = r.priced_latencies_s(self.spec.tool_latency_s, self.spec.latency_scale)
             traj = SimTrajectory(r.trajectory_id, r.prompt_id, r.iteration, r.prompt_tokens, r.turns, lat)
             by_iter.setdefault(r.iteration, []).append(traj)
         if not by_iter:
             raise ValueError(f"trace {path} holds no trajectories; nothing to replay")
         self._iters = [by_iter[k] for k in sorted(by_iter)]
-
-    def _latency(self, tool: str | None, status: str | None, recorded: float | None) -> float:
-        if tool is None:
-            return 0.0
-        if recorded is not None:
-            self.timed_calls += 1
-            return recorded * self.spec.latency_scale
-        self.untimed_calls += 1
-        return self.spec.tool_latency_s * (TIMEOUT_FACTOR if status == "timeout" else 1.0)
 
     def describe(self) -> str:
         """One line for the report: what is replayed and where its tool latencies come from."""
@@ -74,7 +64,7 @@ class TraceWorkload:
         if self.untimed_calls == 0:
             source = f"all {calls:,} tool calls at their recorded latency"
         elif self.timed_calls == 0:
-            each = f"{self.spec.tool_latency_s:g} s (x{TIMEOUT_FACTOR:g} on a timeout)"
+            each = f"{self.spec.tool_latency_s:g} s (x{UNTIMED_TIMEOUT_FACTOR:g} on a timeout)"
             source = f"no tool call timed: each costs {each}"
         else:
             source = (

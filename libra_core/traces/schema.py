@@ -32,6 +32,9 @@ import pyarrow.parquet as pq
 from libra_core.scheduling.base import ToolStatus, Turn, total_tokens
 
 TOOL_STATUSES = ("success", "failure", "timeout")
+# An untimed call that timed out is priced this many times an untimed call's default latency: it
+# waited for the tool's deadline, not for an answer.
+UNTIMED_TIMEOUT_FACTOR = 3.0
 
 TURN = pa.struct(
     [
@@ -83,6 +86,21 @@ class TraceTrajectory:
         """Each turn's recorded tool-call seconds, None where the call was not timed and on the last
         turn (one entry per turn, also when the trajectory has no latencies)."""
         return self.tool_latency_s or (None,) * len(self.turns)
+
+    def priced_latencies_s(self, untimed_s: float, scale: float = 1.0) -> tuple[float, ...]:
+        """Each turn's tool wait as a replay or a plan charges it: the recorded latency times
+        `scale`; `untimed_s` for a call the trace did not time (`UNTIMED_TIMEOUT_FACTOR` times that
+        if it timed out); 0 on the last turn. The one pricing rule, shared by the simulator's trace
+        replay and the planner's trace workload, so a plan prices what a replay runs."""
+
+        def price(u: Turn, recorded: float | None) -> float:
+            if u.tool is None:
+                return 0.0
+            if recorded is not None:
+                return recorded * scale
+            return untimed_s * (UNTIMED_TIMEOUT_FACTOR if u.status == "timeout" else 1.0)
+
+        return tuple(price(u, x) for u, x in zip(self.turns, self.turn_latencies_s(), strict=True))
 
     @property
     def size(self) -> int:

@@ -16,6 +16,7 @@ from libra_core.planner.presets import workload_preset
 from libra_core.planner.search import SearchSettings, evaluate_plan, mixed_gap, plan_rank, search_plans
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.scheduling.base import Turn
+from libra_core.sim.trace_replay import TraceSpec, TraceWorkload
 from libra_core.traces.schema import TRACE_SCHEMA, TraceTrajectory, trace_table, write_trace
 from libra_core.traces.schema import read_trace as read_validated_trace
 from libra_core.traces.synthetic import synthetic_trace
@@ -139,8 +140,14 @@ def test_a_trace_prices_its_recorded_tool_latencies(tmp_path: Path) -> None:
         TraceTrajectory("b", "p", 0, 20, turns, (0.5, None, None)),
         TraceTrajectory("c", "p", 0, 20, turns),  # the trace did not time this one
     ]
-    w = read_trace(write_trace(trace_table(rows), tmp_path / "timed.parquet"), tool_latency_s=2.0)
-    assert list(w.tool_latency_s) == [4.25, 0.5 + 2.0, 2 * 2.0]
+    timeout = (Turn(10, "calc", 4, "timeout"), Turn(3, None, 0, None))
+    rows.append(TraceTrajectory("d", "p", 0, 20, timeout))  # untimed, and it timed out
+    path = write_trace(trace_table(rows), tmp_path / "timed.parquet")
+    w = read_trace(path, tool_latency_s=2.0)
+    assert list(w.tool_latency_s) == [4.25, 0.5 + 2.0, 2 * 2.0, 3 * 2.0]
+    # The plan prices each trajectory's tool time as the simulator's replay waits it.
+    replay = TraceWorkload(path, "qwen3-4b", TraceSpec(tool_latency_s=2.0)).trajectories(0)
+    assert [sum(t.tool_latency_s) for t in replay] == list(w.tool_latency_s)
 
 
 def test_a_trace_that_breaks_an_invariant_is_a_clear_error(tmp_path: Path) -> None:

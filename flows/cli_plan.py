@@ -18,8 +18,16 @@ EXIT_INPUT_ERROR = 2
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="plan training/rollout GPUs and layouts for a cluster and workload")
-    p.add_argument("--hardware", required=True, help="COUNTxGPU, e.g. 48xA800 or 16xH100")
-    p.add_argument("--model", required=True, help="model spec name, e.g. qwen3-14b, qwen3-30b-a3b")
+    p.add_argument(
+        "--hardware",
+        required=True,
+        help="COUNTxGPU, e.g. 48xA800 or 16xH100; GPU: a name or a hardware spec YAML file",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="model spec name, e.g. qwen3-14b, or a Hugging Face config.json or model spec YAML file",
+    )
     p.add_argument("--workload", required=True, help="preset name or a trace Parquet file")
     p.add_argument("--staleness", type=int, default=0, help="policy lag allowed (0: synchronous)")
     p.add_argument("--gpu-budget", type=int, default=None, help="use at most this many GPUs")

@@ -23,10 +23,16 @@ EXIT_INPUT_ERROR = 2
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("simulate", help="simulate Libra and the baselines on a cluster (discrete events)")
     p.add_argument("--scenario", required=True, help="r2e-gym | search-r1 | dapo-math | tiny, or a trace")
-    p.add_argument("--hardware", required=True, help="COUNTxGPU, e.g. 48xA800")
+    p.add_argument(
+        "--hardware", required=True, help="COUNTxGPU, e.g. 48xA800; GPU: a name or a hardware spec YAML file"
+    )
     p.add_argument("--iterations", type=int, default=20, help="RL iterations to simulate (default 20)")
     p.add_argument("--policies", default="all", help="comma-separated policy names, or `all`")
-    p.add_argument("--model", default=None, help="model spec name (default: the scenario's)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model spec name, or a Hugging Face config.json or model spec YAML (default: the scenario's)",
+    )
     p.add_argument("--seed", type=int, default=0, help="RNG seed (default 0)")
     p.add_argument(
         "--jobs",

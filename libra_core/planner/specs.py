@@ -2,7 +2,8 @@
 
 The data lives in `hardware.yaml` and `models.yaml` inside this package (with their
 sources); this module parses them once into frozen pydantic models and answers look-ups by name.
-Unknown names raise a `ValueError` that lists the valid ones. `parse_cluster("48xA800")` turns the
+Unknown names raise a `ValueError` that lists the valid ones; a name that is a file (a model's
+Hugging Face config.json, or a spec YAML) is read by `spec_files`. `parse_cluster("48xA800")` turns the
 CLI's cluster string into a `ClusterSpec`.
 """
 
@@ -16,6 +17,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from libra_core.planner import spec_files
 
 
 class _Spec(BaseModel):
@@ -218,21 +221,34 @@ def model_specs() -> dict[str, ModelSpec]:
 
 
 def get_hardware(name: str) -> HardwareSpec:
+    """A built-in accelerator by name or alias (case-insensitive), or a hardware spec YAML file
+    (`spec_files`: hardware.yaml's fields, optionally `base: NAME` to start from a built-in one)."""
     specs = hardware_specs()
     key = name.strip().lower()
     for spec in specs.values():
         if key == spec.name.lower() or key in (a.lower() for a in spec.aliases):
             return spec
+    if spec_files.looks_like_file(name.strip()):
+        return spec_files.load_hardware_file(name.strip())
     valid = sorted([*specs, *(a for s in specs.values() for a in s.aliases)])
-    raise ValueError(f"unknown hardware {name!r}; valid: {valid}")
+    raise ValueError(f"unknown hardware {name!r}; valid: {valid}, or a hardware spec YAML file")
 
 
 def get_model(name: str) -> ModelSpec:
+    """A built-in model by name or Hugging Face id (case-insensitive), or a file: the model's
+    Hugging Face config.json, or a model spec YAML file (`spec_files`)."""
     specs = model_specs()
     key = name.strip().lower()
     if key in specs:
         return specs[key]
-    raise ValueError(f"unknown model {name!r}; valid: {sorted(specs)}")
+    for spec in specs.values():
+        if key == spec.hf_id.lower():
+            return spec
+    if spec_files.looks_like_file(name.strip()):
+        return spec_files.load_model_file(name.strip())
+    raise ValueError(
+        f"unknown model {name!r}; valid: {sorted(specs)}, or a Hugging Face config.json or a model spec YAML"
+    )
 
 
 def model_spec_from_tiny(cfg: Any, vocab_size: int = 40) -> ModelSpec:
@@ -253,11 +269,12 @@ def model_spec_from_tiny(cfg: Any, vocab_size: int = 40) -> ModelSpec:
     )
 
 
-_CLUSTER = re.compile(r"^\s*(\d+)\s*[xX*]\s*([A-Za-z0-9_.-]+)\s*$")
+_CLUSTER = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\S.*?)\s*$")  # the GPU: a name or a spec file
 
 
 def parse_cluster(text: str) -> ClusterSpec:
-    """`"48xA800"` -> 48 A800-80G devices; `"1xcpu"` -> this machine as one device."""
+    """`"48xA800"` -> 48 A800-80G devices; `"1xcpu"` -> this machine as one device;
+    `"16x./b200.yaml"` -> 16 devices of a hardware spec file."""
     match = _CLUSTER.match(text)
     if not match:
         raise ValueError(f"cluster {text!r} must look like COUNTxGPU, e.g. 48xA800 or 1xcpu")

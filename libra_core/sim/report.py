@@ -70,6 +70,10 @@ class SimReport:
     lower_bound_work_s: float = 0.0  # GPU-seconds of work / GPUs
     lower_bound_path_s: float = 0.0  # sum of the slowest trajectory per rollout (+ last update)
     workload: str = ""  # what was simulated, one line (`describe()` of the workload)
+    # The resolved specs simulated (HardwareSpec, ModelSpec fields): a run from a spec file stays
+    # reproducible from summary.json after the file changes.
+    hardware_spec: dict[str, Any] = field(default_factory=dict)
+    model_spec: dict[str, Any] = field(default_factory=dict)
 
     def result(self, policy: str) -> PolicyResult:
         for r in self.results:

@@ -196,6 +196,8 @@ def simulate(
         work_s,
         path_s,
         wl.describe(),
+        cluster.hardware.model_dump(),
+        mspec.model_dump(),
     )
     if out_dir is not None:
         report.write(Path(out_dir))

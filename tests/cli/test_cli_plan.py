@@ -126,3 +126,40 @@ def test_plan_piped_prints_one_plain_line_per_plan_with_the_json_figures() -> No
         assert f"T_iter {plan['t_iter_s']:.1f}s" in line
         assert f"train {plan['train_gpus']} GPUs" in line
     assert "┃" not in out.stdout  # no table cut to a terminal's width
+
+
+def test_plan_and_simulate_take_your_own_model_and_gpu(tmp_path) -> None:
+    # The shipped examples: a model's Hugging Face config.json, a GPU as a YAML over a built-in one.
+    model = "examples/specs/llama-3.1-70b/config.json"
+    hardware = "32xexamples/specs/h800.yaml"
+    args = ("--model", model, "--workload", "search-medium", "--json")
+    report = json.loads(libra("plan", "--hardware", hardware, *args).stdout)
+    assert (
+        report["feasible"] and report["cluster"] == "32xh800" and report["model"] == "llama-3.1-70b-instruct"
+    )
+    # The capped NVLink costs throughput against the H100 it is based on.
+    h100 = json.loads(libra("plan", "--hardware", "32xH100", *args).stdout)
+    assert report["plan"]["t_iter_s"] > h100["plan"]["t_iter_s"]
+    out = libra(
+        "simulate", "--scenario", "tiny", "--hardware", hardware, "--model", model,
+        "--iterations", "2", "--policies", "static-optimal", "--out", str(tmp_path / "sim"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    assert summary["hardware"] == "32xh800" and summary["model"] == "llama-3.1-70b-instruct"
+    # summary.json keeps the resolved specs, so the run reproduces after the files change.
+    assert (
+        summary["hardware_spec"]["nvlink_gbps_per_dir"] == 200 and summary["model_spec"]["num_layers"] == 80
+    )
+    # A broken file is a clear error, exit 2, naming the file and the field.
+    (tmp_path / "bad.yaml").write_text("base: H100\nhbm_gbps: 0\n")
+    bad = libra(
+        "plan", "--hardware", f"8x{tmp_path / 'bad.yaml'}", "--model", model, "--workload", "math-short"
+    )
+    assert bad.returncode == 2 and "bad.yaml: hbm_gbps: Input should be greater than 0" in bad.stderr.replace(
+        "\n", ""
+    )
+    # The run's config takes files too.
+    from libra_core.config.models import PlannerConfig
+
+    assert PlannerConfig(hardware=hardware, model_spec=model).hardware == hardware

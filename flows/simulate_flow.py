@@ -16,6 +16,7 @@ from uuid import UUID
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 
+from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim import SimReport, SimSettings, format_table, resolve_policies, simulate
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.report import format_verdicts
@@ -53,6 +54,7 @@ def simulate_task(
     settings: dict[str, Any] | None = None,
     spec: dict[str, Any] | None = None,
     jobs: int = 1,
+    model: str | None = None,
 ) -> SimReport:
     stages = len(resolve_policies(policies)) + 1  # and the lower bound
     progress = _ArtifactProgress(stages, iterations, f"Simulating {scenario} on {hardware}: iterations done")
@@ -66,6 +68,7 @@ def simulate_task(
         spec_overrides=spec or None,
         progress=progress,
         jobs=jobs,
+        model=model,
     )
 
 
@@ -80,22 +83,27 @@ def simulate_flow(
     settings: list[str] | None = None,
     spec: list[str] | None = None,
     jobs: int = 1,
+    model: str | None = None,
 ) -> str:
     """Simulate each policy on the same seeded workload; returns the output folder.
 
     `settings` / `spec`: what-if `FIELD=VALUE` changes to the simulator's `SimSettings` and to the
     scenario generator's `ScenarioSpec` (a trace's replay: `TraceSpec`), as `libra simulate
     --setting/--spec` takes them; `jobs`: policies simulated at once, each in its own process (the
-    same numbers as one at a time)."""
+    same numbers as one at a time); `model`: a model spec name, or a Hugging Face config.json or model
+    spec YAML file (None: the scenario's); `hardware`'s GPU may be a hardware spec YAML file."""
     names = [p for p in policies.split(",") if p]
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     # Unknown policies and malformed or out-of-range settings fail here, before the task runs.
     resolve_policies(names)
+    parse_cluster(hardware)  # an unknown GPU, or a bad spec file, fails here too
+    if model is not None:
+        get_model(model)
     knobs = parse_overrides(settings or [], SimSettings, "settings")
     SimSettings(**knobs)  # range checks
     shape = parse_overrides(spec or [], spec_class(scenario), "spec")  # ranges: checked as the task loads it
-    report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape, jobs)
+    report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape, jobs, model)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"
     report.write(out.resolve())

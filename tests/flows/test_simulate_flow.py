@@ -97,3 +97,24 @@ def test_simulate_flow_replays_a_trace_with_its_what_ifs(prefect_quiet, tmp_path
     )
     with pytest.raises(ValueError, match="spec 'group_size=4'.*latency_scale"):
         simulate_flow(str(trace), "8xA800", 2, "greedy", spec=["group_size=4"])
+
+
+def test_simulate_flow_takes_your_own_model_and_gpu(prefect_quiet, tmp_path: Path) -> None:
+    # The UI's `model` and `hardware` parameters take spec files, as `libra simulate` does.
+    from flows.simulate_flow import simulate_flow
+
+    specs = Path(__file__).resolve().parents[2] / "examples" / "specs"
+    model, hardware = str(specs / "llama-3.1-70b" / "config.json"), f"32x{specs / 'h800.yaml'}"
+    out = Path(
+        simulate_flow("tiny", hardware, 2, "static-optimal", out_dir=str(tmp_path / "sim"), model=model)
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    direct = simulate("tiny", hardware, 2, ["static-optimal"], model=model)
+    assert summary["model"] == "llama-3.1-70b-instruct" and summary["hardware"] == "32xh800"
+    assert summary["results"][0]["makespan_s"] == direct.results[0].makespan_s
+    assert (
+        direct.results[0].makespan_s
+        != simulate("tiny", "32xH100", 2, ["static-optimal"], model=model).results[0].makespan_s
+    )
+    with pytest.raises(ValueError, match="neither a built-in model name nor an existing file"):
+        simulate_flow("tiny", hardware, 2, "greedy", model="nope/config.json")

@@ -157,9 +157,13 @@ class Gateway:
             pending = any(
                 life.state is HybridState.JOIN_REQUESTED for life in self.coordinator.hybrids.values()
             )
-            snap = self._snapshot
-            fresh = snap is not None and self._open.membership.step - snap.step < self.update_log_steps // 2
-            return pending and not fresh
+            return pending and not self._snapshot_fresh()
+
+    def _snapshot_fresh(self) -> bool:
+        """A snapshot a joining hybrid can catch up from: stored, and recent enough that the updates
+        after it are still in the log (half the log, so replaying stays short). Under `_cond`."""
+        snap = self._snapshot
+        return snap is not None and self._open.membership.step - snap.step < self.update_log_steps // 2
 
     def set_snapshot(self, tensors: dict[str, torch.Tensor], *, step: int, version: int) -> None:
         """Store clones of the state to serve; encoding happens on a handler thread, off the core's path."""
@@ -272,6 +276,10 @@ class Gateway:
                     or len(tensors) != 1
                 ):
                     reason = f"payload must hold one tensor 'grad' of {self.numel} {self.dtype} values"
+                elif not bool(grad.isfinite().all()):
+                    # One NaN would pass clipping (its norm is NaN) and poison every replica's weights
+                    # and the optimizer state for good.
+                    reason = "payload 'grad' holds non-finite values"
                 else:
                     current.received[worker] = grad.reshape(-1)
                     self._cond.notify_all()
@@ -311,12 +319,15 @@ class Gateway:
         with self._cond:
             if self.coordinator.state(worker) is not HybridState.JOIN_REQUESTED:
                 return {"ok": False, "reason": f"no join requested for {worker}"}, b""
-            while self._snapshot is None:
+            # A stale snapshot (stored before the log's oldest kept updates) would fail the join as
+            # "expired" on its first pull: wait for the fresh one `wants_snapshot` asks the core for.
+            while not self._snapshot_fresh():
                 left = deadline - time.perf_counter()
                 if left <= 0:
-                    return {"ok": False, "reason": "no snapshot within the wait"}, b""
+                    return {"ok": False, "reason": "no fresh snapshot within the wait"}, b""
                 self._cond.wait(left)
             snap = self._snapshot
+            assert snap is not None, "a fresh snapshot is a stored one"
             self.coordinator.snapshot_fetched(worker)
         if snap.encoded is None:
             snap.encoded = tensors_to_bytes(snap.tensors)

@@ -19,6 +19,7 @@ that replica's shard had not been part of the step, and the hybrid is evicted fr
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -113,7 +114,12 @@ class CoreReplica:
             extra, collection = self.gateway.collect(step, self.version)
         count = len(collection.included) if collection else 0
         update, divisor = self.backend.reduce(local, extra_sum=extra, extra_count=count)
-        clip_flat_(update, self.grad_clip)
+        norm = clip_flat_(update, self.grad_clip)
+        if not math.isfinite(norm):
+            # Every replica reduced the same sum, so every one stops here, before any weight changes.
+            raise FloatingPointError(
+                f"core step {step}: the reduced gradient norm is {norm} (divisor {divisor}); nothing applied"
+            )
         self.backend.apply(update)
         self.version += 1
         self.step_index += 1

@@ -184,3 +184,58 @@ def test_warming_hybrid_payload_is_not_counted(harness: Harness) -> None:
     np.testing.assert_allclose(
         flat_params(harness.backend.model), reference_params(PROBLEM, [(0,)]), rtol=0, atol=1e-6
     )
+
+
+def test_non_finite_payload_is_rejected_and_the_core_stays_finite(harness: Harness) -> None:
+    # One NaN passes clipping (its norm is NaN) and would poison the weights and Adam's state for good.
+    harness.core_step()
+    harness.pull_and_apply(0)
+    grad = harness.hybrid_grad(1)
+    grad[3] = float("nan")
+    reply = harness.client.push(grad, step=1, version=1, epoch=1)
+    assert not reply["ok"] and reply["reason"] == "payload 'grad' holds non-finite values"
+    report = harness.core_step()
+    assert report["divisor"] == 1 and list(report["missing"]) == ["h0"]
+    expected = reference_params(PROBLEM, [(0,), (0,)])
+    np.testing.assert_allclose(flat_params(harness.backend.model), expected, rtol=0, atol=1e-6)
+
+
+def test_a_late_join_is_served_a_fresh_snapshot_not_a_stale_one() -> None:
+    # A join whose snapshot was left stored from long before: the updates after it have left the
+    # log, so serving it would fail the join as "expired" on its first pull.
+    torch.set_num_threads(1)
+    model = PROBLEM.model()
+    backend = DDPBackend()
+    backend.setup(model, PROBLEM.optimizer(model))
+    numel = sum(p.numel() for p in model.parameters())
+    gateway = Gateway(
+        KEY, Coordinator(1), numel=numel, dtype=torch.float64, deadline_s=0.5, update_log_steps=8
+    )
+    client = GatewayClient(gateway.address, KEY, "h1")
+    try:
+        gateway.request_join("h0")  # the core snapshots step 0 for it; then the join is cancelled
+        core = CoreReplica(backend, gateway=gateway, grad_clip=PROBLEM.grad_clip)
+        gateway.cancel("h0")
+        for _ in range(20):
+            core.step(lambda m, s: PROBLEM.loss(m, 0, s))
+        gateway.request_join("h1")
+        assert gateway.wants_snapshot()  # step 0's snapshot is older than the log
+        with pytest.raises(RuntimeError, match="no fresh snapshot within the wait"):
+            client.snapshot(wait_s=0.2)  # the stale one is not served
+        core.step(lambda m, s: PROBLEM.loss(m, 0, s))  # the core stores a fresh one at the step's end
+        header, _ = client.snapshot(wait_s=5)
+        assert header["step"] == 21 and gateway.states()["h1"] == "loading"
+        client.loaded(aligned_through=20)
+        core.step(lambda m, s: PROBLEM.loss(m, 0, s))
+        reply, _ = client.pull(21)
+        assert reply["ok"], reply  # replay starts inside the log
+    finally:
+        client.close()
+        gateway.close()
+
+
+def test_a_non_finite_core_gradient_stops_the_step_before_any_weight_changes(harness: Harness) -> None:
+    before = flat_params(harness.backend.model).copy()
+    with pytest.raises(FloatingPointError, match="core step 0: the reduced gradient norm is nan"):
+        harness.core.step(lambda m, s: PROBLEM.loss(m, 0, s) * float("nan"))
+    np.testing.assert_array_equal(flat_params(harness.backend.model), before)

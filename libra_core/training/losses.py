@@ -2,8 +2,11 @@
 
 Called by the update stage once per minibatch, on log-probs from `token_logprobs` and the
 behaviour log-probs recorded by the rollout engine (so stale, off-policy tokens are corrected by the
-importance ratio rather than assumed on-policy). The loss is a mean over every masked token of the
-minibatch (DAPO-style token-level mean), so long trajectories are not down-weighted per token.
+importance ratio rather than assumed on-policy). The policy-gradient term is a mean over the masked
+tokens of the minibatch's trajectories with a nonzero advantage (DAPO-style token-level mean, so long
+trajectories are not down-weighted per token). Tokens of a zero-advantage trajectory (a group whose
+rewards are all equal) add nothing to that term and do not dilute it either: the update stage drops
+those rows when no KL term needs them, and the divisor must not depend on whether it did.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ def ppo_clip_loss(
     masked-out positions contribute nothing to the loss, its gradient or the metrics, whatever values
     they hold. Only `logprobs` should carry gradient.
 
-    Per token: ratio = exp(logp - logp_behaviour); loss = -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A).
-    With `ref_logprobs` and `kl_coef > 0`, adds kl_coef * mean k3(ref || current), where
+    Per token: ratio = exp(logp - logp_behaviour); loss = -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A),
+    averaged over the masked tokens of rows with A != 0 (`pg_tokens` in the metrics).
+    With `ref_logprobs` and `kl_coef > 0`, adds kl_coef * mean k3(ref || current) over every masked
+    token, where
     k3 = exp(ref - logp) - (ref - logp) - 1 (non-negative, unbiased for KL(current || ref)).
 
     Decoupled PPO (AReaL), when `proximal_logprobs` is given (the policy at the start of the update,
@@ -45,7 +50,8 @@ def ppo_clip_loss(
     Metrics (floats, means over masked tokens): `pg_loss`; `clip_fraction`, the share of tokens whose
     clipped branch is active (ratio > 1+eps with A > 0, or ratio < 1-eps with A < 0: no gradient);
     `ratio_mean`; `approx_kl`, the k3 estimate of KL(behaviour || current); `kl_ref` when a reference
-    is given; `num_tokens`. With no masked token the loss is 0 (still attached to the graph).
+    is given; `num_tokens`; `pg_tokens`, the policy-gradient term's divisor (masked tokens with
+    A != 0). With no masked token the loss is 0 (still attached to the graph).
     """
     assert logprobs.shape == behavior_logprobs.shape == mask.shape, (
         f"logprobs {tuple(logprobs.shape)}, behavior_logprobs {tuple(behavior_logprobs.shape)} and mask "
@@ -58,6 +64,9 @@ def ppo_clip_loss(
     weight = keep.to(logprobs.dtype)
     num_tokens = weight.sum()
     denom = num_tokens.clamp(min=1.0)
+    # The policy-gradient divisor: tokens that carry an advantage (see the module docstring).
+    pg_tokens = (weight * (advantages != 0).to(logprobs.dtype).unsqueeze(1)).sum()
+    pg_denom = pg_tokens.clamp(min=1.0)
 
     # Zero the log-ratio outside the mask so padding or tool positions can never produce inf/NaN
     # (an inf in the unselected branch would still poison the backward pass).
@@ -83,7 +92,7 @@ def ppo_clip_loss(
             if behavior_weight_cap is not None:
                 behavior_weight = behavior_weight.clamp(max=behavior_weight_cap)
         per_token = per_token * behavior_weight
-    pg_loss = (per_token * weight).sum() / denom
+    pg_loss = (per_token * weight).sum() / pg_denom
     loss = pg_loss
 
     metrics: dict[str, float] = {}
@@ -107,6 +116,7 @@ def ppo_clip_loss(
                 "ratio_mean": float((ratio * weight).sum() / denom),
                 "approx_kl": float((approx_kl * weight).sum() / denom),
                 "num_tokens": float(num_tokens),
+                "pg_tokens": float(pg_tokens),
             }
         )
         if behavior_weight is not None:

@@ -87,3 +87,30 @@ def test_no_masked_tokens_gives_zero_loss():
     )
     assert loss.item() == 0.0 and loss.requires_grad
     assert metrics["num_tokens"] == 0
+
+
+def test_zero_advantage_rows_do_not_dilute_the_policy_gradient():
+    # A group whose rewards are all equal has A = 0. The update stage drops those rows when kl_coef
+    # is 0 and keeps them for the KL term otherwise; the policy-gradient term must be the same
+    # either way (before, a kl_coef of 1e-12 scaled it by the share of tokens with an advantage).
+    logprobs = _logprobs()
+    plain, plain_metrics = ppo_clip_loss(logprobs, BEHAVIOUR, ADV, MASK, clip_eps=0.2)
+    plain.backward()
+    assert plain_metrics["pg_tokens"] == 5
+    zero_row = torch.tensor([[-0.3, -0.7, -0.2]])
+    padded = torch.cat([logprobs.detach(), zero_row]).requires_grad_(True)
+    loss, metrics = ppo_clip_loss(
+        padded,
+        torch.cat([BEHAVIOUR, zero_row - 0.5]),
+        torch.cat([ADV, torch.zeros(1)]),
+        torch.cat([MASK, torch.ones(1, 3, dtype=torch.int8)]),
+        clip_eps=0.2,
+        ref_logprobs=padded.detach(),  # the reference equals the policy: the KL term is 0
+        kl_coef=1e-12,
+    )
+    loss.backward()
+    assert metrics["pg_loss"] == pytest.approx(0.92, abs=1e-6) and metrics["pg_tokens"] == 5
+    assert metrics["num_tokens"] == 8
+    assert padded.grad is not None and logprobs.grad is not None
+    torch.testing.assert_close(padded.grad[:2], logprobs.grad)
+    assert torch.count_nonzero(padded.grad[2]) == 0

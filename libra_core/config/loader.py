@@ -98,6 +98,16 @@ _StrictLoader.add_constructor(
 )
 
 
+def strict_yaml_load(text: str) -> Any:
+    """YAML as this project reads it everywhere: duplicate keys rejected, `1e-4` a float. Raises
+    `yaml.YAMLError`; `yaml_error_line` turns it into one line for a message."""
+    return yaml.load(text, Loader=_StrictLoader)  # _StrictLoader is a SafeLoader
+
+
+def yaml_error_line(exc: yaml.YAMLError) -> str:
+    return _yaml_error_line(exc)
+
+
 def _yaml_error_line(exc: yaml.YAMLError) -> str:
     """`line L, column C: problem` from a PyYAML error (1-based, as editors show them)."""
     mark = getattr(exc, "problem_mark", None)

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
+from libra_core.config.loader import strict_yaml_load, yaml_error_line
+
 if TYPE_CHECKING:
     from libra_core.planner.specs import HardwareSpec, ModelSpec
 
@@ -41,7 +43,7 @@ def load_model_file(path_text: str) -> ModelSpec:
     if path.suffix.lower() == ".json":
         fields = _from_hf_config(path, _read(path, "model", json.loads))
     else:
-        fields = _with_base(path, _read(path, "model", yaml.safe_load), "model")
+        fields = _with_base(path, _read(path, "model", strict_yaml_load), "model")
         fields.setdefault("hf_id", f"file:{path}")
     fields.setdefault("source", str(path))
     return _build(ModelSpec, fields, path, "model")
@@ -53,7 +55,7 @@ def load_hardware_file(path_text: str) -> HardwareSpec:
     path = _existing(path_text, "hardware")
     if path.suffix.lower() == ".json":
         raise ValueError(f"hardware file {path}: write a hardware spec as YAML (the fields of hardware.yaml)")
-    fields = _with_base(path, _read(path, "hardware", yaml.safe_load), "hardware")
+    fields = _with_base(path, _read(path, "hardware", strict_yaml_load), "hardware")
     fields.setdefault("source", str(path))
     return _build(HardwareSpec, fields, path, "hardware")
 
@@ -71,7 +73,9 @@ def _existing(path_text: str, kind: str) -> Path:
 def _read(path: Path, kind: str, parse: Any) -> dict[str, Any]:
     try:
         data = parse(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as e:
+    except yaml.YAMLError as e:
+        raise ValueError(f"{kind} file {path}: {yaml_error_line(e)}") from e
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"{kind} file {path}: cannot read it: {e}") from e
     if not isinstance(data, dict):
         raise ValueError(f"{kind} file {path}: expected a mapping of fields, got {type(data).__name__}")
@@ -118,48 +122,68 @@ _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
 def _from_hf_config(path: Path, cfg: dict[str, Any]) -> dict[str, Any]:
-    """ModelSpec fields from a Hugging Face config.json (dense or MoE decoder-only transformer)."""
+    """ModelSpec fields from a Hugging Face config.json (dense or MoE decoder-only transformer).
 
-    def need(key: str) -> Any:
-        if key not in cfg:
-            raise ValueError(f"model file {path}: config.json has no {key!r} (a decoder-only LM?)")
-        return cfg[key]
+    Values are read as config.json types them (an integer count, a boolean, a dtype name); a value
+    of another type is an error naming the key, never reinterpreted (`"false"` is not False)."""
+
+    def fail(msg: str) -> ValueError:
+        return ValueError(f"model file {path}: {msg}")
+
+    def count(key: str, default: int | None = None) -> int:
+        value = cfg.get(key, default)
+        if value is None:
+            raise fail(f"config.json has no {key!r} (a decoder-only LM?)")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 1 << 31:
+            raise fail(f"{key} must be a whole number from 1 to 2^31-1, got {value!r}")
+        return value
 
     if cfg.get("kv_lora_rank"):
-        raise ValueError(
-            f"model file {path}: multi-head latent attention (kv_lora_rank) is not modelled; "
+        raise fail(
+            "multi-head latent attention (kv_lora_rank) is not modelled; "
             "write a spec YAML (ModelSpec's fields) that approximates it"
         )
     sparse_step = cfg.get("decoder_sparse_step", 1) or 1
     if cfg.get("mlp_only_layers") or sparse_step != 1 or cfg.get("first_k_dense_replace"):
-        raise ValueError(
-            f"model file {path}: dense layers between mixture-of-experts layers are not modelled "
+        raise fail(
+            "dense layers between mixture-of-experts layers are not modelled "
             "(the cost model takes every layer as MoE); write a spec YAML that approximates it"
         )
-    heads = need("num_attention_heads")
-    hidden = need("hidden_size")
-    experts = next((cfg[k] for k in _EXPERT_KEYS if cfg.get(k)), 0)
-    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    heads = count("num_attention_heads")
+    hidden = count("hidden_size")
+    tie = cfg.get("tie_word_embeddings", False)  # Llama, Qwen and Mistral configs default to untied
+    if not isinstance(tie, bool):
+        raise fail(f"tie_word_embeddings must be true or false, got {tie!r}")
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    if dtype not in ("bfloat16", "float16", "float32"):
+        raise fail(f"torch_dtype must be bfloat16, float16 or float32, got {dtype!r}")
     name_or_path = str(cfg.get("_name_or_path") or "")
     name = (name_or_path.rstrip("/").rsplit("/", 1)[-1] or path.parent.name or path.stem).lower()
+    expert_key = next((k for k in _EXPERT_KEYS if cfg.get(k)), None)
     fields: dict[str, Any] = {
         "name": name,
         "hf_id": name_or_path or f"file:{path}",
-        "num_layers": need("num_hidden_layers"),
+        "num_layers": count("num_hidden_layers"),
         "hidden_size": hidden,
         "num_heads": heads,
-        "num_kv_heads": cfg.get("num_key_value_heads") or heads,
-        "head_dim": cfg.get("head_dim") or hidden // heads,
-        "intermediate_size": need("intermediate_size"),
-        "vocab_size": need("vocab_size"),
-        # Llama, Qwen and Mistral configs default to untied when the key is absent.
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "num_kv_heads": count("num_key_value_heads", heads),
+        "head_dim": count("head_dim", hidden // heads)
+        if cfg.get("head_dim") is not None
+        else hidden // heads,
+        "intermediate_size": count("intermediate_size"),
+        "vocab_size": count("vocab_size"),
+        "tie_embeddings": tie,
         # fp16 weights cost what bf16 ones do (2 bytes, the same tensor-core peak on these GPUs).
         "dtype": "float32" if dtype == "float32" else "bfloat16",
         "source": f"{path} (Hugging Face config.json)",
     }
-    if experts:
-        fields["num_experts"] = experts
-        fields["experts_per_token"] = need("num_experts_per_tok")
-        fields["moe_intermediate_size"] = cfg.get("moe_intermediate_size") or need("intermediate_size")
+    if fields["head_dim"] < 1:
+        raise fail(f"hidden_size {hidden} / num_attention_heads {heads} gives no head_dim; set head_dim")
+    if expert_key is not None:
+        fields["num_experts"] = count(expert_key)
+        fields["experts_per_token"] = count("num_experts_per_tok")
+        moe_key = (
+            "moe_intermediate_size" if cfg.get("moe_intermediate_size") is not None else "intermediate_size"
+        )
+        fields["moe_intermediate_size"] = count(moe_key)
     return fields

@@ -22,7 +22,8 @@ from libra_core.planner import spec_files
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # No inf or NaN: a spec file's `.inf` would plan on infinite memory and write invalid JSON.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class HardwareSpec(_Spec):

@@ -117,7 +117,13 @@ def test_a_model_yaml_changes_one_field_of_a_built_in_model(tmp_path: Path) -> N
         ("gpu.yaml", "bf16_tflops: 900\n", r"gpu.yaml: fp32_tflops: Field required"),
         ("gpu.yaml", "base: B300\n", r"base 'B300' is not a built-in hardware; valid: \[.*H100"),
         ("gpu.yaml", "- H100\n", r"expected a mapping of fields, got list"),
-        ("gpu.yaml", "base: [H100\n", r"gpu.yaml: cannot read it"),
+        ("gpu.yaml", "base: [H100\n", r"gpu.yaml: invalid YAML at line 2"),
+        ("gpu.yaml", "base: H100\nmemory_gb: .inf\n", r"memory_gb: Input should be a finite number"),
+        (
+            "gpu.yaml",
+            "base: H100\nhbm_gbps: 1\nhbm_gbps: 2\n",
+            r"duplicate key 'hbm_gbps' \(first defined on line 2\)",
+        ),
         ("gpu.json", "{}", r"write a hardware spec as YAML"),
     ],
 )
@@ -134,6 +140,12 @@ def test_a_bad_hardware_file_names_the_problem(tmp_path: Path, name: str, text: 
         ({"kv_lora_rank": 512}, r"multi-head latent attention"),
         ({"decoder_sparse_step": 2}, r"dense layers between mixture-of-experts layers"),
         ({"num_key_value_heads": 5}, r"num_heads 32 not a multiple of 5"),
+        ({"num_attention_heads": 0}, r"num_attention_heads must be a whole number from 1 to 2\^31-1, got 0"),
+        ({"hidden_size": "2048"}, r"hidden_size must be a whole number .*, got '2048'"),
+        ({"vocab_size": True}, r"vocab_size must be a whole number .*, got True"),
+        ({"num_key_value_heads": 0}, r"num_key_value_heads must be a whole number .*, got 0"),
+        ({"tie_word_embeddings": "false"}, r"tie_word_embeddings must be true or false, got 'false'"),
+        ({"torch_dtype": "int8"}, r"torch_dtype must be bfloat16, float16 or float32, got 'int8'"),
     ],
 )
 def test_a_bad_config_json_names_the_problem(tmp_path: Path, change: dict, message: str) -> None:

@@ -83,3 +83,23 @@ def test_backend_matches_static_reference(pool: LocalPool, name: str, world: int
     for p in params:
         np.testing.assert_allclose(p, expected, rtol=0, atol=2e-5)
     assert not np.allclose(expected, reference_params(problem, [(0,)] * STEPS), atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["torch", "ddp"])
+def test_a_second_backward_before_step_is_refused(name: str) -> None:
+    # Accumulation is outside the contract: DeepSpeed (gradient_accumulation_steps 1) would keep only
+    # the last micro-batch where torch and ddp sum the means.
+    import torch
+
+    problem = ToyProblem()
+    model = problem.model()
+    backend = build_backend(name)
+    backend.setup(model, problem.optimizer(model))
+    backend.backward(problem.loss(model, 0, 0))
+    with pytest.raises(AssertionError, match=f"{name}: backward\\(\\) called twice before step\\(\\)"):
+        backend.backward(problem.loss(model, 0, 0))
+    before = [p.detach().clone() for p in model.parameters()]
+    backend.step(grad_clip=problem.grad_clip)
+    assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+    backend.backward(problem.loss(model, 0, 1))  # the next step's backward is fine
+    backend.close()

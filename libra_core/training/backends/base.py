@@ -2,10 +2,15 @@
 
 Call context: a training process (the update stage, or an elastic core replica) builds one backend
 per process, calls `setup` once with its model and optimizer, then per optimizer step calls
-`backward(loss)` (once or more, accumulating) and `step()`. The backend owns the reduction: after
-`step` returns, every replica of the job holds the same parameters. The loss passed to `backward`
-is the replica's mean loss over its own shard; the backends average gradients over replicas, so a
-W-replica job on W equal shards equals one process on their union with a mean loss.
+`backward(loss)` exactly once and `step()`. Micro-batch accumulation is not part of the contract:
+DeepSpeed's engine (gradient_accumulation_steps 1) would keep only the last micro-batch while torch
+and ddp would sum the means, so a second `backward` before `step` fails an assertion instead. The
+backend owns the reduction: after `step` returns, every replica of the job holds the same
+parameters. The loss passed to `backward` is the replica's mean loss over its own shard; the
+backends average gradients over replicas, so a W-replica job on W equal shards equals one process on
+their union with a mean loss. Equal means equal in whatever the loss averages over: a token-mean
+loss needs the same number of trained tokens on every replica, or the average weights a token on a
+short shard more (the GRPO update runs single-process, `registry.run_update`).
 """
 
 from __future__ import annotations
@@ -44,9 +49,17 @@ class TrainingBackend(ABC):
     def setup(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Take ownership of the model and optimizer (join the process group if there is one)."""
 
+    _backward_pending = False  # set by `backward`, cleared when the step applies the gradient
+
+    def _begin_backward(self) -> None:
+        assert not self._backward_pending, (
+            f"{self.name}: backward() called twice before step(); accumulate micro-batches into one loss"
+        )
+        self._backward_pending = True
+
     @abstractmethod
     def backward(self, loss: torch.Tensor) -> None:
-        """Accumulate this replica's gradient of `loss` (a mean over its shard)."""
+        """Compute this replica's gradient of `loss` (a mean over its shard); once per step."""
 
     @abstractmethod
     def step(self, *, grad_clip: float | None = None) -> StepStats:

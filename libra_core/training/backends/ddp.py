@@ -36,6 +36,7 @@ class DDPBackend(TrainingBackend):
             self._owns_group = True
 
     def backward(self, loss: torch.Tensor) -> None:
+        self._begin_backward()
         loss.backward()
 
     def reduce(
@@ -59,6 +60,7 @@ class DDPBackend(TrainingBackend):
         set_flat_grad(trainable(self._model), update)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self._backward_pending = False
 
     def step(self, *, grad_clip: float | None = None) -> StepStats:
         from libra_core.training.backends.flat import clip_flat_, flat_grad, trainable

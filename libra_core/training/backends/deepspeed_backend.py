@@ -70,6 +70,7 @@ class DeepSpeedBackend(TrainingBackend):
         self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
 
     def backward(self, loss: torch.Tensor) -> None:
+        self._begin_backward()
         self.engine.backward(loss)
 
     def step(self, *, grad_clip: float | None = None) -> StepStats:
@@ -77,6 +78,7 @@ class DeepSpeedBackend(TrainingBackend):
             f"deepspeed clips at {self.grad_clip} (fixed in its config), step() was asked for {grad_clip}"
         )
         self.engine.step()
+        self._backward_pending = False
         norm = self.engine.get_global_grad_norm()
         return StepStats(float(norm) if norm is not None else float("nan"), self.dist.world_size)
 

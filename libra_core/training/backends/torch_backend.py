@@ -18,6 +18,7 @@ class TorchBackend(TrainingBackend):
         self._model, self.optimizer = model, optimizer
 
     def backward(self, loss: torch.Tensor) -> None:
+        self._begin_backward()
         loss.backward()
 
     def step(self, *, grad_clip: float | None = None) -> StepStats:
@@ -29,6 +30,7 @@ class TorchBackend(TrainingBackend):
         set_flat_grad(params, flat)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self._backward_pending = False
         return StepStats(norm, 1)
 
     @property

@@ -79,18 +79,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace) -> Any:
+def _load(args: argparse.Namespace, path: str | Path | None = None) -> Any:
+    """The validated config (`path`, else the CONFIG argument, plus `--set`); exit 2 on problems."""
     from libra_core.config import ConfigError, load_config
     from libra_core.config.loader import format_problems
 
+    source = path if path is not None else _config_arg(args.config)
     try:
-        return load_config(_config_arg(args.config), args.overrides)
+        cfg = load_config(source, args.overrides)
     except ConfigError as err:
-        from rich.console import Console
+        _config_problems([format_problems(err)])
+    if cfg.planner.type == "libra":
+        # Validation is pure; the planner's names and spec files are resolved here, so a wrong one
+        # fails now rather than at the run's first plan stage.
+        from libra_core.planner.service import LibraPlanner
 
-        Console(stderr=True).print(f"[bold red]invalid configuration[/] ({len(err.problems)} problem(s)):")
-        print(format_problems(err), file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG_ERROR) from None
+        try:
+            LibraPlanner.resolve_specs(cfg)
+        except ValueError as err:
+            _config_problems([f"{source or '<defaults>'}: {p}" for p in str(err).splitlines()])
+    return cfg
+
+
+def _config_problems(lines: list[str]) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[bold red]invalid configuration[/] ({len(lines)} problem(s)):")
+    print("\n".join(lines), file=sys.stderr)
+    raise SystemExit(EXIT_CONFIG_ERROR) from None
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -116,6 +132,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_CONFIG_ERROR
+        # The run's resolved config with this command's --set, checked before Prefect starts (the
+        # create-run task applies the same overrides to the same file).
+        _load(args, Path(args.resume) / RESOLVED_CONFIG_NAME)
         config_path = None
     else:
         _load(args)  # fail fast, before importing torch/vllm/prefect

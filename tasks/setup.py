@@ -33,12 +33,10 @@ def create_run_task(config_path: str | None, overrides: list[str], resume: str |
     """New run: validate config, make the folder, write the resolved config. Resume: restore state."""
     if resume:
         layout = RunLayout(Path(resume).resolve())
-        base = load_run_config(layout.root)
         if overrides:  # e.g. more iterations; written back so the folder stays self-describing
-            from libra_core.config.loader import apply_overrides, parse_overrides
-
-            raw = apply_overrides(base.model_dump(mode="json"), parse_overrides(overrides))
-            write_resolved_config(type(base).model_validate(raw), layout.root)
+            write_resolved_config(load_config(layout.config, overrides), layout.root)
+        else:
+            load_run_config(layout.root)  # a damaged resolved config fails here, before any state changes
         state = (
             restore_checkpoint(layout.root) if read_state(layout.root).completed_iterations else RunState()
         )

@@ -73,24 +73,49 @@ class LibraPlanner:
             AuditPolicy(audit_window, policy.min_gain_fraction, policy.expected_iterations)
         )
 
+    @staticmethod
+    def resolve_specs(cfg: LibraConfig) -> tuple[ClusterSpec, ModelSpec, Workload]:
+        """The cluster, model and initial workload `cfg.planner` names. Raises ValueError naming
+        the setting: `libra config validate` and `libra run` call it before a run starts, so a
+        spec file that is missing or wrong fails there rather than at the first plan stage."""
+        p = cfg.planner
+        problems = []
+        model = cluster = workload = None
+        try:
+            if p.model_spec is not None:
+                model = get_model(p.model_spec)
+            elif cfg.model.type == "tiny_qwen2":
+                model = model_spec_from_tiny(cfg.model, vocab_size=cfg.tokenizer.vocab_size)
+            else:
+                raise ValueError("required for model.type hf_local (e.g. qwen3-8b)")
+        except ValueError as e:
+            problems.append(f"planner.model_spec: {e}")
+        try:
+            cluster = parse_cluster(p.hardware)
+        except ValueError as e:
+            problems.append(f"planner.hardware: {e}")
+        try:
+            workload = workload_preset(p.initial_workload, cfg.experiment.seed)
+        except ValueError as e:
+            problems.append(f"planner.initial_workload: {e}")
+        if problems:
+            raise ValueError("\n".join(problems))
+        assert cluster is not None and model is not None and workload is not None
+        return cluster, model, workload
+
     @classmethod
     def from_config(cls, cfg: LibraConfig) -> LibraPlanner:
         p = cfg.planner
-        if p.model_spec is not None:
-            model = get_model(p.model_spec)
-        elif cfg.model.type == "tiny_qwen2":
-            model = model_spec_from_tiny(cfg.model, vocab_size=cfg.tokenizer.vocab_size)
-        else:
-            raise ValueError("planner.model_spec is required for model.type hf_local (e.g. qwen3-8b)")
+        cluster, model, initial = cls.resolve_specs(cfg)
         prior = replace(
-            workload_preset(p.initial_workload, cfg.experiment.seed),
+            initial,
             prompts_per_iteration=cfg.rollout.prompts_per_iteration,
             group_size=cfg.training.grpo.group_size,
             minibatches=cfg.training.grpo.minibatches,
         )
         policy = ReplanPolicy(p.min_gain_fraction, p.expected_iterations, p.move_cost_s)
         return cls(
-            parse_cluster(p.hardware),
+            cluster,
             model,
             prior,
             policy,

@@ -56,6 +56,39 @@ def test_run_with_bad_config_fails_before_starting(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())  # nothing was created
 
 
+def test_resume_with_a_bad_override_or_a_damaged_config_fails_before_starting(tmp_path: Path) -> None:
+    from libra_core.config import load_config, write_resolved_config
+
+    run = tmp_path / "run"
+    resolved = write_resolved_config(load_config(None), run)
+    before = resolved.read_text()
+    out = libra("run", "--resume", str(run), "--set", "experiment.iterations=abc")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "invalid configuration" in out.stderr and "experiment.iterations" in out.stderr
+    assert resolved.read_text() == before and sorted(p.name for p in run.iterdir()) == [resolved.name]
+    resolved.write_text("experiment: [unclosed\n")
+    out = libra("run", "--resume", str(run))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "invalid YAML" in out.stderr
+
+
+def test_validate_resolves_the_planners_names_and_spec_files(tmp_path: Path) -> None:
+    # Pure validation cannot read a spec file; `config validate` (and `run`, before it starts) does.
+    (tmp_path / "gpu.yaml").write_text("base: H100\nhbm_gbps: 0\n")
+    args = ("config", "validate", "stages.yaml", "--set", "planner.type=libra")
+    assert libra(*args).returncode == 0
+    out = libra(
+        *args, "--set", "planner.model_spec=nonsense", "--set", f"planner.hardware=8x{tmp_path / 'gpu.yaml'}",
+        "--set", "planner.initial_workload=zzz",
+    )  # fmt: skip
+    assert out.returncode == 2 and "invalid configuration (3 problem(s))" in out.stderr
+    assert "stages.yaml: planner.model_spec: unknown model 'nonsense'" in out.stderr
+    assert "stages.yaml: planner.hardware: hardware file" in out.stderr and "hbm_gbps" in out.stderr
+    assert "stages.yaml: planner.initial_workload: unknown workload preset 'zzz'" in out.stderr
+    # The static planner does not use them, so they are not resolved.
+    assert libra("config", "validate", "stages.yaml", "--set", "planner.model_spec=nonsense").returncode == 0
+
+
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     out = libra("config", "validate", str(tmp_path / "absent.yaml"))
     assert out.returncode == 2 and "absent.yaml" in out.stderr and "Traceback" not in out.stderr

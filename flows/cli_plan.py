@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-EXIT_INPUT_ERROR = 2
+from flows.cli_common import fail
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,13 +59,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         ("--top", args.top, 1),
     ):
         if value is not None and value < least:
-            Console(stderr=True).print(f"[bold red]error[/]: {flag} must be >= {least}, got {value}")
-            return EXIT_INPUT_ERROR
+            return fail(f"{flag} must be >= {least}, got {value}")
     if not 0.0 <= args.mixed_margin < 1.0:
-        Console(stderr=True).print(
-            f"[bold red]error[/]: --mixed-margin must be in [0, 1), got {args.mixed_margin}"
-        )
-        return EXIT_INPUT_ERROR
+        return fail(f"--mixed-margin must be in [0, 1), got {args.mixed_margin}")
     try:
         report = plan_cluster(
             args.hardware,
@@ -78,8 +74,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             two_phase_path=not args.capped_path,
         )
     except (ValueError, FileNotFoundError, KeyError) as err:
-        Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)
-        return EXIT_INPUT_ERROR
+        return fail(str(err))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     elif sys.stdout.isatty():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-EXIT_INPUT_ERROR = 2
+from flows.cli_common import fail, output_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,28 +21,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, metavar="PATH", help="report file (default: RUN_DIR/report.FORMAT)")
 
 
-def _error(message: str) -> int:
-    from rich.console import Console
-
-    Console(stderr=True).print(f"[bold red]error[/]: {message}", highlight=False, markup=True, soft_wrap=True)
-    return EXIT_INPUT_ERROR
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    from rich.markup import escape
-
     from libra_core.config.loader import RESOLVED_CONFIG_NAME, ConfigError
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
-        return _error(f"{escape(str(run_dir))}: no such folder")
+        return fail(f"{run_dir}: no such folder")
     if not (run_dir / RESOLVED_CONFIG_NAME).is_file():
-        return _error(f"{escape(str(run_dir))}: not a run folder (no {RESOLVED_CONFIG_NAME})")
+        return fail(f"{run_dir}: not a run folder (no {RESOLVED_CONFIG_NAME})")
+    problem = args.out is not None and output_problem(
+        args.out, keep_files_in=run_dir, may_replace=("report.html", "report.md")
+    )
+    if problem:
+        return fail(problem)
     from libra_core.observability.report import build_report
 
     try:
         path = build_report(run_dir, args.out, args.fmt)
     except (ValueError, FileNotFoundError, ConfigError) as err:
-        return _error(escape(" ".join(str(err).split())))
+        return fail(" ".join(str(err).split()))
     print(path)
     return 0

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flows.cli_common import fail
+
 EXIT_CONFIG_ERROR = 2
 EXIT_SERVER_ERROR = 1
 
@@ -48,14 +50,14 @@ def cmd_serve(
     console = Console(stderr=True)
     cfg = load(args)  # exits 2 with one line per problem
     if args.limit < 1:
-        console.print("[bold red]error[/]: --limit must be >= 1")
-        return EXIT_CONFIG_ERROR
+        return fail(f"--limit must be >= 1, got {args.limit}", EXIT_CONFIG_ERROR)
+    if not 0 <= args.port <= 65535:
+        return fail(f"--port must be in 0..65535, got {args.port}", EXIT_CONFIG_ERROR)
     server = None
     api_url = args.api_url or os.environ.get("PREFECT_API_URL")
     if api_url:
         if not api_healthy(api_url):
-            console.print(f"[bold red]error[/]: no Prefect server answers at {api_url}")
-            return EXIT_SERVER_ERROR
+            return fail(f"no Prefect server answers at {api_url}", EXIT_SERVER_ERROR)
         ui_url = api_url.rstrip("/").removesuffix("/api")
     else:
         port = args.port or free_port(args.host)
@@ -64,8 +66,7 @@ def cmd_serve(
         try:
             server = start_server(args.host, port, log)
         except RuntimeError as err:
-            console.print(f"[bold red]error[/]: {err}", highlight=False)
-            return EXIT_SERVER_ERROR
+            return fail(str(err), EXIT_SERVER_ERROR)
         api_url, ui_url = server.api_url, server.ui_url
     # Ctrl-C and SIGTERM both stop serving and the server we started (a shell may have started us
     # with SIGINT ignored, e.g. in the background).

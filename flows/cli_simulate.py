@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-EXIT_INPUT_ERROR = 2
+from flows.cli_common import fail, output_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -85,7 +85,6 @@ def _progress_bars() -> Iterator[Callable[[str, int, int], None]]:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from rich.console import Console
 
     from libra_core.sim import SimSettings, format_table, simulate
     from libra_core.sim.overrides import parse_overrides
@@ -94,8 +93,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     for flag, value in (("--iterations", args.iterations), ("--jobs", args.jobs)):
         if value < 1:
-            Console(stderr=True).print(f"[bold red]error[/]: {flag} must be >= 1, got {value}")
-            return EXIT_INPUT_ERROR
+            return fail(f"{flag} must be >= 1, got {value}")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        return fail(f"--policies names no policy ({args.policies!r}); give names or `all`")
+    problem = args.out is not None and output_problem(
+        args.out, folder=True, inputs=[args.scenario] if is_trace(args.scenario) else []
+    )
+    if problem:
+        return fail(problem)
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
         flag = "--spec (for a trace replay)" if is_trace(args.scenario) else "--spec"
@@ -105,7 +111,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 args.scenario,
                 args.hardware,
                 args.iterations,
-                [p for p in args.policies.split(",") if p],
+                policies,
                 seed=args.seed,
                 out_dir=Path(args.out) if args.out else None,
                 model=args.model,
@@ -115,8 +121,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 jobs=args.jobs,
             )
     except (ValueError, FileNotFoundError, KeyError) as err:
-        Console(stderr=True).print(f"[bold red]error[/]: {err}", highlight=False)
-        return EXIT_INPUT_ERROR
+        return fail(str(err))
     print(format_table(report))
     for line in format_verdicts(report):
         print(line)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-EXIT_INPUT_ERROR = 2
+from flows.cli_common import fail, output_problem
 
 
 def add_parsers(
@@ -46,13 +46,6 @@ def add_parsers(
     add_config_args(ev)
 
 
-def _fail(message: str) -> int:
-    from rich.console import Console
-
-    Console(stderr=True).print(f"[bold red]error[/]: {message}", highlight=False)
-    return EXIT_INPUT_ERROR
-
-
 def cmd_trace(args: argparse.Namespace) -> int:
     import random
 
@@ -61,13 +54,17 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from libra_core.traces.schema import TraceSchemaError, read_trace, write_trace
     from libra_core.traces.synthetic import synthetic_trace
 
+    run_dir = args.run_dir if args.trace_command == "export" else None
+    problem = output_problem(args.output, keep_files_in=run_dir)
+    if problem:
+        return fail(problem)
     try:
         if args.trace_command == "export":
             path = export_trace(args.run_dir, args.output)
         else:
             path = write_trace(synthetic_trace(random.Random(args.seed), args.preset), args.output)
     except (FileNotFoundError, TraceSchemaError, ValueError) as err:
-        return _fail(str(err))
+        return fail(str(err))
     print(f"wrote {path}: {trace_summary(read_trace(path))}")
     return 0
 
@@ -82,20 +79,25 @@ def cmd_trace_eval(args: argparse.Namespace, load_config: Callable[[argparse.Nam
 
     cfg = load_config(args)
     assert isinstance(cfg, LibraConfig)
+    problem = args.json and output_problem(args.json, inputs=[args.trace])
+    if problem:
+        return fail(problem)
     try:
         buckets = parse_buckets(args.buckets)
         records = run_trace_eval(args.trace, args.scheduler, buckets, base=cfg.scheduler)
     except (FileNotFoundError, TraceSchemaError, ValueError) as err:
-        return _fail(str(err))
+        return fail(str(err))
     title = f"{args.trace} (buckets {','.join(map(str, buckets))})"
     if sys.stdout.isatty():
         Console().print(format_rich(records, title=title))
     else:  # a pipe or a log file: the markdown table, never cut to a terminal's width
         print(f"{title}\n{format_plain(records)}")
     if args.json:
+        from libra_core.data.atomic import atomic_path
+
         out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
         keys = ("scheduler", "routing_accuracy", "class_accuracy", "migration_token_ratio", "score")
-        out.write_text(json.dumps([{k: r[k] for k in keys} for r in records], indent=2) + "\n")
+        with atomic_path(out) as tmp:
+            tmp.write_text(json.dumps([{k: r[k] for k in keys} for r in records], indent=2) + "\n")
         print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -7,12 +7,14 @@ calibration later. Columns are fixed by HISTORY_SCHEMA; stage timings are `<stag
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from libra_core.data.atomic import atomic_path
+from libra_core.data.schema import parquet_schema_problems
 
 STAGES = ("plan", "rollout", "reward", "update", "sync")
 
@@ -68,6 +70,9 @@ def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
     path = history_path(run_dir)
     if not path.exists():
         return []
+    problems = parquet_schema_problems(path, HISTORY_SCHEMA)
+    if problems:
+        raise ValueError(f"run history {path}: " + "; ".join(problems))
     return pq.read_table(path, schema=HISTORY_SCHEMA).to_pylist()
 
 
@@ -80,8 +85,6 @@ def append_history(run_dir: str | Path, row: dict[str, Any]) -> Path:
     rows = [r for r in read_history(run_dir) if r["iteration"] != row["iteration"]] + [row]
     rows.sort(key=lambda r: r["iteration"])
     path = history_path(run_dir)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA), tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA), tmp)
     return path

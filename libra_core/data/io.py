@@ -8,29 +8,31 @@ so a crash never leaves a half-written file where a reader expects a whole one.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from libra_core.data.schema import TRAJECTORY_SCHEMA, TrajectorySchemaError, validate_trajectories
-
-
-def _atomic_target(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+from libra_core.data.atomic import atomic_path
+from libra_core.data.schema import (
+    TRAJECTORY_SCHEMA,
+    TrajectorySchemaError,
+    parquet_schema_problems,
+    validate_trajectories,
+)
 
 
 def write_ipc(table: pa.Table, path: str | Path, *, require_reward: bool = False) -> Path:
     """Validate and write a trajectory table as an Arrow IPC file."""
     path = Path(path)
     validate_trajectories(table, require_reward=require_reward)
-    tmp = _atomic_target(path)
-    with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, TRAJECTORY_SCHEMA) as writer:
-        writer.write_table(table)
-    os.replace(tmp, path)
+    with (
+        atomic_path(path) as tmp,
+        pa.OSFile(str(tmp), "wb") as sink,
+        ipc.new_file(sink, TRAJECTORY_SCHEMA) as w,
+    ):
+        w.write_table(table)
     return path
 
 
@@ -56,9 +58,8 @@ def write_lake(table: pa.Table, run_dir: str | Path, iteration: int) -> Path:
     """Write one iteration's rewarded trajectories into the run's Parquet lake."""
     path = lake_path(run_dir, iteration)
     validate_trajectories(table, require_reward=True)
-    tmp = _atomic_target(path)
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
     return path
 
 
@@ -70,6 +71,10 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
         paths = sorted((Path(run_dir) / "lake").glob("iteration=*.parquet"))
     if not paths:
         return TRAJECTORY_SCHEMA.empty_table()
+    for p in paths:
+        problems = parquet_schema_problems(p, TRAJECTORY_SCHEMA)
+        if problems:
+            raise TrajectorySchemaError(f"lake file {p}: " + "; ".join(problems))
     tables = [pq.read_table(p, schema=TRAJECTORY_SCHEMA) for p in paths]
     table = pa.concat_tables(tables)
     validate_trajectories(table, require_reward=True)

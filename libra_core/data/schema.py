@@ -18,9 +18,11 @@ Invariants (checked by `validate_trajectories`):
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 TOOL_STATUSES = ("success", "failure", "timeout")
 FINISH_REASONS = ("answer", "max_turns", "max_tokens", "error")
@@ -93,6 +95,26 @@ def table_from_rows(rows: Iterable[dict[str, Any]]) -> pa.Table:
     table = pa.Table.from_pylist(rows, schema=TRAJECTORY_SCHEMA)
     validate_trajectories(table)
     return table
+
+
+def parquet_schema_problems(path: Path, schema: pa.Schema) -> list[str]:
+    """Why the Parquet file at `path` cannot be read as `schema`, before reading it with
+    `schema=`: that read fills a missing column with nulls, so a file of another table would
+    pass as rows of nulls. A missing nullable column is fine (files written before the column
+    existed); a missing non-nullable one, or a column of another type, is a problem."""
+    try:
+        have = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as err:
+        return [f"not a Parquet file ({err})"]
+    got = {f.name: f for f in have}
+    missing = [f.name for f in schema if f.name not in got and not f.nullable]
+    problems = [f"missing columns {', '.join(missing)} (is it this kind of file?)"] if missing else []
+    problems += [
+        f"column {f.name!r} has type {got[f.name].type}, expected {f.type}"
+        for f in schema
+        if f.name in got and not got[f.name].type.equals(f.type)
+    ]
+    return problems
 
 
 def validate_trajectories(table: pa.Table, *, require_reward: bool = False) -> None:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from libra_core.data.atomic import atomic_path
 from libra_core.data.history import STAGES, read_history
 from libra_core.observability.timeline import Span, read_timeline, timeline_dir
 from libra_core.pipeline.plan_stage import decisions_path
@@ -338,9 +338,8 @@ def _render_md(report: _Report, images: dict[str, str]) -> str:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def build_report(run_dir: str | Path, out: str | Path | None = None, fmt: str = "html") -> Path:

@@ -106,8 +106,10 @@ def read_state(run_dir: str | Path) -> RunState:
     path = RunLayout(Path(run_dir)).state
     if not path.exists():
         return RunState()
-    data = json.loads(path.read_text())
-    return RunState(**data)
+    try:
+        return RunState(**json.loads(path.read_text()))
+    except (ValueError, TypeError) as err:  # JSONDecodeError is a ValueError; unknown keys a TypeError
+        raise ValueError(f"run state {path} is damaged: {err}") from err
 
 
 def write_state(run_dir: str | Path, state: RunState) -> None:

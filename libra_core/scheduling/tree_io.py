@@ -23,10 +23,10 @@ things); samples of matching nodes are pooled and the newest `max_samples_per_no
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from libra_core.data.atomic import atomic_path
 from libra_core.scheduling.prefix_tree import PrefixTree
 from libra_core.scheduling.tree_node import Node
 
@@ -117,10 +117,8 @@ def tree_from_dict(data: dict[str, Any]) -> PrefixTree:
 
 def save_tree(tree: PrefixTree, path: str | Path) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(tree_to_dict(tree), separators=(",", ":")), encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(tree_to_dict(tree), separators=(",", ":")), encoding="utf-8")
     return path
 
 

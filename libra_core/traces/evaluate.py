@@ -205,4 +205,7 @@ def run_trace_eval(
     cfg = SchedulerConfig.model_validate(
         {**(base or SchedulerConfig()).model_dump(), "buckets": tuple(buckets)}
     )
-    return [m.as_record() for m in evaluate_schedulers(read_trace(trace_path), names, cfg)]
+    trajectories = read_trace(trace_path)
+    if not trajectories:
+        raise ValueError(f"trace {trace_path} holds no trajectories; nothing to evaluate")
+    return [m.as_record() for m in evaluate_schedulers(trajectories, names, cfg)]

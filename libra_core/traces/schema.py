@@ -6,7 +6,8 @@ trace evaluator (`evaluate.py`), the latency benchmark, and anyone comparing sch
 Invariants (checked by `validate_trace`):
 - `turns` is non-empty; a turn is one generation and the tool return it caused. Every turn but the
   last has a non-null `tool` and `status`; the last has both null (the trajectory ended there).
-- `status` is one of success | failure | timeout; token counts are >= 0; `prompt_tokens` >= 1.
+- `status` is one of success | failure | timeout; token counts are >= 0; `prompt_tokens` >= 1;
+  a trajectory's total (prompt, generated and payload tokens) fits an int32.
 - `latency_s`, the wall time of the turn's tool call, is null on the last turn; on the others it is
   a finite number >= 0 (measured by the run, or drawn by `libra trace synth`), or null where the
   writer did not time the call (traces written before the field existed: `read_trace` reads those
@@ -19,7 +20,6 @@ A trajectory that ended right after a tool return (e.g. it hit max_turns) carrie
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,9 +29,13 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from libra_core.data.atomic import atomic_path
 from libra_core.scheduling.base import ToolStatus, Turn, total_tokens
 
 TOOL_STATUSES = ("success", "failure", "timeout")
+# Token counts are int32 in the file and in the schedulers' statistics; a trajectory's total must
+# fit too (far beyond any context length).
+MAX_TRAJECTORY_TOKENS = 2**31 - 1
 # An untimed call that timed out is priced this many times an untimed call's default latency: it
 # waited for the tool's deadline, not for an answer.
 UNTIMED_TIMEOUT_FACTOR = 3.0
@@ -162,7 +166,7 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         latencies.append(latency)
         status = cast("ToolStatus | None", turn["status"])
         out.append(Turn(turn["gen_tokens"], turn["tool"], turn["payload_tokens"], status))
-    return TraceTrajectory(
+    traj = TraceTrajectory(
         row["trajectory_id"],
         row["prompt_id"],
         row["iteration"],
@@ -170,6 +174,9 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         tuple(out),
         tuple(latencies),
     )
+    if traj.size > MAX_TRAJECTORY_TOKENS:
+        raise fail(f"holds {traj.size:,} tokens; a trajectory holds at most {MAX_TRAJECTORY_TOKENS:,}")
+    return traj
 
 
 def validate_trace(table: pa.Table) -> list[TraceTrajectory]:
@@ -187,10 +194,8 @@ def write_trace(table: pa.Table, path: str | Path) -> Path:
     """Validate and write a trace as Parquet (atomic: temp file + rename)."""
     validate_trace(table)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
     return path
 
 

@@ -1,0 +1,62 @@
+"""What every `libra` subcommand shares: the exit code of a user error, its one-line message, and the
+check of an output path before any work is done.
+
+An error message is printed as text, never as Rich markup (a path like `runs/[x]` is shown as it
+is, and a `[/x]` in it cannot crash the printer), and is not wrapped, so a log keeps it on one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+EXIT_INPUT_ERROR = 2
+
+
+def fail(message: str, code: int = EXIT_INPUT_ERROR) -> int:
+    """Print `error: MESSAGE` on stderr and return `code` (default: the input-error exit code)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    Console(stderr=True, soft_wrap=True).print(Text.assemble(("error", "bold red"), ": ", message))
+    return code
+
+
+def output_problem(
+    path: str | Path,
+    *,
+    folder: bool = False,
+    inputs: Iterable[str | Path] = (),
+    keep_files_in: str | Path | None = None,
+    may_replace: Iterable[str] = (),
+) -> str | None:
+    """Why `path` cannot be written (None: it can), checked before a command does its work.
+
+    `folder`: the output is a folder (created if missing) rather than a file. `inputs`: files the
+    command reads, which its output must not replace. `keep_files_in`: a run folder whose existing
+    files (its history, lake, config) the output must not replace; new files there are fine, and so
+    are the names in `may_replace` (the command's own earlier output, e.g. `report.html`).
+    """
+    text = str(path)
+    if not text.strip():
+        return "the output path is empty"
+    out = Path(text).expanduser()
+    if folder:
+        if out.exists() and not out.is_dir():
+            return f"{text}: exists and is not a folder"
+    elif out.is_dir() or text.endswith(("/", "\\")):
+        return f"{text}: is a folder; give a file name"
+    resolved = out.resolve()
+    for parent in resolved.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{text}: {parent} is a file, not a folder"
+            break
+    for source in inputs:
+        if Path(source).expanduser().resolve() == resolved:
+            return f"{text}: is an input of this command; writing it would replace what it reads"
+    if keep_files_in is not None and not folder and resolved.is_file() and resolved.name not in may_replace:
+        root = Path(keep_files_in).expanduser().resolve()
+        if resolved.is_relative_to(root):
+            return f"{text}: would replace a file of the run folder {keep_files_in}; write it elsewhere"
+    return None

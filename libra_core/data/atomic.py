@@ -1,0 +1,28 @@
+"""Atomic file writes: write a temp file beside the target, then rename it over the target.
+
+Every writer of a file another stage or command reads (trajectory IPC files, the lake, the run
+history, traces, reports, the C-MLFQ tree) goes through `atomic_path`, so a reader never sees half a
+file, a crash leaves the old file whole, and a failed write leaves no temp file behind.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield the temp path to write; on leaving the block rename it to `path` (parents created),
+    or, if the block or the rename raised, delete it and re-raise."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,110 @@
+"""Bad input to the `libra` commands: exit 2 with one line naming the problem, checked before the
+command does its work, and nothing already written replaced (subprocess, as a user runs them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from libra_core.data.io import write_lake
+from libra_core.data.schema import table_from_rows
+from tests.cli.test_cli import libra
+from tests.data.test_schema import row
+
+
+def _synth(tmp_path: Path) -> Path:
+    path = tmp_path / "t.parquet"
+    assert libra("trace", "synth", "--preset", "causal", "-o", str(path)).returncode == 0
+    return path
+
+
+def _error(out) -> str:  # noqa: ANN001
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    return out.stderr
+
+
+def test_outputs_are_checked_before_the_work(tmp_path: Path) -> None:
+    trace = _synth(tmp_path)
+    before = trace.read_bytes()
+    # trace-eval must not replace the trace it reads with its JSON.
+    err = _error(libra("trace-eval", "--trace", str(trace), "--buckets", "1000,4000", "--json", str(trace)))
+    assert "is an input of this command" in err and trace.read_bytes() == before
+    (tmp_path / "adir").mkdir()
+    assert "is a folder; give a file name" in _error(libra("trace", "synth", "-o", str(tmp_path / "adir")))
+    assert not [p for p in (tmp_path / "adir").iterdir()]  # no stray temp file
+    (tmp_path / "existing.txt").write_text("keep me")
+    out = libra("simulate", "--scenario", "tiny", "--hardware", "8xA800", "--iterations", "1",
+                "--policies", "greedy", "--out", str(tmp_path / "existing.txt"))  # fmt: skip
+    assert (
+        "exists and is not a folder" in _error(out) and (tmp_path / "existing.txt").read_text() == "keep me"
+    )
+    out = libra("trace", "synth", "-o", str(tmp_path / "existing.txt" / "t.parquet"))
+    assert "is a file, not a folder" in _error(out)
+    assert "the output path is empty" in _error(libra("trace", "synth", "-o", ""))
+
+
+def test_a_run_folders_files_are_not_replaced(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_lake(table_from_rows([row(reward=1.0)]), run, 1)
+    lake = run / "lake" / "iteration=00001.parquet"
+    before = lake.read_bytes()
+    err = _error(libra("trace", "export", str(run), "-o", str(lake)))
+    assert "would replace a file of the run folder" in err and lake.read_bytes() == before
+    # A new file in the run folder is fine.
+    assert libra("trace", "export", str(run), "-o", str(run / "trace.parquet")).returncode == 0
+
+
+def test_empty_policies_and_bad_ports_exit_2() -> None:
+    for policies in (",", "", " , "):
+        out = libra("simulate", "--scenario", "tiny", "--hardware", "8xA800", "--policies", policies)
+        assert "--policies names no policy" in _error(out)
+    assert "--port must be in 0..65535, got 70000" in _error(libra("serve", "--port", "70000"))
+
+
+def test_errors_are_printed_as_text_not_markup(tmp_path: Path) -> None:
+    # A path with brackets once crashed the printer (Rich markup) or lost its brackets.
+    for name in ("q[/x]", "sp[red]"):
+        out = libra("plan", "--hardware", f"16x{tmp_path / name / 'gpu.yaml'}", "--model", "qwen3-8b",
+                    "--workload", "math-short")  # fmt: skip
+        assert f"{name}/gpu.yaml" in _error(out).replace("\n", "")
+    out = libra("simulate", "--scenario", "tiny", "--hardware", "8xA800", "--policies", "[/b]")
+    assert "unknown policy '[/b]'" in _error(out)
+
+
+def test_damaged_run_files_name_the_file(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "lake").mkdir(parents=True)
+    # A Parquet file of another table in the lake: read with the lake's schema it was rows of nulls.
+    pq.write_table(pa.table({"x": [1, 2]}), run / "lake" / "iteration=00001.parquet")
+    err = _error(libra("trace", "export", str(run), "-o", str(tmp_path / "t.parquet")))
+    assert "lake file" in err and "iteration=00001.parquet: missing columns trajectory_id" in err.replace(
+        "\n", ""
+    )
+
+
+def test_an_empty_trace_is_not_scored(tmp_path: Path) -> None:
+    from libra_core.traces.schema import TRACE_SCHEMA
+
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(TRACE_SCHEMA.empty_table(), empty)
+    err = _error(libra("trace-eval", "--trace", str(empty), "--buckets", "1000,4000"))
+    assert "holds no trajectories; nothing to evaluate" in err
+
+
+def test_libra_report_names_a_damaged_history_or_state_and_keeps_the_run_files(tmp_path: Path) -> None:
+    from tests.observability.test_report import make_run
+
+    run = make_run(tmp_path)
+    history = (run / "history.parquet").read_bytes()
+    err = _error(libra("report", str(run), "--out", str(run / "history.parquet")))
+    assert (
+        "would replace a file of the run folder" in err and (run / "history.parquet").read_bytes() == history
+    )
+    assert libra("report", str(run), "--out", str(run / "report.html")).returncode == 0  # its own file
+    (run / "state.json").write_text("{\n,")
+    assert f"run state {run / 'state.json'} is damaged" in _error(libra("report", str(run))).replace("\n", "")
+    pq.write_table(pa.table({"x": [1]}), run / "history.parquet")
+    err = _error(libra("report", str(run))).replace("\n", "")
+    assert f"run history {run / 'history.parquet'}: missing columns iteration" in err

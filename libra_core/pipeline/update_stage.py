@@ -85,5 +85,6 @@ def run_update(run_dir: str, rewarded_path: str, *, iteration: int, version: int
         decoupled=uses_decoupled_ppo(pipeline),
         behavior_weight_cap=pipeline.behavior_weight_cap,
         recompute=chosen.recompute,
+        temperature=cfg.rollout.temperature,
     )
     return UpdateStageResult(result, chosen.stats)

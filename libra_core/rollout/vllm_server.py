@@ -97,6 +97,10 @@ class VllmServer:
             "0",
             "--disable-log-stats",
             "--disable-uvicorn-access-log",
+            # Report the log-prob of the distribution sampled from (after temperature), which the
+            # trainer scores too (training/logprobs.py); vLLM's default is the raw logits'.
+            "--logprobs-mode",
+            "processed_logprobs",
             *self.cfg.extra_args,
         ]
 

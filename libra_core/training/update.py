@@ -109,6 +109,7 @@ def run_grpo_update(
     decoupled: bool = False,
     behavior_weight_cap: float | None = None,
     recompute: np.ndarray | None = None,
+    temperature: float = 1.0,
 ) -> UpdateResult:
     """Apply one GRPO update to the policy in `policy_dir`, using the rewarded trajectories in `table`.
 
@@ -116,7 +117,8 @@ def run_grpo_update(
     folder holds `version + k`. `decoupled` recomputes proximal log-probs with the policy as loaded
     and uses the decoupled PPO loss (see losses.ppo_clip_loss); `recompute` (bool per row) marks
     rows whose behaviour log-probs are replaced by those proximal log-probs (stale trajectories).
-    `state_dir/optimizer.pt` is read if present and rewritten after the steps.
+    `state_dir/optimizer.pt` is read if present and rewritten after the steps. `temperature` is the
+    rollout's sampling temperature: log-probs are scored under it (training/logprobs.py).
     `reference_dir` (an HF folder, e.g. the SFT policy) is required when `cfg.grpo.kl_coef > 0` and
     ignored otherwise. `seed` fixes the minibatch shuffle. Raises TrajectorySchemaError for a
     malformed table, ValueError for an empty one or a bad config/device, FloatingPointError (before
@@ -153,6 +155,7 @@ def run_grpo_update(
             decoupled=decoupled,
             behavior_weight_cap=behavior_weight_cap,
             recompute=recompute,
+            temperature=temperature,
         )
         logger.info(
             "GRPO update v%d -> v%d: %d steps, %d tokens",
@@ -201,6 +204,7 @@ def _train(
     decoupled: bool,
     behavior_weight_cap: float | None,
     recompute: np.ndarray | None,
+    temperature: float,
 ) -> None:
     """Load, take the minibatch steps (recording into `acc`), and save weights and optimizer state."""
     import torch
@@ -233,7 +237,7 @@ def _train(
     batch = build_batch(table, advantages, pad_id=int(pad_id) if pad_id is not None else 0)
     needs_recompute = recompute is not None and bool(recompute.any())
     if decoupled or needs_recompute:
-        proximal = _policy_logprobs(model, batch, device)
+        proximal = _policy_logprobs(model, batch, device, temperature)
         if needs_recompute:
             assert recompute is not None
             rows = torch.as_tensor(np.flatnonzero(recompute))
@@ -255,8 +259,8 @@ def _train(
         ref_logprobs = None
         if reference is not None:
             with torch.no_grad():
-                ref_logprobs = token_logprobs(reference, mb.input_ids, mb.attention_mask)
-        logprobs = token_logprobs(model, mb.input_ids, mb.attention_mask)
+                ref_logprobs = token_logprobs(reference, mb.input_ids, mb.attention_mask, temperature)
+        logprobs = token_logprobs(model, mb.input_ids, mb.attention_mask, temperature)
         loss, metrics = ppo_clip_loss(
             logprobs,
             mb.behavior_logprobs,
@@ -290,7 +294,9 @@ def warmup_lr(step: int, lr: float, warmup_steps: int) -> float:
     return lr * (step + 1) / warmup_steps
 
 
-def _policy_logprobs(model: Any, batch: Any, device: torch.device, chunk: int = 32) -> torch.Tensor:
+def _policy_logprobs(
+    model: Any, batch: Any, device: torch.device, temperature: float, chunk: int = 32
+) -> torch.Tensor:
     """Log-probs of the batch's tokens under `model` as it is now (no gradient), aligned like
     `batch.behavior_logprobs`; computed in chunks of rows to bound activation memory."""
     import torch
@@ -304,6 +310,6 @@ def _policy_logprobs(model: Any, batch: Any, device: torch.device, chunk: int = 
             rows = np.arange(lo, min(lo + chunk, n))
             mb = batch.select(rows).to(device)
             out[lo : lo + len(rows), : mb.behavior_logprobs.shape[1]] = token_logprobs(
-                model, mb.input_ids, mb.attention_mask
+                model, mb.input_ids, mb.attention_mask, temperature
             ).cpu()
     return out

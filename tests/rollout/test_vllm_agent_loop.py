@@ -33,13 +33,22 @@ pytestmark = [
 LOGPROB_ATOL = 2e-3
 
 
-def _rollout(test_config, url: str, policy: Path, n_problems: int, seed: int, version: int = 0):
+def _rollout(
+    test_config,
+    url: str,
+    policy: Path,
+    n_problems: int,
+    seed: int,
+    version: int = 0,
+    temperature: float = 1.0,
+):
     from libra_core.pipeline.rollout_stage import load_tokenizer
 
     tok = load_tokenizer(str(policy))
     env = ArithmeticEnv(test_config.environment)
     client = EngineClient(url)
-    loop = AgentLoop(env, tok, [client], test_config.rollout, policy_version=version, iteration=1)
+    rollout = test_config.rollout.model_copy(update={"temperature": temperature})
+    loop = AgentLoop(env, tok, [client], rollout, policy_version=version, iteration=1)
     requests = make_requests(env.sample_problems(n_problems, seed), 4, 1)
     rows = loop.run(requests, static_router())
     # concurrent turns share HTTP requests (the client's coalescing window)
@@ -47,7 +56,7 @@ def _rollout(test_config, url: str, policy: Path, n_problems: int, seed: int, ve
     return rows, tok, env
 
 
-def _trainer_logprobs(policy: Path, rows) -> list[np.ndarray]:
+def _trainer_logprobs(policy: Path, rows, temperature: float = 1.0) -> list[np.ndarray]:
     import torch
 
     from libra_core.training.checkpoint import load_policy
@@ -58,7 +67,7 @@ def _trainer_logprobs(policy: Path, rows) -> list[np.ndarray]:
     with torch.no_grad():
         for r in rows:
             ids = torch.tensor([r["prompt_ids"] + r["response_ids"]])
-            lp = token_logprobs(model, ids, torch.ones_like(ids))[0].numpy()
+            lp = token_logprobs(model, ids, torch.ones_like(ids), temperature)[0].numpy()
             out.append(lp[len(r["prompt_ids"]) - 1 :])
     return out
 
@@ -150,6 +159,16 @@ def test_engine_echoes_each_prompt_of_a_multi_prompt_request(vllm_engine: str, s
     assert all(1 <= len(c.token_ids) <= 4 and len(c.logprobs) == len(c.token_ids) for c in completions)
     with pytest.raises(EngineRequestError, match="different prompt"):
         parse_completions(payload, [prompts[1], prompts[0], prompts[2]])
+
+
+def test_vllm_logprobs_match_the_trainer_at_the_sampling_temperature(
+    test_config, vllm_engine: str, served_policy: Path
+) -> None:
+    # The engine reports the log-prob of the tempered distribution it sampled from; the trainer
+    # scores the same (before 2026-12-05 the engine reported the untempered logits' log-prob).
+    rows, _, _ = _rollout(test_config, vllm_engine, served_policy, 4, seed=7, temperature=0.7)
+    assert _max_gap(rows, _trainer_logprobs(served_policy, rows, temperature=0.7)) < LOGPROB_ATOL
+    assert _max_gap(rows, _trainer_logprobs(served_policy, rows)) > 50 * LOGPROB_ATOL
 
 
 def test_vllm_logprobs_match_trainer_after_sync(test_config, vllm_engine: str, served_policy: Path) -> None:

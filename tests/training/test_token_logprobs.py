@@ -4,10 +4,10 @@ from conftest import VOCAB_SIZE, tiny_qwen2
 from libra_core.training.logprobs import token_logprobs
 
 
-def _direct(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+def _direct(model: torch.nn.Module, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """log p(ids[t] | ids[:t]) for t >= 1 on one unpadded sequence, by full log_softmax and indexing."""
     with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=ids[None]).logits[0].double(), dim=-1)
+        logp = torch.log_softmax(model(input_ids=ids[None]).logits[0].double() / temperature, dim=-1)
     return torch.stack([logp[t - 1, ids[t]] for t in range(1, len(ids))]).float()
 
 
@@ -35,3 +35,16 @@ def test_gradient_reaches_the_output_head():
     token_logprobs(model, ids, torch.ones_like(ids)).sum().backward()
     grad = model.lm_head.weight.grad
     assert grad is not None and grad.abs().sum() > 0
+
+
+def test_scores_the_distribution_sampled_at_the_rollout_temperature():
+    # The engine samples from softmax(logits / T) and reports that log-prob; the trainer must too.
+    model = tiny_qwen2(seed=3)
+    ids = torch.randint(1, VOCAB_SIZE, (6,), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        cold = token_logprobs(model, ids[None], torch.ones(1, 6), temperature=0.7)[0]
+        plain = token_logprobs(model, ids[None], torch.ones(1, 6))[0]
+        greedy = token_logprobs(model, ids[None], torch.ones(1, 6), temperature=0.0)[0]
+    torch.testing.assert_close(cold, _direct(model, ids, 0.7), atol=1e-5, rtol=1e-5)
+    assert (cold - plain).abs().max() > 1e-3  # a different distribution
+    torch.testing.assert_close(greedy, plain)  # greedy decoding reports the plain logits

@@ -132,12 +132,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_CONFIG_ERROR
-        # The run's resolved config with this command's --set, checked before Prefect starts (the
-        # create-run task applies the same overrides to the same file).
+        # The run's resolved config with this command's --set, and what the resume would do, checked
+        # before Prefect starts (the create-run task checks the same again, then applies it).
         _load(args, Path(args.resume) / RESOLVED_CONFIG_NAME)
+        note = _check_resume(args.resume, args.overrides)
+        if note is None:
+            return EXIT_CONFIG_ERROR
+        print(f"libra: {note}", file=sys.stderr)
         config_path = None
     else:
-        _load(args)  # fail fast, before importing torch/vllm/prefect
+        cfg = _load(args)  # fail fast, before importing torch/vllm/prefect
+        from flows.cli_common import fail, folder_write_problem
+
+        problem = folder_write_problem(cfg.experiment.output_dir)
+        if problem:
+            return fail(f"experiment.output_dir: {problem}")
         config_path = _config_arg(args.config)
     if not args.verbose:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -159,8 +168,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         return run_with_progress(config_path, args.overrides, args.resume)
     except KeyboardInterrupt:
-        print("libra: run interrupted; resume it with `libra run --resume RUN_DIR`", file=sys.stderr)
+        from flows.rl_experiment import started_runs
+
+        where = started_runs[-1] if started_runs else "RUN_DIR"
+        print(f"libra: run interrupted; resume it with `libra run --resume {where}`", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _check_resume(run_dir: str, overrides: list[str]) -> str | None:
+    """What `--resume` will do (one line), or None after printing why it is refused."""
+    from flows.cli_common import fail
+    from libra_core.pipeline.resume import ResumeError, plan_resume
+    from libra_core.pipeline.run_lock import run_holder
+
+    holder = run_holder(run_dir)
+    if holder is not None:
+        fail(f"run folder {run_dir} is in use by process {holder} (a run or a resume of it)")
+        return None
+    try:
+        return plan_resume(run_dir, overrides).note
+    except (ResumeError, ValueError) as err:
+        fail(str(err))
+        return None
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -60,3 +60,21 @@ def output_problem(
         if resolved.is_relative_to(root):
             return f"{text}: would replace a file of the run folder {keep_files_in}; write it elsewhere"
     return None
+
+
+def folder_write_problem(path: str | Path) -> str | None:
+    """Why files cannot be written in folder `path` (None: they can). Creates the folder, as the
+    command would, and writes and deletes one temp file there: permission bits say little when the
+    process runs as root, a read-only mount says it only on a write."""
+    import tempfile
+
+    problem = output_problem(path, folder=True)
+    if problem:
+        return problem
+    try:
+        Path(path).expanduser().mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=Path(path).expanduser()):
+            pass
+    except OSError as err:
+        return f"cannot write in {path}: {err.strerror or err}"
+    return None

@@ -19,7 +19,7 @@ from prefect.exceptions import TerminationSignal
 from flows.rl_iteration import rl_iteration
 from libra_core.pipeline.run_dir import load_run_config
 from tasks.artifacts import run_artifacts_task
-from tasks.setup import create_run_task, finish_run_task, prepare_policy_task
+from tasks.setup import create_run_task, finish_run_task, prepare_policy_task, release_run
 from tasks.stages import stop_pool_task
 
 log = logging.getLogger(__name__)
@@ -42,12 +42,16 @@ def cancel_requested() -> bool:
     return state is not None and state.type in (StateType.CANCELLING, StateType.CANCELLED)
 
 
+started_runs: list[str] = []  # run folders this process started or resumed, newest last
+
+
 @flow(name="rl-experiment", log_prints=False)
 def rl_experiment(
     config_path: str | None = None, overrides: list[str] | None = None, resume: str | None = None
 ) -> str:
     start = create_run_task(config_path, list(overrides or []), resume)
     run_dir = start.run_dir
+    started_runs.append(run_dir)  # for `libra run`'s interrupt message
     cfg = load_run_config(run_dir)
     status = "failed"
     try:
@@ -66,17 +70,20 @@ def rl_experiment(
         status = "cancelled"
         raise
     finally:
-        if status == "cancelled":
-            # Cancelled from the UI (SIGTERM) or Ctrl-C: no more task runs, just make the folder
-            # consistent: state says cancelled, engines stopped, resumable from its checkpoint.
-            # The state goes first: it takes milliseconds, while stopping engines can outlast the
-            # runner's grace period (30 s, then SIGKILL) on a loaded machine.
-            try:
-                finish_run_task.fn(run_dir, status)
-            finally:
-                stop_pool_task.fn(run_dir)
-        else:
-            stop_pool_task(run_dir)
-            finish_run_task(run_dir, status)
-            run_artifacts_task(run_dir)
+        try:
+            if status == "cancelled":
+                # Cancelled from the UI (SIGTERM) or Ctrl-C: no more task runs, just make the folder
+                # consistent: state says cancelled, engines stopped, resumable from its checkpoint.
+                # The state goes first: it takes milliseconds, while stopping engines can outlast the
+                # runner's grace period (30 s, then SIGKILL) on a loaded machine.
+                try:
+                    finish_run_task.fn(run_dir, status)
+                finally:
+                    stop_pool_task.fn(run_dir)
+            else:
+                stop_pool_task(run_dir)
+                finish_run_task(run_dir, status)
+                run_artifacts_task(run_dir)
+        finally:
+            release_run.fn(run_dir)  # the folder's lock, taken by create_run_task
     return run_dir

@@ -8,15 +8,16 @@ from pathlib import Path
 from prefect import task
 
 from libra_core.config import load_config, write_resolved_config
+from libra_core.pipeline.resume import apply_resume, plan_resume
 from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
     load_run_config,
     new_run_dir,
     read_state,
-    restore_checkpoint,
     write_state,
 )
+from libra_core.pipeline.run_lock import lock_run, unlock_run
 from tasks.common import TASK_OPTIONS
 
 
@@ -30,21 +31,22 @@ class RunStart:
 
 @task(name="create-run", **TASK_OPTIONS)
 def create_run_task(config_path: str | None, overrides: list[str], resume: str | None) -> RunStart:
-    """New run: validate config, make the folder, write the resolved config. Resume: restore state."""
+    """New run: validate config, make the folder, write the resolved config. Resume: check, then
+    restore (pipeline/resume.py). Either way this process takes the folder's lock (run_lock.py),
+    which the experiment flow releases when the run ends."""
     if resume:
-        layout = RunLayout(Path(resume).resolve())
-        if overrides:  # e.g. more iterations; written back so the folder stays self-describing
-            write_resolved_config(load_config(layout.config, overrides), layout.root)
-        else:
-            load_run_config(layout.root)  # a damaged resolved config fails here, before any state changes
-        state = (
-            restore_checkpoint(layout.root) if read_state(layout.root).completed_iterations else RunState()
-        )
-        write_state(layout.root, RunState(state.completed_iterations, state.policy_version, "running"))
-        return RunStart(str(layout.root), state.completed_iterations + 1, state.policy_version, True)
+        root = Path(resume).resolve()
+        lock_run(root)
+        try:
+            state = apply_resume(root, plan_resume(root, overrides), overrides)
+        except BaseException:
+            unlock_run(root)
+            raise
+        return RunStart(str(root), state.completed_iterations + 1, state.policy_version, True)
     cfg = load_config(config_path, overrides)
     root = new_run_dir(cfg)
     root.mkdir(parents=True)
+    lock_run(root)
     write_resolved_config(cfg, root)
     write_state(root, RunState(status="running"))
     return RunStart(str(root), 1, 0, False)
@@ -80,3 +82,9 @@ def prepare_policy_task(run_dir: str) -> dict[str, object]:
 def finish_run_task(run_dir: str, status: str) -> None:
     state = read_state(run_dir)
     write_state(run_dir, RunState(state.completed_iterations, state.policy_version, status))
+
+
+@task(name="release-run", **TASK_OPTIONS)
+def release_run(run_dir: str) -> None:
+    """Release the run folder's lock (the experiment flow's last step, whatever the outcome)."""
+    unlock_run(run_dir)

@@ -10,7 +10,8 @@
   lake/iteration=NNNNN.parquet   rewarded trajectories (the trajectory lake)
   history.parquet           one row per iteration: stage timings, tokens, rewards
   scheduler/cmlfq_tree.json C-MLFQ statistics carried across iterations (scheduler.type: cmlfq)
-  checkpoints/iter_NNNNN/   policy + optimizer + state copies for resume
+  checkpoints/iter_NNNNN/   policy + optimizer + state copies for resume (pipeline/resume.py)
+  .lock                     held by the process running the run (pipeline/run_lock.py)
   logs/                     engine logs
 """
 
@@ -119,7 +120,8 @@ def write_state(run_dir: str | Path, state: RunState) -> None:
     os.replace(tmp, path)
 
 
-def _copy_tree_atomic(src: Path, dst: Path) -> None:
+def copy_tree_atomic(src: Path, dst: Path) -> None:
+    """Replace folder `dst` by a copy of `src`; a crash leaves `dst` whole, old or new."""
     tmp = dst.with_name(f".{dst.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
@@ -150,20 +152,3 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     ckpts = sorted(RunLayout(Path(run_dir)).checkpoints.glob("iter_*"))
     return ckpts[-1] if ckpts else None
-
-
-def restore_checkpoint(run_dir: str | Path) -> RunState:
-    """Put the newest checkpoint's policy and optimizer back in place; return its state.
-
-    Iterations after the checkpoint are re-run (their lake and history rows are overwritten).
-    """
-    layout = RunLayout(Path(run_dir))
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is None:
-        return RunState()
-    _copy_tree_atomic(ckpt / "policy", layout.policy)
-    if (ckpt / "trainer").exists():
-        _copy_tree_atomic(ckpt / "trainer", layout.trainer)
-    state = RunState(**json.loads((ckpt / "state.json").read_text()))
-    write_state(run_dir, state)
-    return state

@@ -72,6 +72,25 @@ def test_resume_with_a_bad_override_or_a_damaged_config_fails_before_starting(tm
     assert "invalid YAML" in out.stderr
 
 
+def test_resume_refusals_exit_2_before_prefect_starts(tmp_path: Path) -> None:
+    from libra_core.config import load_config, write_resolved_config
+    from libra_core.pipeline.run_lock import lock_run, unlock_run
+
+    run = tmp_path / "run"
+    write_resolved_config(load_config(None), run)
+    out = libra("run", "--resume", str(run), "--set", "model.hidden_size=256")
+    assert out.returncode == 2 and "model.hidden_size cannot change on resume" in out.stderr.replace("\n", "")
+    lock_run(run)  # this process runs it
+    try:
+        out = libra("run", "--resume", str(run))
+        assert out.returncode == 2 and "is in use by process" in out.stderr
+    finally:
+        unlock_run(run)
+    (tmp_path / "afile").write_text("")
+    out = libra("run", "--set", f"experiment.output_dir={tmp_path / 'afile' / 'runs'}")
+    assert out.returncode == 2 and "experiment.output_dir:" in out.stderr and "is a file" in out.stderr
+
+
 def test_validate_resolves_the_planners_names_and_spec_files(tmp_path: Path) -> None:
     # Pure validation cannot read a spec file; `config validate` (and `run`, before it starts) does.
     (tmp_path / "gpu.yaml").write_text("base: H100\nhbm_gbps: 0\n")

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from libra_core.config import load_config, write_resolved_config
+from libra_core.pipeline.resume import apply_resume, plan_resume
 from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
@@ -12,7 +13,6 @@ from libra_core.pipeline.run_dir import (
     load_run_config,
     new_run_dir,
     read_state,
-    restore_checkpoint,
     save_checkpoint,
     write_state,
 )
@@ -25,6 +25,7 @@ def make_run(tmp_path: Path) -> RunLayout:
     write_resolved_config(cfg, root)
     layout = RunLayout(root)
     layout.policy.mkdir()
+    (layout.policy / "config.json").write_text("{}")
     layout.trainer.mkdir()
     return layout
 
@@ -43,7 +44,7 @@ def test_checkpoint_restore_roundtrip_and_retention(tmp_path: Path) -> None:
     # the run went on past the checkpoint and then died
     (layout.policy / "model.safetensors").write_text("weights-4-partial")
     write_state(layout.root, RunState(4, 4, "failed"))
-    state = restore_checkpoint(layout.root)
+    state = apply_resume(layout.root, plan_resume(layout.root))
     assert state == RunState(3, 3, "running")
     assert read_state(layout.root) == state
     assert (layout.policy / "model.safetensors").read_text() == "weights-3"
@@ -52,7 +53,7 @@ def test_checkpoint_restore_roundtrip_and_retention(tmp_path: Path) -> None:
 
 def test_restore_without_checkpoint_starts_over(tmp_path: Path) -> None:
     layout = make_run(tmp_path)
-    assert restore_checkpoint(layout.root) == RunState()
+    assert apply_resume(layout.root, plan_resume(layout.root)) == RunState(0, 0, "running")
 
 
 def test_run_dirs_are_unique_and_config_readable(tmp_path: Path) -> None:

@@ -1,0 +1,136 @@
+"""Resuming a run folder: what `libra run --resume RUN_DIR [--set ...]` will do, checked before it
+does anything, then done.
+
+Who calls it: `libra run --resume` calls `plan_resume` before Prefect starts (a refusal is exit 2
+and one line; the plan's `note` is printed), and the create-run task calls `plan_resume` again and
+`apply_resume`, so a run started from the UI gets the same checks. `plan_resume` only reads;
+`apply_resume` writes, after every check has passed, so a refused resume leaves the folder as it
+was. Refused: a damaged `state.json` or resolved config, overrides that change the model or the
+tokenizer (the policy folder holds that model's weights), fewer iterations than the run completed,
+and a checkpoint with a file missing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from libra_core.config import LibraConfig, load_config
+from libra_core.pipeline.run_dir import (
+    RunLayout,
+    RunState,
+    copy_tree_atomic,
+    latest_checkpoint,
+    load_run_config,
+    read_state,
+    write_state,
+)
+from libra_core.training.checkpoint import WEIGHTS_FILE
+
+# Config sections that the run folder's files embody: changing them on resume would pair a config
+# with weights (and a tokenizer) of another model.
+FROZEN_ON_RESUME = ("model", "tokenizer")
+
+
+class ResumeError(ValueError):
+    """A resume that would not continue the run the folder holds; the message names why."""
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    cfg: LibraConfig  # the run's config with this resume's overrides
+    checkpoint: Path | None  # what is restored; None: start again at iteration 1
+    state: RunState  # what the run continues from
+    completed: int  # iterations the folder says completed
+    note: str  # one line for the user: where the run continues and what is redone
+
+
+def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePlan:
+    """Check a resume of `run_dir` with `overrides`; raise ConfigError (a damaged or invalid config),
+    ResumeError (see the module docstring) or ValueError (a damaged state.json). Reads only."""
+    layout = RunLayout(Path(run_dir))
+    before = load_run_config(layout.root)
+    cfg = load_config(layout.config, overrides) if overrides else before
+    changed = [
+        f"{section}.{key}"
+        for section in FROZEN_ON_RESUME
+        for key, value in getattr(cfg, section).model_dump().items()
+        if getattr(before, section).model_dump()[key] != value
+    ]
+    if changed:
+        raise ResumeError(
+            f"{layout.root}: {', '.join(changed)} cannot change on resume (the run's policy is that "
+            "model); start a new run instead"
+        )
+    state = read_state(layout.root)
+    if cfg.experiment.iterations < state.completed_iterations:
+        raise ResumeError(
+            f"{layout.root}: experiment.iterations={cfg.experiment.iterations} is below the "
+            f"{state.completed_iterations} iterations the run completed"
+        )
+    ckpt = latest_checkpoint(layout.root) if state.completed_iterations else None
+    if ckpt is not None:
+        missing = checkpoint_problems(ckpt)
+        if missing:
+            raise ResumeError(
+                f"checkpoint {ckpt} is incomplete ({'; '.join(missing)}); nothing was changed. Delete "
+                "it to resume from the checkpoint before it"
+            )
+        resumed = RunState(**json.loads((ckpt / "state.json").read_text()))
+    else:
+        resumed = RunState()
+    start, last = resumed.completed_iterations + 1, cfg.experiment.iterations
+    if start > last:
+        note = f"{layout.root.name}: all {last} iterations done; nothing to run"
+    elif ckpt is not None:
+        redo = state.completed_iterations - resumed.completed_iterations
+        again = f"; iterations {start}-{state.completed_iterations} are redone" if redo > 0 else ""
+        note = f"resuming {layout.root.name} at iteration {start} of {last} from {ckpt.name}{again}"
+    elif state.completed_iterations:
+        note = (
+            f"{layout.root.name}: no checkpoint yet (experiment.checkpoint_every "
+            f"{cfg.experiment.checkpoint_every}); restarting at iteration 1, the "
+            f"{state.completed_iterations} completed iterations are redone"
+        )
+    else:
+        note = f"resuming {layout.root.name} at iteration 1 of {last}"
+    return ResumePlan(cfg, ckpt, resumed, state.completed_iterations, note)
+
+
+def checkpoint_problems(ckpt: Path) -> list[str]:
+    """What a checkpoint folder lacks to be restored (empty: it is whole)."""
+    problems = [
+        f"no {name}"
+        for name in ("state.json", f"policy/{WEIGHTS_FILE}", "policy/config.json")
+        if not (ckpt / name).is_file()
+    ]
+    if (ckpt / "state.json").is_file():
+        try:
+            RunState(**json.loads((ckpt / "state.json").read_text()))
+        except (ValueError, TypeError) as err:
+            problems.append(f"state.json is damaged: {err}")
+    return problems
+
+
+def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str] = ()) -> RunState:
+    """Put the folder in the state `plan` continues from; returns it (status `running`)."""
+    from libra_core.config import write_resolved_config
+
+    layout = RunLayout(Path(run_dir))
+    if plan.checkpoint is not None:
+        copy_tree_atomic(plan.checkpoint / "policy", layout.policy)
+        if (plan.checkpoint / "trainer").exists():
+            copy_tree_atomic(plan.checkpoint / "trainer", layout.trainer)
+    elif plan.completed:
+        # Starting again at iteration 1: the optimizer state and the router's statistics belong to
+        # the iterations about to be redone (the warm-up policy is put back by the prepare step).
+        shutil.rmtree(layout.trainer, ignore_errors=True)
+        layout.scheduler_tree.unlink(missing_ok=True)
+    if overrides:  # written back so the folder stays self-describing
+        write_resolved_config(plan.cfg, layout.root)
+    state = RunState(plan.state.completed_iterations, plan.state.policy_version, "running")
+    write_state(layout.root, state)
+    return state

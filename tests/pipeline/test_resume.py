@@ -1,0 +1,110 @@
+"""What `libra run --resume` does to a run folder: refused resumes change nothing, a resume without a
+checkpoint starts over clean, and one process at a time holds a folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from libra_core.config import load_config
+from libra_core.pipeline.resume import apply_resume, plan_resume
+from libra_core.pipeline.run_dir import RunLayout, RunState, read_state, save_checkpoint, write_state
+from libra_core.pipeline.run_lock import lock_run, run_holder, unlock_run
+from tests.pipeline.test_run_dir import make_run
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _run_with_checkpoint(tmp_path: Path, completed: int = 4, ckpt_at: int | None = 3) -> RunLayout:
+    layout = make_run(tmp_path)
+    for it in range(1, completed + 1):
+        (layout.policy / "model.safetensors").write_text(f"weights-{it}")
+        (layout.trainer / "optimizer.pt").write_text(f"adam-{it}")
+        write_state(layout.root, RunState(it, it, "running"))
+        if it == ckpt_at:
+            save_checkpoint(layout.root, it, RunState(it, it, "running"), keep=2)
+    write_state(layout.root, RunState(completed, completed, "failed"))
+    return layout
+
+
+def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
+    layout = _run_with_checkpoint(tmp_path)
+    plan = plan_resume(layout.root, ["experiment.iterations=6"])
+    assert plan.state == RunState(3, 3, "running") and plan.completed == 4
+    assert plan.note.endswith("at iteration 4 of 6 from iter_00003; iterations 4-4 are redone")
+    apply_resume(layout.root, plan, ["experiment.iterations=6"])
+    assert (layout.policy / "model.safetensors").read_text() == "weights-3"
+    assert load_config(layout.config).experiment.iterations == 6
+
+
+@pytest.mark.parametrize(
+    ("damage", "overrides", "message"),
+    [
+        ("weights", [], r"iter_00003 is incomplete \(no policy/model.safetensors\); nothing was changed"),
+        ("ckpt_state", [], r"iter_00003 is incomplete \(no state.json\)"),
+        ("state", [], r"run state .*state.json is damaged"),
+        (None, ["model.hidden_size=256"], r"model.hidden_size cannot change on resume"),
+        (
+            None,
+            ["experiment.iterations=2"],
+            r"experiment.iterations=2 is below the 4 iterations the run completed",
+        ),
+    ],
+)
+def test_a_refused_resume_changes_nothing(
+    tmp_path: Path, damage: str | None, overrides: list, message: str
+) -> None:
+    layout = _run_with_checkpoint(tmp_path)
+    ckpt = layout.checkpoint(3)
+    if damage == "weights":
+        (ckpt / "policy" / "model.safetensors").unlink()
+    elif damage == "ckpt_state":
+        (ckpt / "state.json").unlink()
+    elif damage == "state":
+        layout.state.write_text("{\n,")
+    before = _snapshot(layout.root)
+    with pytest.raises(ValueError, match=message):
+        plan_resume(layout.root, overrides)
+    assert _snapshot(layout.root) == before
+
+
+def test_no_checkpoint_starts_over_without_the_old_optimizer_state(tmp_path: Path) -> None:
+    # Interrupted at iteration 3 with checkpoint_every 5: the two completed iterations are redone
+    # from the warm-up, and the optimizer state they left must not carry into the redo.
+    layout = _run_with_checkpoint(tmp_path, completed=2, ckpt_at=None)
+    layout.scheduler_tree.parent.mkdir(parents=True)
+    layout.scheduler_tree.write_text("{}")
+    plan = plan_resume(layout.root)
+    assert (
+        plan.checkpoint is None
+        and "no checkpoint yet" in plan.note
+        and "2 completed iterations are redone" in plan.note
+    )
+    assert apply_resume(layout.root, plan) == RunState(0, 0, "running")
+    assert not layout.trainer.exists() and not layout.scheduler_tree.exists()
+    assert read_state(layout.root) == RunState(0, 0, "running")
+
+
+def test_one_process_holds_a_run_folder(tmp_path: Path) -> None:
+    layout = make_run(tmp_path)
+    code = "import sys; from libra_core.pipeline.run_lock import lock_run, run_holder; "
+    code += "print(run_holder(sys.argv[1])); lock_run(sys.argv[1])"
+    other = [sys.executable, "-c", code, str(layout.root)]
+    root = Path(__file__).resolve().parents[2]
+    lock_run(layout.root)
+    try:
+        out = subprocess.run(other, capture_output=True, text=True, cwd=root, timeout=60)
+        assert out.returncode != 0 and out.stdout.strip() != "None"  # it sees this process, then fails
+        assert "RunLockedError" in out.stderr and "is in use by process" in out.stderr
+        assert run_holder(layout.root) is None  # this process holds it: not "another"
+    finally:
+        unlock_run(layout.root)
+    out = subprocess.run(other, capture_output=True, text=True, cwd=root, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "None"  # free again (and its lock died with it)
+    lock_run(layout.root)  # the exited process's lock died with it
+    unlock_run(layout.root)

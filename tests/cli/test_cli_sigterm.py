@@ -67,9 +67,9 @@ def test_sigterm_during_engine_start_leaves_nothing_running(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
-    assert "resume it with `libra run --resume" in err
     assert "Traceback" not in err
     _, alive = psutil.wait_procs(seen, timeout=30)
     assert not alive, f"left running: {[' '.join(p.cmdline())[:120] for p in alive]}"
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name.startswith("arith-grpo-")]
+    assert f"resume it with `libra run --resume {run_dir}`" in err  # the folder, not a placeholder
     assert json.loads((run_dir / "state.json").read_text())["status"] == "cancelled"

@@ -144,6 +144,9 @@ class Simulator:
         self.hybrids: list[Instance] = []
         self.lent_ready: set[int] = set()
         self.returning_gpus = 0
+        # An applied move that takes GPUs from a running update: the next rollout's start (its
+        # ROLLOUT_START target) waits for that update to end, then for the move (`on_train_done`).
+        self.move_after_update: int | None = None
         self.bucket_flights: list[int] = []
         self._ledger_s = 0.0
         self._next_id = 0
@@ -189,12 +192,14 @@ class Simulator:
             [[x.payload_tokens for x in t.turns] for t in ts],
             [sum(t.tool_latency_s) for t in ts],
         )
-        group = getattr(getattr(self.wl, "spec", None), "group_size", 16)
         # A simulated instance keeps a trajectory's prefix cached across its tool calls (only a
         # move to another instance prefills the context again), so the planner prices no re-prefill.
-        _, groups = np.unique([t.prompt_id for t in ts], return_inverse=True)  # one prompt, one group
+        ids, groups = np.unique([t.prompt_id for t in ts], return_inverse=True)  # one prompt, one group
+        # Prompts x group must be the trajectories given, or the workload's weight would scale the
+        # update's tokens (a trace of 24 per iteration was priced as 16).
+        prompts, group = (len(ids), len(ts) // len(ids)) if len(ts) % max(1, len(ids)) == 0 else (len(ts), 1)
         return workload_from_turns(
-            name, turns, max(1, len(ts) // group), group, reprefill_fraction=0.0, group_index=groups
+            name, turns, max(1, prompts), max(1, group), reprefill_fraction=0.0, group_index=groups
         )
 
     def harvest(self, instances: list[Instance]) -> None:
@@ -230,7 +235,9 @@ class Simulator:
         else:
             self.sched = build_scheduler(cfg, allow_oracle=self.p.scheduler == "oracle")
         self.stats.deployments.append(dep.label())
-        if hasattr(self, "trainer"):
+        # A running update keeps the layout (and GPUs) it started on; the next one starts on the
+        # new layout (`try_start_train` sets it).
+        if hasattr(self, "trainer") and not self.trainer.busy:
             self.trainer.train_gpus = dep.train_gpus
 
     def _account(self) -> None:
@@ -244,8 +251,13 @@ class Simulator:
                 self.stats.train_gpu_s += dt * self.G * (not side)
             else:
                 lent = sum(i.tp for i in self.lent) - sum(i.tp for i in self.hybrids if i.active)
-                self.stats.roll_gpu_s += dt * (self.dep.rollout_gpus - lent)
-                self.stats.train_gpu_s += dt * (self.dep.train_gpus + lent)
+                # Elastic: rollout GPUs no instance holds train as replicas (`_train_gpus_now`).
+                spare = self.dep.spare_gpus if self.p.elastic else 0
+                # An update that started before a move keeps its GPUs until it ends.
+                held = max(0, self.trainer.train_gpus - self.dep.train_gpus) if self.trainer.busy else 0
+                moved = lent + spare + held
+                self.stats.roll_gpu_s += dt * (self.dep.rollout_gpus - moved)
+                self.stats.train_gpu_s += dt * (self.dep.train_gpus + moved)
         self._ledger_s = now
 
     # -- main loop -------------------------------------------------------------------------------------
@@ -306,7 +318,11 @@ class Simulator:
             and (pipeline.audit_move(self, j) or (j % self.s.replan_every == 0 and pipeline.replan(self, j)))
         )
         if replanned or (self.p.split == "measured" and j == GREEDY_RESPLIT_AT and pipeline.resplit(self, j)):
-            self.q.push(self.q.now_s + self.replanner.move_cost_s, Kind.ROLLOUT_START, -j - 1)
+            assert self.dep is not None
+            if self.trainer.busy and self.trainer.train_gpus > self.dep.train_gpus:
+                self.move_after_update = -j - 1  # its GPUs move once the running update frees them
+            else:
+                self.q.push(self.q.now_s + self.replanner.move_cost_s, Kind.ROLLOUT_START, -j - 1)
             return
         j = -j - 1 if j < 0 else j
         self._account()

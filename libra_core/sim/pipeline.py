@@ -100,7 +100,7 @@ def try_start_rollout(sim: Simulator) -> None:
 
 def _train_gpus_now(sim: Simulator) -> float:
     assert sim.dep is not None
-    spare = sim.dep.rollout_gpus - sum(tp for tp, _ in sim.dep.instances) if sim.p.elastic else 0
+    spare = sim.dep.spare_gpus if sim.p.elastic else 0
     lent = sum(i.tp for i in sim.lent if i.instance_id in sim.lent_ready)
     return sim.dep.train_gpus - sim.returning_gpus + spare + lent
 
@@ -129,6 +129,9 @@ def schedule_train(sim: Simulator) -> None:
 def on_train_done(sim: Simulator, _: object = None) -> None:
     now = sim.q.now_s
     j = sim.trainer.finish(now)
+    if sim.move_after_update is not None:  # the move waited for these GPUs; the rollout for the move
+        sim.q.push(now + sim.replanner.move_cost_s, Kind.ROLLOUT_START, sim.move_after_update)
+        sim.move_after_update = None
     delay = sim.t_sync + (sim.switch_s if sim.p.colocated else 0.0)
     records = sim.stats.records
     records[j].train_end_s = now + delay

@@ -127,6 +127,12 @@ class Deployment:
     mixed_gap: float | None = field(default=None, compare=False)
 
     @property
+    def spare_gpus(self) -> int:
+        """Rollout GPUs no instance holds (a layout that does not fill the rollout side); the
+        elastic pool trains on them."""
+        return self.rollout_gpus - sum(tp for tp, _ in self.instances)
+
+    @property
     def num_buckets(self) -> int:
         return max(b for _, b in self.instances) + 1
 

@@ -96,6 +96,11 @@ class ScenarioSpec:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"scenario {self.name!r}: {name} must be in [0, 1], got {value}")
+        if self.prompts_per_iteration > self.prompt_pool:
+            raise ValueError(
+                f"scenario {self.name!r}: prompts_per_iteration ({self.prompts_per_iteration}) exceeds "
+                f"prompt_pool ({self.prompt_pool}); an iteration draws distinct prompts"
+            )
         if self.fail_prob + self.timeout_prob > 1.0:
             raise ValueError(f"scenario {self.name!r}: fail_prob + timeout_prob must be <= 1")
         positive = ("prompt_median", "gen_median", "payload_median", "big_payload_tokens", "tool_latency_s")

@@ -114,6 +114,7 @@ def try_start_train(sim: Simulator) -> None:
     t = update_time_s(sim.model, sim.hw, sim.dep.train_layout, shape)
     if sim.p.colocated:
         t += sim.switch_s  # rollout engines sleep, training states come back to HBM
+    sim._account()  # the ledger books a running update's GPUs (engine._account): close the interval
     sim.trainer.train_gpus = sim.dep.train_gpus
     sim.trainer.start(sim.q.now_s, j, t, _train_gpus_now(sim))
     schedule_train(sim)
@@ -128,6 +129,7 @@ def schedule_train(sim: Simulator) -> None:
 
 def on_train_done(sim: Simulator, _: object = None) -> None:
     now = sim.q.now_s
+    sim._account()
     j = sim.trainer.finish(now)
     if sim.move_after_update is not None:  # the move waited for these GPUs; the rollout for the move
         sim.q.push(now + sim.replanner.move_cost_s, Kind.ROLLOUT_START, sim.move_after_update)

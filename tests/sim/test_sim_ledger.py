@@ -1,0 +1,101 @@
+"""GPU bookkeeping across moves: a running update keeps the GPUs it started on, the ledger books
+every GPU the trainer uses to training, and an update is priced on the tokens it trains."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.planner.train_cost import TrainShape
+from libra_core.scheduling.base import Turn
+from libra_core.sim.engine import Simulator
+from libra_core.sim.policies import resolve_policies
+from libra_core.sim.trace_replay import TraceWorkload
+from libra_core.sim.training import update_time_s
+from libra_core.sim.workloads import load_scenario
+from libra_core.traces.schema import TraceTrajectory, trace_table, write_trace
+from tests.sim.builders import build_sim
+
+
+def _watch_training_side(sim: Simulator) -> list[tuple[float, float]]:
+    """(GPUs the trainer worked on, GPUs the ledger booked to training) per ledger interval in which
+    an update ran; the ledger's own deltas, so the check shares no formula with it."""
+    seen: list[tuple[float, float]] = []
+    account = sim._account
+
+    def watched() -> None:
+        dt = sim.q.now_s - sim._ledger_s
+        before = sim.stats.train_gpu_s
+        busy = hasattr(sim, "trainer") and sim.trainer.busy and not sim.p.colocated
+        gpus = sim.trainer.gpus if busy else 0.0
+        account()
+        if busy and dt > 1e-9:
+            seen.append((gpus, (sim.stats.train_gpu_s - before) / dt))
+
+    sim._account = watched  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("scenario", "policy", "gpus"),
+    [
+        ("dapo-math", "greedy", "8xA800"),  # greedy's re-split lands while update 1 runs
+        ("search-r1", "greedy", "8xA800"),
+        ("dapo-math", "+elastic", "15xA800"),  # a rollout GPU no instance holds trains
+        ("tiny", "+elastic", "13xA800"),
+    ],
+)
+def test_every_gpu_the_trainer_uses_is_booked_to_training(scenario: str, policy: str, gpus: str) -> None:
+    sim = build_sim(scenario, policy, 3, gpus=gpus)
+    seen = _watch_training_side(sim)
+    stats = sim.run()
+    assert seen, "no update ran"
+    assert max(used - booked for used, booked in seen) <= 1e-9
+    assert 0.0 <= 1 - stats.roll_busy_gpu_s / stats.roll_gpu_s <= 1.0
+    assert 0.0 <= 1 - stats.train_busy_gpu_s / stats.train_gpu_s <= 1.0
+
+
+def test_a_resplit_does_not_change_the_running_update() -> None:
+    # Greedy re-splits at its rollout start while update 1 runs. Before 2026-12-05 the update's
+    # rate followed the new split's training GPUs (4 -> 1 made it 4x faster, on GPUs it still held).
+    sim = build_sim("dapo-math", "greedy", 3, gpus="8xA800")
+    first = sim.dep
+    assert first is not None
+    stats = sim.run()
+    assert stats.deployments[-1] != stats.deployments[0]  # it did move
+    priced = update_time_s(
+        sim.model, sim.hw, first.train_layout, TrainShape.from_workload(sim.workload_of(1))
+    )
+    assert stats.records[1].train_s == pytest.approx(priced, rel=1e-9)
+
+
+def test_a_trace_update_is_priced_on_the_tokens_replayed(tmp_path: Path) -> None:
+    # 3 prompts x 8 samples per iteration: once priced as 16 trajectories (weight 2/3).
+    turns = (Turn(300, "bash", 40, "success"), Turn(200, None, 0, None))
+    rows = [
+        TraceTrajectory(f"{p}-{g}", f"p{p}", 0, 500, turns, (1.0, None)) for p in range(3) for g in range(8)
+    ]
+    path = write_trace(trace_table(rows), tmp_path / "t.parquet")
+    cluster = parse_cluster("8xH100")
+    wl = TraceWorkload(path, "qwen3-4b")
+    sim = Simulator(
+        resolve_policies(["static-optimal"])[0],
+        wl,
+        get_model("qwen3-4b"),
+        cluster.hardware,
+        8,
+        1,
+        random.Random(0),
+    )
+    w = sim.workload_of(0)
+    assert (w.prompts_per_iteration, w.group_size, w.num_samples) == (3, 8, 24)
+    assert w.weight == 1.0
+
+
+def test_more_prompts_than_the_pool_is_refused() -> None:
+    # Each iteration draws distinct prompts; more than the pool repeated trajectory ids and crashed.
+    with pytest.raises(ValueError, match=r"prompts_per_iteration \(16\) exceeds prompt_pool \(8\)"):
+        load_scenario("tiny", 2, 0, spec_overrides={"prompts_per_iteration": 16})

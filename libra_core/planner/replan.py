@@ -93,15 +93,22 @@ class ReplanPolicy:
         window: Workload,
         move_cost_s: float | None = None,
         extra_gain_fraction: float = 0.0,
+        iterations_left: int | None = None,
     ) -> ReplanDecision:
         """`current_now` is `current` re-priced on `window`; `proposed` the fresh search's best.
-        `extra_gain_fraction` raises the hysteresis for moves (the audit's margin, audit.py)."""
+        `extra_gain_fraction` raises the hysteresis for moves (the audit's margin, audit.py).
+        `iterations_left`: the iterations the run has left, including this one; a move's saving is
+        amortised over at most that many (a move ten iterations before the end earns ten
+        iterations' saving, not `expected_iterations`')."""
         cost = self.move_cost_s if move_cost_s is None else move_cost_s
+        horizon = self.expected_iterations
+        if iterations_left is not None:
+            horizon = max(0, min(horizon, iterations_left))
         free = proposed.same_resources(current)
         if free:
             cost = 0.0
         saving = current_now.t_iter_s - proposed.t_iter_s
-        gain = saving * self.expected_iterations
+        gain = saving * horizon
         threshold = (self.min_gain_fraction + extra_gain_fraction) * current_now.t_iter_s
         if not math.isfinite(current_now.t_iter_s):
             apply, why = True, "the current plan cannot run the window's workload (memory)"
@@ -124,7 +131,7 @@ class ReplanPolicy:
             current_t_iter_s=current_now.t_iter_s,
             proposed_t_iter_s=proposed.t_iter_s,
             saving_per_iter_s=saving,
-            expected_iterations=self.expected_iterations,
+            expected_iterations=horizon,
             move_cost_s=cost,
             amortised_gain_s=gain,
             min_gain_fraction=self.min_gain_fraction + extra_gain_fraction,

@@ -55,8 +55,10 @@ class LibraPlanner:
         audit_window: int = 0,
         mixed_margin: float = 0.0,
         two_phase_path: bool = True,
+        total_iterations: int | None = None,
     ) -> None:
         self.cluster = cluster
+        self.total_iterations = total_iterations  # the run's length: a move amortises over what is left
         self.model = model
         self.policy = policy
         self.replan_every = replan_every
@@ -127,6 +129,7 @@ class LibraPlanner:
             p.audit_window,
             p.mixed_margin,
             p.two_phase_path,
+            cfg.experiment.iterations,
         )
 
     @property
@@ -227,9 +230,11 @@ class LibraPlanner:
         current_now = evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())
         proposed = self._search(window, iteration)
         margin = self.audit.extra_margin(iteration)
+        left = None if self.total_iterations is None else self.total_iterations - iteration + 1
         decision = self.policy.decide(
-            iteration, self._plan, current_now, proposed, window, extra_gain_fraction=margin
-        )
+            iteration, self._plan, current_now, proposed, window, extra_gain_fraction=margin,
+            iterations_left=left,
+        )  # fmt: skip
         if decision.action == "apply" and decision.move_cost_s > 0 and math.isfinite(current_now.t_iter_s):
             gain = decision.saving_per_iter_s / current_now.t_iter_s
             self.audit.moved(iteration, self._plan, proposed, gain)

@@ -316,7 +316,21 @@ def replan(sim: Simulator, j: int) -> bool:
         return False
     best, best_dep = ranked[0]
     margin = sim.audit.extra_margin(j)
-    decision = sim.replanner.decide(j, dep.plan, now_plan, best, window, extra_gain_fraction=margin)
+    # The move's real cost: a move that takes GPUs from a running update waits for it to end
+    # (engine.on_rollout_start); it amortises over the iterations the run has left.
+    wait_s = 0.0
+    if sim.trainer.busy and best_dep.train_gpus < sim.trainer.train_gpus:
+        wait_s = max(0.0, sim.trainer.done_s() - sim.q.now_s)
+    decision = sim.replanner.decide(
+        j,
+        dep.plan,
+        now_plan,
+        best,
+        window,
+        move_cost_s=sim.replanner.move_cost_s + wait_s,
+        extra_gain_fraction=margin,
+        iterations_left=sim.iterations - j,
+    )
     sim.stats.replans.append(decision.as_record())
     if decision.action != "apply":
         return False

@@ -43,6 +43,18 @@ def test_apply_only_when_amortised_gain_beats_move_cost() -> None:
     assert record["iteration"] == 7 and record["proposed_t_iter_s"] == proposed.t_iter_s
 
 
+def test_a_move_near_the_end_amortises_over_the_iterations_left() -> None:
+    # A move 10 iterations before the end earns 10 iterations' saving, not expected_iterations'.
+    current, now, proposed, window = plans_for_drift()
+    saving = now.t_iter_s - proposed.t_iter_s
+    policy = ReplanPolicy(0.05, 50, move_cost_s=saving * 20)
+    early = policy.decide(7, current, now, proposed, window, iterations_left=93)
+    late = policy.decide(90, current, now, proposed, window, iterations_left=10)
+    assert early.action == "apply" and early.expected_iterations == 50
+    assert late.action == "keep" and late.expected_iterations == 10
+    assert late.amortised_gain_s == pytest.approx(saving * 10)
+
+
 def test_hysteresis_keeps_plan_for_small_gains() -> None:
     current, now, proposed, window = plans_for_drift()
     saving = now.t_iter_s - proposed.t_iter_s

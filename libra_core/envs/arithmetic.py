@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from libra_core.config.models import ArithmeticEnvConfig
-from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, call_with_deadline
+from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, call_with_deadline, unknown_tool
 from libra_core.envs.calculator import Calculator
 
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
@@ -122,7 +122,7 @@ class ArithmeticEnv:
 
     def run_tool(self, action: TurnAction) -> ToolResult:
         if action.tool != self.calculator.name or action.arguments is None:
-            return ToolResult(str(action.tool), "failure", f"error: unknown tool {action.tool!r}", 0.0)
+            return unknown_tool(action.tool)
         return call_with_deadline(self.calculator, action.arguments, self.cfg.tool_timeout_s)
 
     def format_observation(self, result: ToolResult) -> str:

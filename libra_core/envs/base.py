@@ -40,6 +40,18 @@ class ToolResult:
     latency_s: float
 
 
+UNKNOWN_TOOL = "unknown"  # the tool key of a call to a name the environment does not have
+MAX_TOOL_NAME_CHARS = 64
+
+
+def unknown_tool(name: object) -> ToolResult:
+    """The `failure` a call to a tool the environment lacks gets. The key is `UNKNOWN_TOOL`, not the
+    model's text: an invented name must neither grow the observation nor become a key of
+    C-MLFQ's prefix tree."""
+    shown = str(name)[:MAX_TOOL_NAME_CHARS]
+    return ToolResult(UNKNOWN_TOOL, "failure", f"error: unknown tool {shown!r}", 0.0)
+
+
 def call_with_deadline(tool: Callable[[str], ToolResult], arguments: str, timeout_s: float) -> ToolResult:
     """Run an in-process tool; a call that took longer than `timeout_s` counts as a `timeout` (the
     tool itself cannot be interrupted, so this only classifies slow calls)."""

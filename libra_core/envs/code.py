@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from libra_core.config.environments import CodeEnvConfig
-from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction
+from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, unknown_tool
 from libra_core.envs.datasets import CodeRecord, load_code, sample_records
 from libra_core.envs.protocol import extract_code, text_format
 from libra_core.envs.python_tool import PythonTool
@@ -57,7 +57,7 @@ class CodeEnv:
 
     def run_tool(self, action: TurnAction) -> ToolResult:
         if action.tool != self.python.name or action.arguments is None:
-            return ToolResult(str(action.tool), "failure", f"error: unknown tool {action.tool!r}", 0.0)
+            return unknown_tool(action.tool)
         return self.python(extract_code(action.arguments))
 
     def format_observation(self, result: ToolResult) -> str:

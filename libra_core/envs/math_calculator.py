@@ -46,6 +46,8 @@ def _eval(node: ast.AST) -> float:
         and isinstance(node.value, int | float)
         and not isinstance(node.value, bool)
     ):
+        if not abs(node.value) <= MAX_MAGNITUDE:  # 1e400 is inf; a 200-digit literal is out of range too
+            raise CalculatorError("error: number out of range")
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         value = _eval(node.operand)
@@ -58,7 +60,7 @@ def _eval(node: ast.AST) -> float:
             value = _BINARY[type(node.op)](left, right)
         except ZeroDivisionError:
             raise CalculatorError("error: division by zero") from None
-        if isinstance(value, complex) or abs(value) > MAX_MAGNITUDE:
+        if isinstance(value, complex) or not abs(value) <= MAX_MAGNITUDE:  # `not <=`: NaN too
             raise CalculatorError("error: result out of range")
         return value
     raise CalculatorError(USAGE)

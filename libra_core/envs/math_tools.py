@@ -12,7 +12,7 @@ MATH records (no annotations) demonstrate the answer alone. Text protocol: libra
 from __future__ import annotations
 
 from libra_core.config.environments import MathToolsEnvConfig
-from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, call_with_deadline
+from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, call_with_deadline, unknown_tool
 from libra_core.envs.datasets import MathRecord, load_math, sample_records
 from libra_core.envs.math_calculator import CalculatorError, MathCalculator, evaluate
 from libra_core.envs.protocol import text_format
@@ -56,7 +56,7 @@ class MathToolsEnv:
         if action.tool == self.python.name and action.arguments is not None:
             return self.python(action.arguments)
         if action.tool != self.calculator.name or action.arguments is None:
-            return ToolResult(str(action.tool), "failure", f"error: unknown tool {action.tool!r}", 0.0)
+            return unknown_tool(action.tool)
         return call_with_deadline(self.calculator, action.arguments, self.cfg.tool_timeout_s)
 
     def format_observation(self, result: ToolResult) -> str:

@@ -60,18 +60,23 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
     if text.startswith("{"):
         try:
             obj = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad JSON, a 4,301-digit number, 1,000 nested brackets
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("name"), str):
             args = obj.get("arguments", "")
             if isinstance(args, dict):  # {"expression": ...} or {"code": ...}: the single value
                 args = next(iter(args.values()), "") if len(args) == 1 else json.dumps(args)
-            return obj["name"], str(args)
+            # A JSON escape like \ud800 decodes to a lone surrogate, which no tool can encode.
+            return _valid_text(obj["name"]), _valid_text(str(args))
     for sep in (":", "\n"):
         name, found, rest = text.partition(sep)
         if found and name.strip() in tools:
             return name.strip(), rest.strip("\n") if sep == ":" else rest
     return tools[0], text
+
+
+def _valid_text(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,11 @@ class TextFormat:
         return f"{TOOL_CALL}\n{payload}\n{END_TOOL_CALL}{IM_END}"
 
     def observation(self, text: str) -> str:
+        # A tool's output is data: a special token in it (a program printing `<|eos|>`, a passage
+        # quoting `<|im_end|>`) must not end the observation or the turn, or forge an answer.
+        for token in self.special_tokens:
+            if token in text:
+                text = text.replace(token, token[:1] + " " + token[1:])
         if self.name == "markers":
             return f"{RESULT}{text}{END_RESULT}"
         return f"\n{IM_START}user\n<tool_response>\n{text}\n</tool_response>{IM_END}\n{IM_START}assistant\n"

@@ -143,6 +143,27 @@ _BLOCKED_EVENTS = (
 )
 
 
+# Audit events that change the filesystem, with the positions of their path arguments: each path
+# must lie in the working folder (a symlink's target may point anywhere; opening through it is
+# checked by `open`).
+_PATH_EVENTS = {
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.mkdir": (0,),
+    "os.truncate": (0,),
+    "os.chmod": (0,),
+    "os.chown": (0,),
+    "os.chflags": (0,),
+    "os.utime": (0,),
+    "os.rename": (0, 1),
+    "os.link": (0, 1),
+    "os.symlink": (1,),
+    "os.mkfifo": (0,),
+    "os.mknod": (0,),
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
 def _audit_guard(spec):
     workdir = os.path.realpath(spec["workdir"])
     readable = tuple(os.path.realpath(p) for p in {spec["python_prefix"], sys.prefix, sys.base_prefix})
@@ -160,10 +181,23 @@ def _audit_guard(spec):
         if event == "open" and args and isinstance(args[0], (str, bytes)):
             path = os.path.realpath(os.fsdecode(args[0]))
             mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
-            writing = any(c in mode for c in "wax+")
+            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0  # os.open: mode None
+            writing = any(c in mode for c in "wax+") or bool(flags & _WRITE_FLAGS)
             if not inside(path, (workdir,)) and (writing or not inside(path, readable)):
                 raise PermissionError(f"sandbox: open({path!r}) outside the working folder")
+        if event in _PATH_EVENTS:
+            for i in _PATH_EVENTS[event]:
+                if i < len(args) and isinstance(args[i], (str, bytes)):
+                    path = os.path.realpath(os.fsdecode(args[i]))
+                    if not inside(path, (workdir,)):
+                        raise PermissionError(f"sandbox: {event}({path!r}) outside the working folder")
+        if event == "import" and args and args[0] == "_posixsubprocess":
+            raise PermissionError(f"sandbox: importing {args[0]} is not allowed")
 
+    # `subprocess` refuses through its audit event, but `_posixsubprocess.fork_exec` raises none: make
+    # it unimportable (a fresh import is refused by the hook). A module already holding a reference
+    # (subprocess._fork_exec) stays a gap of this mode; docs/environments.md says what it guards.
+    sys.modules.pop("_posixsubprocess", None)
     sys.addaudithook(hook)
 
 

@@ -24,7 +24,7 @@ import httpx
 
 from libra_core.config.environments import SearchEnvConfig
 from libra_core.envs.answer_check import exact_match, token_f1
-from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction
+from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, unknown_tool
 from libra_core.envs.datasets import (
     Passage,
     QARecord,
@@ -41,6 +41,7 @@ SYSTEM_PROMPT = (
     '{"name": "search", "arguments": "first nobel prize physics"}\n</tool_call>. '
     "Finish with 'Answer: <short answer>'."
 )
+MAX_QUERY_CHARS = 2000  # a query is a question's worth of text; a longer one cannot go in a URL
 _K_SUFFIX = re.compile(r"^(.*?)\s*\|\s*k\s*=\s*(\d+)\s*$", re.S)
 _ANSWER_LINE = re.compile(r"(?:answer is|answer:)\s*(.+)", re.I | re.S)
 _SENTENCE = re.compile(r"(?:^|(?<=[.!?] ))[A-Z][^.!?]{40,160}[.!?]")  # whole sentences only
@@ -115,24 +116,27 @@ class SearchEnv:
     def run_tool(self, action: TurnAction) -> ToolResult:
         start = time.perf_counter()
         if action.tool != "search" or action.arguments is None:
-            return ToolResult(str(action.tool), "failure", f"error: unknown tool {action.tool!r}", 0.0)
+            return unknown_tool(action.tool)
         query, k = action.arguments.strip(), self.cfg.top_k
         suffix = _K_SUFFIX.match(query)
         if suffix is not None:
             query, k = suffix.group(1).strip(), max(1, min(int(suffix.group(2)), self.cfg.max_top_k))
         if not query:
             return ToolResult("search", "failure", "error: empty query", time.perf_counter() - start)
-        try:
-            response = httpx.get(
-                f"{self.service_url()}/search",
-                params={"q": query, "k": k},
-                timeout=self.cfg.request_timeout_s,
+        if len(query) > MAX_QUERY_CHARS:
+            return ToolResult(
+                "search",
+                "failure",
+                f"error: query over {MAX_QUERY_CHARS} characters",
+                time.perf_counter() - start,
             )
-            response.raise_for_status()
-            results = response.json()["results"]
-        except httpx.TimeoutException:
+        try:
+            results = self._search(query, k, start + self.cfg.request_timeout_s)
+        except (httpx.TimeoutException, TimeoutError):
             return ToolResult("search", "timeout", "error: search timed out", time.perf_counter() - start)
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError, KeyError, RuntimeError, OSError) as exc:
+            if isinstance(exc, httpx.ConnectError) and self.cfg.service_url is None:
+                self._url = None  # the shared service died: the next call starts it again
             return ToolResult(
                 "search",
                 "failure",
@@ -143,6 +147,21 @@ class SearchEnv:
             return ToolResult("search", "failure", "no results", time.perf_counter() - start)
         text = "\n".join(f"[{i + 1}] {r['title']}: {r['text']}" for i, r in enumerate(results))
         return ToolResult("search", "success", text, time.perf_counter() - start)
+
+    def _search(self, query: str, k: int, deadline: float) -> list[dict]:
+        """The service's results; `TimeoutError` past `deadline` (perf_counter seconds) in total.
+        httpx's timeout bounds each read, so a service trickling a byte a second would not time out."""
+        timeout = max(0.001, deadline - time.perf_counter())
+        body = bytearray()
+        with httpx.stream(
+            "GET", f"{self.service_url()}/search", params={"q": query, "k": k}, timeout=timeout
+        ) as response:
+            response.raise_for_status()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if time.perf_counter() > deadline:
+                    raise TimeoutError("the search service answered too slowly")
+        return json.loads(body)["results"]
 
     def format_observation(self, result: ToolResult) -> str:
         return self.format.observation(result.observation)

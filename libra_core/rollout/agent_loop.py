@@ -11,6 +11,7 @@ admission and may move the trajectory to another instance after any tool return.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,10 +20,19 @@ from typing import Any, Protocol
 import aiohttp
 
 from libra_core.config.models import RolloutConfig
-from libra_core.envs.base import Environment, Problem
+from libra_core.envs.base import (
+    MAX_TOOL_NAME_CHARS,
+    UNKNOWN_TOOL,
+    Environment,
+    Problem,
+    ToolResult,
+    TurnAction,
+)
 from libra_core.rollout.client import EngineClient
 from libra_core.rollout.router import InstanceRouter
 from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, ToolReturn, Turn
+
+log = logging.getLogger(__name__)
 
 
 class TokenizerLike(Protocol):
@@ -99,6 +109,23 @@ class AgentLoop:
 
             return list(await asyncio.gather(*(one(r) for r in requests)))
 
+    # Fault boundary: one trajectory's malformed turn or failing tool is that trajectory's problem,
+    # never the iteration's (the loop gathers every trajectory; one exception would lose them all).
+    def _parse(self, token_ids: Sequence[int], req: RolloutRequest) -> TurnAction:
+        try:
+            return self.env.parse_turn(self.tok.decode(token_ids, skip_special_tokens=False))
+        except Exception:
+            log.exception("trajectory %s: unreadable turn; it ends as an error", req.group_id)
+            return TurnAction("invalid")
+
+    def _run_tool(self, action: TurnAction, req: RolloutRequest) -> ToolResult:
+        try:
+            return self.env.run_tool(action)
+        except Exception as exc:
+            log.exception("trajectory %s: tool %r raised; returned as a failure", req.group_id, action.tool)
+            name = str(action.tool)[:MAX_TOOL_NAME_CHARS] if action.tool else UNKNOWN_TOOL
+            return ToolResult(name, "failure", f"error: the tool failed ({type(exc).__name__})", 0.0)
+
     async def run_one(
         self, http: aiohttp.ClientSession, req: RolloutRequest, router: InstanceRouter
     ) -> dict[str, Any]:
@@ -149,7 +176,7 @@ class AgentLoop:
                 response += out.token_ids
                 logprobs += [min(lp, 0.0) for lp in out.logprobs]
                 mask += [1] * len(out.token_ids)
-            action = self.env.parse_turn(self.tok.decode(out.token_ids, skip_special_tokens=False))
+            action = self._parse(out.token_ids, req)
             if action.kind != "tool_call":
                 turns_seen.append(Turn(len(out.token_ids), None, 0, None))
             if action.kind == "answer":
@@ -159,7 +186,7 @@ class AgentLoop:
                 finish = "max_tokens" if out.finish_reason == "length" else "error"
                 break
             t1 = time.perf_counter()
-            result = await asyncio.to_thread(self.env.run_tool, action)
+            result = await asyncio.to_thread(self._run_tool, action, req)
             tool_s += time.perf_counter() - t1
             obs = self.tok.encode(self.env.format_observation(result), add_special_tokens=False)
             room = self.cfg.max_total_tokens - len(prompt_ids) - len(response)

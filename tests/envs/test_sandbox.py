@@ -110,6 +110,39 @@ def test_writes_outside_the_working_folder_fail(sandbox: Sandbox) -> None:
     assert not os.path.exists(target)
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        "os.remove(VICTIM)",
+        "os.truncate(VICTIM, 0)",
+        "os.chmod(VICTIM, 0o777)",
+        "os.rename(VICTIM, VICTIM + '.moved')",
+        "os.close(os.open(VICTIM, os.O_WRONLY | os.O_TRUNC))",  # os.open passes flags, not a mode
+    ],
+)
+def test_no_file_outside_the_working_folder_changes(sandbox: Sandbox, tmp_path: Path, change: str) -> None:
+    victim = tmp_path.parent / f"{tmp_path.name}-victim.txt"
+    victim.write_text("keep")
+    try:
+        result = sandbox.run_python(f"import os\nVICTIM = {str(victim)!r}\n{change}\nprint('changed')")
+        assert result.status == "failure" and "changed" not in result.stdout
+        assert victim.read_text() == "keep" and oct(victim.stat().st_mode & 0o777) != "0o777"
+    finally:
+        victim.unlink(missing_ok=True)
+        Path(f"{victim}.moved").unlink(missing_ok=True)
+    ok = sandbox.run_python(
+        "import os\nopen('a', 'w').write('x')\nos.rename('a', 'b')\nos.remove('b')\nprint('ok')"
+    )
+    assert ok.status == "success" and ok.stdout.strip() == "ok"  # its own folder stays writable
+
+
+def test_rlimits_mode_refuses_the_fork_exec_that_raises_no_audit_event(tmp_path: Path) -> None:
+    # A child started by _posixsubprocess.fork_exec in a new session outlived the run's kill.
+    rlimits = Sandbox(SandboxConfig(isolation="rlimits", workdir_root=str(tmp_path), **LIMITS))
+    result = rlimits.run_python("import _posixsubprocess\nprint('imported')")
+    assert result.status == "failure" and "importing _posixsubprocess is not allowed" in result.stderr
+
+
 def test_output_is_capped(sandbox: Sandbox) -> None:
     result = sandbox.run_python("import sys\nsys.stdout.write('x' * 10_000_000)\nsys.stdout.flush()")
     assert len(result.stdout) <= LIMITS["max_output_bytes"]

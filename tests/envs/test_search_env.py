@@ -90,3 +90,47 @@ def test_nq_questions_are_loaded(env) -> None:  # noqa: ANN001
     nq = [p for p in env.problems if p.prompt_id.startswith("nq-")]
     assert len(nq) == 17
     assert json.loads(nq[0].reference_answer) == ["Wilhelm Conrad Röntgen"]
+
+
+def test_a_trickling_service_times_out_in_total_and_a_long_query_fails(tmp_path: Path) -> None:
+    # httpx's timeout bounds each read; a service sending a byte every 0.2 s never trips it.
+    import socket
+    import threading
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+        try:
+            for _ in range(100):
+                conn.sendall(b" ")
+                time.sleep(0.2)
+        except OSError:
+            pass
+        conn.close()
+
+    threading.Thread(target=trickle, daemon=True).start()
+    cfg = SearchEnvConfig(type="search", service_url=f"http://127.0.0.1:{port}", request_timeout_s=1.0)
+    slow = build_environment(cfg)
+    t0 = time.perf_counter()
+    result = _search(slow, "BBC")
+    assert result.status == "timeout" and time.perf_counter() - t0 < 3.0
+    listener.close()
+    long = _search(slow, "世" * 7300)  # once a URL over 64 KiB: httpx.InvalidURL escaped the tool
+    assert long.status == "failure" and "query over 2000 characters" in long.observation
+
+
+def test_a_dead_shared_service_is_started_again(env) -> None:  # noqa: ANN001
+    import httpx
+
+    url = env.service_url()
+    env._url = "http://127.0.0.1:9"  # as if the shared service had died: nothing listens there
+    assert _search(env, "BBC").status == "failure"
+    assert env._url is None  # forgotten, so the next call starts (or finds) the service
+    assert _search(env, "BBC television channel").status == "success"
+    assert httpx.get(f"{env.service_url()}/health", timeout=5).status_code == 200
+    assert url.startswith("http://127.0.0.1:")

@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 EXIT_CONFIG_ERROR = 2
 EXIT_INTERRUPTED = 130  # like a shell after Ctrl-C
@@ -88,7 +88,7 @@ def _load(args: argparse.Namespace, path: str | Path | None = None) -> Any:
     try:
         cfg = load_config(source, args.overrides)
     except ConfigError as err:
-        _config_problems([format_problems(err)])
+        _config_problems(format_problems(err).splitlines())
     if cfg.planner.type == "libra":
         # Validation is pure; the planner's names and spec files are resolved here, so a wrong one
         # fails now rather than at the run's first plan stage.
@@ -101,7 +101,7 @@ def _load(args: argparse.Namespace, path: str | Path | None = None) -> Any:
     return cfg
 
 
-def _config_problems(lines: list[str]) -> None:
+def _config_problems(lines: list[str]) -> NoReturn:
     from rich.console import Console
 
     Console(stderr=True).print(f"[bold red]invalid configuration[/] ({len(lines)} problem(s)):")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from libra_core.config import LibraConfig, load_config
+from libra_core.config import LibraConfig, load_config, write_resolved_config
 from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
@@ -117,8 +117,6 @@ def checkpoint_problems(ckpt: Path) -> list[str]:
 
 def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str] = ()) -> RunState:
     """Put the folder in the state `plan` continues from; returns it (status `running`)."""
-    from libra_core.config import write_resolved_config
-
     layout = RunLayout(Path(run_dir))
     if plan.checkpoint is not None:
         copy_tree_atomic(plan.checkpoint / "policy", layout.policy)

@@ -32,6 +32,7 @@ def test_validate_names_each_problem_and_exits_2(tmp_path: Path) -> None:
     out = libra("config", "validate", str(bad))
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
+    assert "invalid configuration (3 problem(s))" in out.stderr
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith(str(bad))]
     assert len(lines) == 3
     assert any("experiment.colour: unknown key" in ln for ln in lines)

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+from libra_core.config.base import Frozen
 
 PromptFormat = Literal["markers", "chatml"]
 _FORMAT_DOC = (

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from libra_core.config import LibraConfig, load_config, write_resolved_config
+from libra_core.data.atomic import atomic_path
 from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
@@ -122,6 +123,10 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
         copy_tree_atomic(plan.checkpoint / "policy", layout.policy)
         if (plan.checkpoint / "trainer").exists():
             copy_tree_atomic(plan.checkpoint / "trainer", layout.trainer)
+        tree = plan.checkpoint / "scheduler" / layout.scheduler_tree.name
+        if tree.exists():  # the router's statistics as of the checkpoint, not of the iterations redone
+            with atomic_path(layout.scheduler_tree) as tmp:
+                shutil.copyfile(tree, tmp)
     elif plan.completed:
         # Starting again at iteration 1: the optimizer state and the router's statistics belong to
         # the iterations about to be redone (the warm-up policy is put back by the prepare step).

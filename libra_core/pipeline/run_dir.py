@@ -10,7 +10,7 @@
   lake/iteration=NNNNN.parquet   rewarded trajectories (the trajectory lake)
   history.parquet           one row per iteration: stage timings, tokens, rewards
   scheduler/cmlfq_tree.json C-MLFQ statistics carried across iterations (scheduler.type: cmlfq)
-  checkpoints/iter_NNNNN/   policy + optimizer + state copies for resume (pipeline/resume.py)
+  checkpoints/iter_NNNNN/   policy + optimizer + C-MLFQ tree + state copies for resume (pipeline/resume.py)
   .lock                     held by the process running the run (pipeline/run_lock.py)
   logs/                     engine logs
 """
@@ -131,7 +131,7 @@ def copy_tree_atomic(src: Path, dst: Path) -> None:
 
 
 def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: int) -> Path:
-    """Copy policy, optimizer and state into checkpoints/iter_N; keep the `keep` newest."""
+    """Copy policy, optimizer, C-MLFQ tree and state into checkpoints/iter_N; keep the `keep` newest."""
     layout = RunLayout(Path(run_dir))
     ckpt = layout.checkpoint(iteration)
     staging = ckpt.with_name(f".{ckpt.name}.staging")
@@ -140,6 +140,9 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: 
     shutil.copytree(layout.policy, staging / "policy")
     if layout.trainer.exists():
         shutil.copytree(layout.trainer, staging / "trainer")
+    if layout.scheduler_tree.exists():  # C-MLFQ's statistics as of this iteration
+        (staging / "scheduler").mkdir()
+        shutil.copy2(layout.scheduler_tree, staging / "scheduler" / layout.scheduler_tree.name)
     (staging / "state.json").write_text(json.dumps(asdict(state), indent=2))
     if ckpt.exists():
         shutil.rmtree(ckpt)

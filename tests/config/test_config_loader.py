@@ -396,3 +396,13 @@ def test_data_parallel_update_backends_are_refused_not_ignored() -> None:
             info.value.problems
         )
     assert load_config(None, ["training.backend=torch"]).training.backend == "torch"
+
+
+def test_a_boolean_is_not_a_number() -> None:
+    # Pydantic's lax mode read YAML's `yes` as 1 iteration.
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["experiment.iterations=true", "rollout.temperature=false"])
+    text = "\n".join(err.value.problems)
+    assert "iterations: expected a number, got true" in text
+    assert "temperature: expected a number, got false" in text
+    assert load_config(None, ["experiment.iterations=3"]).experiment.iterations == 3

@@ -33,12 +33,21 @@ def _run_with_checkpoint(tmp_path: Path, completed: int = 4, ckpt_at: int | None
 
 
 def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
-    layout = _run_with_checkpoint(tmp_path)
+    layout = make_run(tmp_path)
+    layout.scheduler_tree.parent.mkdir(parents=True)
+    for it in range(1, 5):
+        (layout.policy / "model.safetensors").write_text(f"weights-{it}")
+        layout.scheduler_tree.write_text(f"tree-{it}")
+        write_state(layout.root, RunState(it, it, "running"))
+        if it == 3:
+            save_checkpoint(layout.root, it, RunState(it, it, "running"), keep=2)
+    write_state(layout.root, RunState(4, 4, "failed"))
     plan = plan_resume(layout.root, ["experiment.iterations=6"])
     assert plan.state == RunState(3, 3, "running") and plan.completed == 4
     assert plan.note.endswith("at iteration 4 of 6 from iter_00003; iterations 4-4 are redone")
     apply_resume(layout.root, plan, ["experiment.iterations=6"])
     assert (layout.policy / "model.safetensors").read_text() == "weights-3"
+    assert layout.scheduler_tree.read_text() == "tree-3"  # the router's statistics of iteration 3
     assert load_config(layout.config).experiment.iterations == 6
 
 

@@ -27,15 +27,14 @@ def output_problem(
     *,
     folder: bool = False,
     inputs: Iterable[str | Path] = (),
-    keep_files_in: str | Path | None = None,
-    may_replace: Iterable[str] = (),
+    run_dir: str | Path | None = None,
 ) -> str | None:
     """Why `path` cannot be written (None: it can), checked before a command does its work.
 
     `folder`: the output is a folder (created if missing) rather than a file. `inputs`: files the
-    command reads, which its output must not replace. `keep_files_in`: a run folder whose existing
-    files (its history, lake, config) the output must not replace; new files there are fine, and so
-    are the names in `may_replace` (the command's own earlier output, e.g. `report.html`).
+    command reads, which its output must not replace. `run_dir`: a run folder the command reads;
+    the output must not land on the files it is made of (its history, lake, config, state:
+    `pipeline.run_dir.is_run_file`); other files there (a trace, a report) are fine.
     """
     text = str(path)
     if not text.strip():
@@ -55,10 +54,11 @@ def output_problem(
     for source in inputs:
         if Path(source).expanduser().resolve() == resolved:
             return f"{text}: is an input of this command; writing it would replace what it reads"
-    if keep_files_in is not None and not folder and resolved.is_file() and resolved.name not in may_replace:
-        root = Path(keep_files_in).expanduser().resolve()
-        if resolved.is_relative_to(root):
-            return f"{text}: would replace a file of the run folder {keep_files_in}; write it elsewhere"
+    if run_dir is not None:
+        from libra_core.pipeline.run_dir import is_run_file
+
+        if is_run_file(Path(run_dir).expanduser(), resolved):
+            return f"{text}: is part of the run folder {run_dir}; write it elsewhere"
     return None
 
 

@@ -29,9 +29,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return fail(f"{run_dir}: no such folder")
     if not (run_dir / RESOLVED_CONFIG_NAME).is_file():
         return fail(f"{run_dir}: not a run folder (no {RESOLVED_CONFIG_NAME})")
-    problem = args.out is not None and output_problem(
-        args.out, keep_files_in=run_dir, may_replace=("report.html", "report.md")
-    )
+    problem = args.out is not None and output_problem(args.out, run_dir=run_dir)
     if problem:
         return fail(problem)
     from libra_core.observability.report import build_report

@@ -55,7 +55,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from libra_core.traces.synthetic import synthetic_trace
 
     run_dir = args.run_dir if args.trace_command == "export" else None
-    problem = output_problem(args.output, keep_files_in=run_dir)
+    problem = output_problem(args.output, run_dir=run_dir)
     if problem:
         return fail(problem)
     try:

@@ -79,6 +79,22 @@ class RunLayout:
         return self.checkpoints / f"iter_{iteration:05d}"
 
 
+# What a run writes and its stages, commands and resume read: an output of another command must not
+# replace these (`libra trace export -o RUN/history.parquet` once did).
+RUN_FILES = (RESOLVED_CONFIG_NAME, "state.json", "history.parquet", ".lock")
+RUN_FOLDERS: tuple[str, ...] = ("policy", "reference", "trainer", "stages", "lake", "checkpoints")
+RUN_FOLDERS += ("scheduler", "logs", "timeline", "planner")
+
+
+def is_run_file(run_dir: str | Path, path: str | Path) -> bool:
+    """Whether `path` is (or lies in) a file or folder that run folder `run_dir` is made of."""
+    root, target = Path(run_dir).resolve(), Path(path).resolve()
+    if not target.is_relative_to(root) or target == root:
+        return False
+    first = target.relative_to(root).parts[0]
+    return first in RUN_FILES or first in RUN_FOLDERS
+
+
 def new_run_dir(cfg: LibraConfig, now: datetime | None = None) -> Path:
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     root = Path(cfg.experiment.output_dir) / f"{cfg.experiment.name}-{stamp}"

@@ -105,10 +105,6 @@ def strict_yaml_load(text: str) -> Any:
 
 
 def yaml_error_line(exc: yaml.YAMLError) -> str:
-    return _yaml_error_line(exc)
-
-
-def _yaml_error_line(exc: yaml.YAMLError) -> str:
     """`line L, column C: problem` from a PyYAML error (1-based, as editors show them)."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
@@ -134,7 +130,7 @@ def _read_yaml_mapping(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.load(text, Loader=_StrictLoader)  # _StrictLoader is a SafeLoader
     except yaml.YAMLError as exc:
-        raise ConfigError([_yaml_error_line(exc)], source) from None
+        raise ConfigError([yaml_error_line(exc)], source) from None
     if raw is None:  # an empty (or all-comment) file means "all defaults"
         return {}
     if not isinstance(raw, dict):
@@ -173,7 +169,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
         try:
             parsed[key] = yaml.load(text, Loader=_StrictLoader)
         except yaml.YAMLError as exc:
-            problems.append(f"override {item!r}: value is not valid YAML ({_yaml_error_line(exc)})")
+            problems.append(f"override {item!r}: value is not valid YAML ({yaml_error_line(exc)})")
     if problems:
         raise ConfigError(problems, OVERRIDES_SOURCE)
     return parsed

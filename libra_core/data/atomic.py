@@ -1,8 +1,10 @@
 """Atomic file writes: write a temp file beside the target, then rename it over the target.
 
-Every writer of a file another stage or command reads (trajectory IPC files, the lake, the run
-history, traces, reports, the C-MLFQ tree) goes through `atomic_path`, so a reader never sees half a
-file, a crash leaves the old file whole, and a failed write leaves no temp file behind.
+The writers of files another stage or command reads (trajectory IPC files, the lake, the run
+history and state, traces, reports, the C-MLFQ tree) go through `atomic_path`, so a reader never
+sees half a file, a crash leaves the old file whole, and a failed write leaves no temp file behind.
+Folders (checkpoints, the policy) are copied beside their target and renamed the same way
+(`pipeline/run_dir.copy_tree_atomic`); the resolved config also fsyncs (`config/loader.py`).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from libra_core.config import LibraConfig, load_config
 from libra_core.config.loader import RESOLVED_CONFIG_NAME
+from libra_core.data.atomic import atomic_path
 
 
 @dataclass(frozen=True)
@@ -130,10 +131,8 @@ def read_state(run_dir: str | Path) -> RunState:
 
 
 def write_state(run_dir: str | Path, state: RunState) -> None:
-    path = RunLayout(Path(run_dir)).state
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(asdict(state), indent=2))
-    os.replace(tmp, path)
+    with atomic_path(RunLayout(Path(run_dir)).state) as tmp:
+        tmp.write_text(json.dumps(asdict(state), indent=2))
 
 
 def copy_tree_atomic(src: Path, dst: Path) -> None:

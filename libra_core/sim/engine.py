@@ -197,10 +197,16 @@ class Simulator:
         ids, groups = np.unique([t.prompt_id for t in ts], return_inverse=True)  # one prompt, one group
         # Prompts x group must be the trajectories given, or the workload's weight would scale the
         # update's tokens (a trace of 24 per iteration was priced as 16).
-        prompts, group = (len(ids), len(ts) // len(ids)) if len(ts) % max(1, len(ids)) == 0 else (len(ts), 1)
-        return workload_from_turns(
-            name, turns, max(1, prompts), max(1, group), reprefill_fraction=0.0, group_index=groups
-        )
+        prompts, group = (len(ids), len(ts) // len(ids)) if len(ts) % len(ids) == 0 else (len(ts), 1)
+        return workload_from_turns(name, turns, prompts, group, reprefill_fraction=0.0, group_index=groups)
+
+    def update_wait_s(self, dep: Deployment) -> float | None:
+        """How long a move to `dep` waits for the running update, None if it need not: the update
+        keeps the GPUs it started on, so a layout with fewer training GPUs waits for its end."""
+        tr = self.trainer
+        if not (tr.busy and dep.train_gpus < tr.train_gpus):
+            return None
+        return max(0.0, tr.done_s() - self.q.now_s)
 
     def harvest(self, instances: list[Instance]) -> None:
         """Collect busy GPU-seconds of instances that are about to be dropped."""
@@ -319,7 +325,7 @@ class Simulator:
         )
         if replanned or (self.p.split == "measured" and j == GREEDY_RESPLIT_AT and pipeline.resplit(self, j)):
             assert self.dep is not None
-            if self.trainer.busy and self.trainer.train_gpus > self.dep.train_gpus:
+            if self.update_wait_s(self.dep) is not None:
                 self.move_after_update = -j - 1  # its GPUs move once the running update frees them
             else:
                 self.q.push(self.q.now_s + self.replanner.move_cost_s, Kind.ROLLOUT_START, -j - 1)

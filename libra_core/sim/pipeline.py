@@ -318,9 +318,7 @@ def replan(sim: Simulator, j: int) -> bool:
     margin = sim.audit.extra_margin(j)
     # The move's real cost: a move that takes GPUs from a running update waits for it to end
     # (engine.on_rollout_start); it amortises over the iterations the run has left.
-    wait_s = 0.0
-    if sim.trainer.busy and best_dep.train_gpus < sim.trainer.train_gpus:
-        wait_s = max(0.0, sim.trainer.done_s() - sim.q.now_s)
+    wait_s = sim.update_wait_s(best_dep) or 0.0
     decision = sim.replanner.decide(
         j,
         dep.plan,

@@ -50,6 +50,9 @@ def output_problem(
         if parent.exists():
             if not parent.is_dir():
                 return f"{text}: {parent} is a file, not a folder"
+            problem = _cannot_write_in(parent)
+            if problem:
+                return f"{text}: cannot write in {parent} ({problem})"
             break
     for source in inputs:
         if Path(source).expanduser().resolve() == resolved:
@@ -62,19 +65,29 @@ def output_problem(
     return None
 
 
-def folder_write_problem(path: str | Path) -> str | None:
-    """Why files cannot be written in folder `path` (None: they can). Creates the folder, as the
-    command would, and writes and deletes one temp file there: permission bits say little when the
-    process runs as root, a read-only mount says it only on a write."""
+def _cannot_write_in(folder: Path) -> str | None:
+    """Why a file cannot be created in existing `folder` (None: it can), found by creating and
+    deleting one temp file: permission bits say little when the process runs as root, and a
+    read-only mount or a virtual file system says it only on a write."""
     import tempfile
 
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def folder_write_problem(path: str | Path) -> str | None:
+    """Why files cannot be written in folder `path` (None: they can). Creates the folder, as the
+    command would, and writes and deletes one temp file there (`_cannot_write_in`)."""
     problem = output_problem(path, folder=True)
     if problem:
         return problem
     try:
         Path(path).expanduser().mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=Path(path).expanduser()):
-            pass
     except OSError as err:
         return f"cannot write in {path}: {err.strerror or err}"
-    return None
+    problem = _cannot_write_in(Path(path).expanduser())
+    return f"cannot write in {path}: {problem}" if problem else None

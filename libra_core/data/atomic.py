@@ -1,10 +1,11 @@
-"""Atomic file writes: write a temp file beside the target, then rename it over the target.
+"""Atomic file writes: write a temp file beside the target, fsync it, then rename it over the target.
 
 The writers of files another stage or command reads (trajectory IPC files, the lake, the run
-history and state, traces, reports, the C-MLFQ tree) go through `atomic_path`, so a reader never
-sees half a file, a crash leaves the old file whole, and a failed write leaves no temp file behind.
+history and state, timelines and trace.json, plots, traces, reports, the C-MLFQ tree) go through
+`atomic_path`, so a reader never sees half a file, a crash (or a power loss: the data is synced
+before the rename) leaves the old file whole, and a failed write leaves no temp file behind.
 Folders (checkpoints, the policy) are copied beside their target and renamed the same way
-(`pipeline/run_dir.copy_tree_atomic`); the resolved config also fsyncs (`config/loader.py`).
+(`pipeline/run_dir.copy_tree_atomic`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         yield tmp
+        # the data reaches the disk before the name does: after a power loss the target holds
+        # the old or the new content, not a renamed empty file
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

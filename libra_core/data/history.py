@@ -88,3 +88,14 @@ def append_history(run_dir: str | Path, row: dict[str, Any]) -> Path:
     with atomic_path(path) as tmp:
         pq.write_table(pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA), tmp)
     return path
+
+
+def drop_history_after(run_dir: str | Path, iteration: int) -> int:
+    """Remove the rows of iterations after `iteration` (what a resumed run's abandoned attempt
+    recorded); returns how many were removed. The file is rewritten atomically, or left alone."""
+    rows = read_history(run_dir)
+    kept = [r for r in rows if r["iteration"] <= iteration]
+    if len(kept) < len(rows):
+        with atomic_path(history_path(run_dir)) as tmp:
+            pq.write_table(pa.Table.from_pylist(kept, schema=HISTORY_SCHEMA), tmp)
+    return len(rows) - len(kept)

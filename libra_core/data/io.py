@@ -79,3 +79,15 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
     table = pa.concat_tables(tables)
     validate_trajectories(table, require_reward=True)
     return table
+
+
+def drop_lake_after(run_dir: str | Path, iteration: int) -> int:
+    """Delete the lake partitions of iterations after `iteration` (a resumed run's abandoned
+    attempt: they would be mixed into `read_lake` and trace exports); returns how many."""
+    dropped = 0
+    for p in (Path(run_dir) / "lake").glob("iteration=*.parquet"):
+        number = p.stem.removeprefix("iteration=")
+        if number.isdigit() and int(number) > iteration:
+            p.unlink()
+            dropped += 1
+    return dropped

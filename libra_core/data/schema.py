@@ -11,17 +11,22 @@ Invariants (checked by `validate_trajectories`):
   carry behaviour log-prob 0.0.
 - `version_spans` are sorted, non-overlapping, inside `[0, len(response_ids))` and cover every
   policy token; `min_version`/`max_version` are the extremes over the spans.
-- tool event `status` is one of success/failure/timeout.
-- `group_id` is shared by the `group_size` samples of one prompt; `sample_index` is 0..G-1.
+- tool event `status` is one of success/failure/timeout; counts are >= 0; latencies and rewards are
+  finite (latencies >= 0); no field marked non-nullable, and no list item, is null.
+- `group_id` is shared by the `group_size` samples of one prompt; `sample_index` is 0..G-1 (>= 0 is
+  checked, and that no two rows of an iteration share a trajectory id or a (group, sample) pair:
+  a batch may hold part of a group, e.g. after dynamic sampling).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 TOOL_STATUSES = ("success", "failure", "timeout")
@@ -135,8 +140,45 @@ def validate_trajectories(table: pa.Table, *, require_reward: bool = False) -> N
             if n in got and got[n].nullable != want[n].nullable
         ]
         raise TrajectorySchemaError("trajectory schema mismatch: " + "; ".join(problems or ["field order"]))
+    # Arrow does not enforce `nullable=False` when a table is built, and list items are nullable
+    # in the type: nulls are found here, before a row check trips over one.
+    for f in TRAJECTORY_SCHEMA:
+        problem = _null_problem(f.name, table.column(f.name), f.nullable)
+        if problem:
+            raise TrajectorySchemaError(problem)
+    seen_ids: set[tuple[int, str]] = set()
+    seen_samples: set[tuple[int, str, int]] = set()
     for i, row in enumerate(table.to_pylist()):
         _check_row(i, row, require_reward)
+        key = (row["iteration"], row["trajectory_id"])
+        sample = (row["iteration"], row["group_id"], row["sample_index"])
+        if key in seen_ids or sample in seen_samples:
+            raise TrajectorySchemaError(
+                f"trajectory {row['trajectory_id']!r} (row {i}): a second row of iteration "
+                f"{row['iteration']} with this trajectory_id or (group_id, sample_index)"
+            )
+        seen_ids.add(key)
+        seen_samples.add(sample)
+
+
+def _null_problem(name: str, column: pa.ChunkedArray | pa.Array, nullable: bool) -> str | None:
+    """Where a non-nullable field, a list item or a struct child holds a null (None if nowhere)."""
+    if not nullable and column.null_count:
+        rows = pc.indices_nonzero(pc.is_null(column)).to_pylist()  # type: ignore[attr-defined]
+        where = f"row {rows[0]}" if name in TRAJECTORY_SCHEMA.names else "an item"
+        return f"field {name!r} is null in {where}; it must hold a value"
+    kind = column.type
+    if pa.types.is_list(kind):
+        return _null_problem(f"{name}[]", pc.list_flatten(column), nullable=False)
+    if pa.types.is_struct(kind):
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        for k in range(kind.num_fields):
+            child = kind.field(k)
+            values = pa.chunked_array([c.field(k) for c in chunks], type=child.type)
+            problem = _null_problem(f"{name}.{child.name}", values, child.nullable)
+            if problem:
+                return problem
+    return None
 
 
 def _check_row(i: int, row: dict[str, Any], require_reward: bool) -> None:
@@ -156,8 +198,8 @@ def _check_row(i: int, row: dict[str, Any], require_reward: bool) -> None:
         fail("loss_mask values must be 0 or 1")
     if any(m == 0 and lp != 0.0 for m, lp in zip(mask, row["behavior_logprobs"], strict=True)):
         fail("tool/observation tokens (loss_mask 0) must carry behavior log-prob 0.0")
-    if any(lp > 1e-4 for lp in row["behavior_logprobs"]):
-        fail("behavior log-probs must be <= 0")
+    if not all(math.isfinite(lp) and lp <= 1e-4 for lp in row["behavior_logprobs"]):
+        fail("behavior log-probs must be finite and <= 0")
     covered = [False] * n
     prev_end = 0
     versions = []
@@ -173,14 +215,25 @@ def _check_row(i: int, row: dict[str, Any], require_reward: bool) -> None:
         fail("a policy token (loss_mask 1) is not covered by any version span")
     if versions and (min(versions) != row["min_version"] or max(versions) != row["max_version"]):
         fail(f"min/max_version ({row['min_version']}, {row['max_version']}) disagree with spans {versions}")
+    if row["min_version"] > row["max_version"]:
+        fail(f"min_version {row['min_version']} is above max_version {row['max_version']}")
     for ev in row["tool_events"]:
         if ev["status"] not in TOOL_STATUSES:
             fail(f"tool event status {ev['status']!r} is not one of {TOOL_STATUSES}")
-        if ev["payload_tokens"] < 0 or ev["latency_s"] < 0:
-            fail("tool event payload_tokens and latency_s must be >= 0")
+        if min(ev["turn"], ev["call_tokens"], ev["payload_tokens"]) < 0 or not _seconds(ev["latency_s"]):
+            fail("tool event turn, call_tokens, payload_tokens and latency_s must be >= 0 (finite)")
     if row["finish_reason"] not in FINISH_REASONS:
         fail(f"finish_reason {row['finish_reason']!r} is not one of {FINISH_REASONS}")
-    if row["sample_index"] < 0:
-        fail("sample_index must be >= 0")
+    if row["sample_index"] < 0 or row["num_turns"] < 0:
+        fail("sample_index and num_turns must be >= 0")
+    latencies = ("rollout_latency_s", "generation_latency_s", "tool_latency_s")
+    if not all(_seconds(row[name]) for name in latencies):
+        fail(f"{', '.join(latencies)} must be finite and >= 0")
+    if row["reward"] is not None and not math.isfinite(row["reward"]):
+        fail(f"reward {row['reward']} is not a finite number")
     if require_reward and row["reward"] is None:
         fail("reward is null; run the reward stage before the update")
+
+
+def _seconds(value: float) -> bool:
+    return math.isfinite(value) and value >= 0

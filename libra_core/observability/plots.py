@@ -16,6 +16,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from libra_core.data.atomic import atomic_path
 from libra_core.data.history import STAGES
 from libra_core.observability.timeline import INSTANCE_LANE_PREFIX, Span, lane_label, lane_order
 
@@ -45,9 +46,9 @@ def figure_png(fig: Figure) -> bytes:
 
 
 def _write(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(figure_png(fig))
+    path, png = Path(path), figure_png(fig)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(png)
     return path
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from typing import Any
 from libra_core.data.atomic import atomic_path
 from libra_core.data.history import STAGES, read_history
 from libra_core.observability.timeline import Span, read_timeline, timeline_dir
-from libra_core.pipeline.plan_stage import decisions_path
+from libra_core.pipeline.plan_stage import read_decisions
 from libra_core.pipeline.run_dir import load_run_config, read_state
 
 FORMATS = ("html", "md")
@@ -84,22 +83,10 @@ def scheduler_rows(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def planner_rows(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The planner's decisions in file order; empty when the run has none (static plan)."""
-    path = decisions_path(run_dir)
-    if not path.exists():
-        return []
-    rows: list[dict[str, Any]] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{lineno}: not a JSON planner decision ({err})") from err
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{lineno}: a planner decision must be a JSON object")
-        rows.append(row)
-    return rows
+    """The planner's decisions in file order; empty when the run has none (static plan). A torn
+    last line (a run killed while logging) is skipped, as the plan stage does: a killed run is
+    when a report is wanted most."""
+    return read_decisions(run_dir)
 
 
 def _cell_text(value: Any, floats: str) -> str:
@@ -321,12 +308,13 @@ def _render_md(report: _Report, images: dict[str, str]) -> str:
     summary = [{"item": label, "value": value} for _, label, value in report.summary]
     parts = [f"# {report.title}", "## Summary", markdown_table(summary, ("item", "value")), "## Timeline"]
     timelines = [k for k in ("timeline_last", "timeline_run") if k in report.figures]
-    parts += [f"![{report.figures[k][0]}]({images[k]})" for k in timelines] or [report.timeline_note]
+    # <...> keeps a file name with spaces one link (CommonMark)
+    parts += [f"![{report.figures[k][0]}](<{images[k]}>)" for k in timelines] or [report.timeline_note]
     if report.trace is not None:
         parts.append(f"Perfetto trace: `{report.trace}` (open in ui.perfetto.dev)")
     parts += [
         "## Curves",
-        f"![{report.figures['curves'][0]}]({images['curves']})",
+        f"![{report.figures['curves'][0]}](<{images['curves']}>)",
         "## Stage timings (seconds)",
         markdown_table([*report.timing, report.timing_median], STAGE_TIMING_COLUMNS),
         "## Scheduler",

@@ -12,11 +12,12 @@ iteration i+1 overlaps the update of iteration i, and the spans show that as it 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from libra_core.data.atomic import atomic_path
 
 STAGE_LANES = ("plan", "rollout", "reward", "update", "sync", "eval")
 INSTANCE_LANE_PREFIX = "instance/"  # lane of one rollout instance, e.g. "instance/vllm-0"
@@ -72,11 +73,23 @@ def timeline_dir(run_dir: str | Path) -> Path:
 
 def write_timeline(run_dir: str | Path, iteration: int, spans: Sequence[Span]) -> Path:
     path = timeline_dir(run_dir) / f"iteration={iteration}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps([asdict(s) for s in spans], indent=1))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps([asdict(s) for s in spans], indent=1))
     return path
+
+
+def drop_timeline_after(run_dir: str | Path, iteration: int) -> int:
+    """Delete the span files of iterations after `iteration` (a resumed run's abandoned attempt)
+    and rewrite trace.json without them; returns how many files were deleted."""
+    dropped = 0
+    for p in timeline_dir(run_dir).glob("iteration=*.json"):
+        number = p.stem.removeprefix("iteration=")
+        if number.isdigit() and int(number) > iteration:
+            p.unlink()
+            dropped += 1
+    if dropped:
+        write_perfetto(run_dir)
+    return dropped
 
 
 def _parse(path: Path) -> list[Span]:
@@ -128,10 +141,8 @@ def to_perfetto(spans: Sequence[Span]) -> dict[str, Any]:
 def write_perfetto(run_dir: str | Path) -> Path:
     """(Re)write `<run>/timeline/trace.json` from every recorded span."""
     path = timeline_dir(run_dir) / "trace.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(to_perfetto(read_timeline(run_dir))))
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(to_perfetto(read_timeline(run_dir))))
     return path
 
 

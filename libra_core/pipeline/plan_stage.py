@@ -60,10 +60,10 @@ def _read_decisions(path: Path) -> tuple[list[dict[str, Any]], bool]:
     if not path.exists():
         return [], False
     lines = [line for line in path.read_text().splitlines() if line.strip()]
-    records = []
+    records: list[dict[str, Any]] = []
     for n, line in enumerate(lines, 1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError as e:
             if n < len(lines):
                 raise ValueError(f"{path}: line {n} is not a JSON decision record ({e})") from e
@@ -71,6 +71,9 @@ def _read_decisions(path: Path) -> tuple[list[dict[str, Any]], bool]:
             # remade when its iteration runs again
             log.warning("%s: ignoring a torn last line (%d characters)", path, len(line))
             return records, True
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: line {n} is not a JSON decision record (not an object)")
+        records.append(record)
     return records, False
 
 

@@ -6,8 +6,10 @@ and one line; the plan's `note` is printed), and the create-run task calls `plan
 `apply_resume`, so a run started from the UI gets the same checks. `plan_resume` only reads;
 `apply_resume` writes, after every check has passed, so a refused resume leaves the folder as it
 was. Refused: a damaged `state.json` or resolved config, overrides that change the model or the
-tokenizer (the policy folder holds that model's weights), fewer iterations than the run completed,
-and a checkpoint with a file missing.
+tokenizer (the policy folder holds that model's weights) or what the C-MLFQ tree is keyed by, fewer
+iterations than the run completed, and a checkpoint with a file missing. A resume forgets what the
+abandoned attempt recorded after the point it continues from: history rows, lake partitions and
+timeline spans of later iterations (the planner's log is trimmed by the plan stage).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from pathlib import Path
 
 from libra_core.config import LibraConfig, load_config, write_resolved_config
 from libra_core.data.atomic import atomic_path
+from libra_core.data.history import drop_history_after
+from libra_core.data.io import drop_lake_after
+from libra_core.observability.timeline import drop_timeline_after
 from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
@@ -34,6 +39,8 @@ from libra_core.training.checkpoint import WEIGHTS_FILE
 # Config sections that the run folder's files embody: changing them on resume would pair a config
 # with weights (and a tokenizer) of another model.
 FROZEN_ON_RESUME = ("model", "tokenizer")
+# Scheduler settings the C-MLFQ tree's states are keyed by (the rest apply to a resumed tree).
+TREE_KEYS = ("payload_class_edges", "prompt_size_bins_per_octave")
 
 
 class ResumeError(ValueError):
@@ -65,6 +72,16 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
         raise ResumeError(
             f"{layout.root}: {', '.join(changed)} cannot change on resume (the run's policy is that "
             "model); start a new run instead"
+        )
+    keyed = [
+        f"scheduler.{key}"
+        for key in TREE_KEYS
+        if getattr(cfg.scheduler, key) != getattr(before.scheduler, key)
+    ]
+    if keyed and layout.scheduler_tree.exists():
+        raise ResumeError(
+            f"{layout.root}: {', '.join(keyed)} cannot change on resume (the run's C-MLFQ tree is "
+            "keyed by them); start a new run instead"
         )
     state = read_state(layout.root)
     if cfg.experiment.iterations < state.completed_iterations:
@@ -132,6 +149,12 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
         # the iterations about to be redone (the warm-up policy is put back by the prepare step).
         shutil.rmtree(layout.trainer, ignore_errors=True)
         layout.scheduler_tree.unlink(missing_ok=True)
+    # What the abandoned attempt recorded after the point the run continues from would otherwise
+    # be read as this run's past (dynamic sampling, the report, trace exports, the timeline).
+    kept = plan.state.completed_iterations
+    drop_history_after(layout.root, kept)
+    drop_lake_after(layout.root, kept)
+    drop_timeline_after(layout.root, kept)
     if overrides:  # written back so the folder stays self-describing
         write_resolved_config(plan.cfg, layout.root)
     state = RunState(plan.state.completed_iterations, plan.state.policy_version, "running")

@@ -102,15 +102,17 @@ def _run_loop(
     return rows, router.stats(), loop.requests_served
 
 
-def prompts_to_sample(cfg: LibraConfig, run_dir: str) -> int:
-    """Prompts for this iteration: P, or with dynamic sampling P times an over-sampling factor that
-    follows the last iteration's share of groups with signal (capped; the cap when unknown)."""
+def prompts_to_sample(cfg: LibraConfig, run_dir: str, iteration: int) -> int:
+    """Prompts for `iteration`: P, or with dynamic sampling P times an over-sampling factor that
+    follows the share of groups with signal in the latest recorded iteration before it (capped;
+    the cap when unknown). Rows of `iteration` or later (a resumed run's abandoned attempt) are
+    not evidence."""
     wanted = cfg.rollout.prompts_per_iteration
     ds = cfg.pipeline.dynamic_sampling
     if not ds.enabled:
         return wanted
-    history = read_history(run_dir)
-    share = history[-1]["mixed_group_share"] if history else 0.0
+    earlier = [row for row in read_history(run_dir) if row["iteration"] < iteration]
+    share = max(earlier, key=lambda row: row["iteration"])["mixed_group_share"] if earlier else 0.0
     factor = min(ds.max_oversample, 1.0 / share) if share > 0 else ds.max_oversample
     return math.ceil(wanted * factor)
 
@@ -129,7 +131,7 @@ def run_rollout(
     env = build_environment(cfg.environment)
     seed = cfg.experiment.seed * 100_003 + iteration
     problems = env.sample_problems(
-        prompts_to_sample(cfg, run_dir), seed, min_difficulty=cfg.rollout.min_difficulty
+        prompts_to_sample(cfg, run_dir, iteration), seed, min_difficulty=cfg.rollout.min_difficulty
     )
     requests = make_requests(problems, cfg.training.grpo.group_size, iteration)
     rows, routing, served = _run_loop(

@@ -136,13 +136,17 @@ def write_state(run_dir: str | Path, state: RunState) -> None:
 
 
 def copy_tree_atomic(src: Path, dst: Path) -> None:
-    """Replace folder `dst` by a copy of `src`; a crash leaves `dst` whole, old or new."""
-    tmp = dst.with_name(f".{dst.name}.tmp")
+    """Replace folder `dst` by a copy of `src`. The copy is made beside `dst`, then the old folder
+    is renamed aside and the copy renamed in (two renames: a crash between them, the only window,
+    leaves the old folder whole at `.NAME.old`), then the old one is deleted."""
+    tmp, old = dst.with_name(f".{dst.name}.tmp"), dst.with_name(f".{dst.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
+    shutil.rmtree(old, ignore_errors=True)
     if dst.exists():
-        shutil.rmtree(dst)
+        os.replace(dst, old)
     os.replace(tmp, dst)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: int) -> Path:

@@ -152,8 +152,11 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         last = k == len(turns) - 1
         if turn["gen_tokens"] < 0 or turn["payload_tokens"] < 0:
             raise fail(f"turn {k} has negative token counts")
-        if last and (turn["tool"] is not None or turn["status"] is not None):
-            raise fail("the last turn must have null tool and status (the trajectory ended there)")
+        if last and (turn["tool"] is not None or turn["status"] is not None or turn["payload_tokens"]):
+            raise fail(
+                "the last turn must have null tool and status and 0 payload_tokens (the trajectory "
+                f"ended there), got tool {turn['tool']!r}, payload_tokens {turn['payload_tokens']}"
+            )
         if not last and (turn["tool"] is None or turn["status"] not in TOOL_STATUSES):
             raise fail(f"turn {k} needs a tool and a status in {TOOL_STATUSES}, got {turn['status']!r}")
         latency = turn.get("latency_s")

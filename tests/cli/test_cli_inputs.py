@@ -43,6 +43,8 @@ def test_outputs_are_checked_before_the_work(tmp_path: Path) -> None:
     out = libra("trace", "synth", "-o", str(tmp_path / "existing.txt" / "t.parquet"))
     assert "is a file, not a folder" in _error(out)
     assert "the output path is empty" in _error(libra("trace", "synth", "-o", ""))
+    # a folder nothing can be created in (sysfs refuses even root): one line, exit 2, no traceback
+    assert "cannot write in /sys" in _error(libra("trace", "synth", "-o", "/sys/t.parquet"))
 
 
 def test_a_run_folders_files_are_not_replaced(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from libra_core.data.io import read_ipc, read_lake, write_ipc, write_lake
@@ -100,11 +101,68 @@ def test_roundtrip_ipc_and_lake(tmp_path: Path) -> None:
         ),
         ({"finish_reason": "done"}, "finish_reason 'done'"),
         ({"loss_mask": [1, 2, 0, 0, 1]}, "0 or 1"),
+        ({"behavior_logprobs": [float("nan"), -0.25, 0.0, 0.0, -1.0]}, "finite and <= 0"),
+        ({"behavior_logprobs": [-0.5, -0.25, 0.0, 0.0, float("-inf")]}, "finite and <= 0"),
+        ({"reward": float("nan")}, "reward nan is not a finite number"),
+        ({"rollout_latency_s": -1.0}, "must be finite and >= 0"),
+        ({"tool_latency_s": float("inf")}, "must be finite and >= 0"),
+        (
+            {
+                "version_spans": [],
+                "loss_mask": [0] * 5,
+                "behavior_logprobs": [0.0] * 5,
+                "min_version": 7,
+                "max_version": 2,
+            },
+            "min_version 7 is above max_version 2",
+        ),
+        ({"num_turns": -1}, "num_turns must be >= 0"),
+        ({"trajectory_id": None}, r"field 'trajectory_id' is null in row 0"),
+        ({"response_ids": None}, r"field 'response_ids' is null in row 0"),
+        ({"response_ids": [4, None, 6, 7, 8]}, r"field 'response_ids\[\]' is null in an item"),
+        (
+            {
+                "version_spans": [
+                    {"start": 0, "end": 2, "version": None},
+                    {"start": 4, "end": 5, "version": 4},
+                ]
+            },
+            r"'version_spans\[\].version' is null",
+        ),
     ],
 )
 def test_invariants_rejected(override: dict[str, Any], message: str) -> None:
     with pytest.raises(TrajectorySchemaError, match=message):
         table_from_rows([row(**override)])
+
+
+@pytest.mark.parametrize("field", ["call_tokens", "turn"])
+def test_negative_tool_event_counts_rejected(field: str) -> None:
+    event = {**row()["tool_events"][0], field: -1}
+    with pytest.raises(TrajectorySchemaError, match="tool event turn, call_tokens"):
+        table_from_rows([row(tool_events=[event])])
+
+
+def test_a_trajectory_twice_in_one_iteration_is_rejected() -> None:
+    with pytest.raises(TrajectorySchemaError, match="a second row of iteration 1"):
+        table_from_rows([row(), row(sample_index=1)])  # the same trajectory id
+    with pytest.raises(TrajectorySchemaError, match=r"\(group_id, sample_index\)"):
+        table_from_rows([row(), row(trajectory_id="b")])  # the same sample of group g
+    # the same ids in another iteration (the whole lake read at once) are other trajectories
+    assert table_from_rows([row(), row(iteration=2)]).num_rows == 2
+
+
+def test_a_null_in_a_lake_file_is_named(tmp_path: Path) -> None:
+    table = pa.Table.from_pylist([row(reward=1.0, prompt_id=None)], schema=TRAJECTORY_SCHEMA)
+    (tmp_path / "lake").mkdir()
+    # written by another tool, which declared the column nullable (Parquet refuses the null otherwise)
+    loose = TRAJECTORY_SCHEMA.set(1 + 1, TRAJECTORY_SCHEMA.field("prompt_id").with_nullable(True))
+    pq.write_table(table.cast(loose), tmp_path / "lake" / "iteration=00001.parquet")
+    with pytest.raises(TrajectorySchemaError, match="field 'prompt_id' is null in row 0"):
+        read_lake(tmp_path)
+    with pytest.raises(TrajectorySchemaError, match="field 'prompt_id' is null"):
+        write_lake(table, tmp_path, 2)
+    assert not (tmp_path / "lake" / "iteration=00002.parquet").exists()
 
 
 def test_schema_mismatch_named() -> None:

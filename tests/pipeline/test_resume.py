@@ -63,6 +63,11 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
             ["experiment.iterations=2"],
             r"experiment.iterations=2 is below the 4 iterations the run completed",
         ),
+        (
+            "tree",
+            ["scheduler.payload_class_edges=[8,64]"],
+            r"scheduler.payload_class_edges cannot change on resume \(the run's C-MLFQ tree is keyed by",
+        ),
     ],
 )
 def test_a_refused_resume_changes_nothing(
@@ -76,6 +81,9 @@ def test_a_refused_resume_changes_nothing(
         (ckpt / "state.json").unlink()
     elif damage == "state":
         layout.state.write_text("{\n,")
+    elif damage == "tree":
+        layout.scheduler_tree.parent.mkdir(parents=True)
+        layout.scheduler_tree.write_text("{}")
     before = _snapshot(layout.root)
     with pytest.raises(ValueError, match=message):
         plan_resume(layout.root, overrides)
@@ -117,3 +125,35 @@ def test_one_process_holds_a_run_folder(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout.strip() == "None"  # free again (and its lock died with it)
     lock_run(layout.root)  # the exited process's lock died with it
     unlock_run(layout.root)
+
+
+def test_a_resume_forgets_what_the_abandoned_attempt_recorded(tmp_path: Path) -> None:
+    """History rows, lake partitions and timeline spans of iterations after the checkpoint belong
+    to the attempt that failed: dynamic sampling, the report and trace exports must not read them."""
+    import random
+
+    from libra_core.data.history import append_history, read_history
+    from libra_core.data.io import lake_path, write_lake
+    from libra_core.data.schema import empty_table
+    from libra_core.observability.timeline import Span, read_timeline, write_perfetto, write_timeline
+    from libra_core.pipeline.rollout_stage import prompts_to_sample
+    from tests.observability.test_report import history_row
+
+    layout = _run_with_checkpoint(tmp_path)  # 4 iterations completed, checkpoint at 3
+    rng = random.Random(0)
+    for it in range(1, 5):
+        append_history(layout.root, {**history_row(it, rng), "mixed_group_share": 0.25 * it})
+        write_lake(empty_table(), layout.root, it)
+        write_timeline(layout.root, it, [Span(it, "rollout", float(it), it + 0.5)])
+    write_perfetto(layout.root)
+    cfg = load_config(layout.config, ["pipeline.dynamic_sampling.enabled=true"])
+    # 16 prompts over the share of groups with signal in the latest earlier row, at most twice:
+    # iteration 4 follows row 3 (0.75: 22 prompts), not the abandoned row 4 (1.0: 16)
+    sizes = [prompts_to_sample(cfg, str(layout.root), it) for it in (1, 2, 4, 5)]
+    assert sizes == [32, 32, 22, 16]
+    apply_resume(layout.root, plan_resume(layout.root))
+    assert [r["iteration"] for r in read_history(layout.root)] == [1, 2, 3]
+    assert [lake_path(layout.root, it).exists() for it in range(1, 5)] == [True, True, True, False]
+    assert sorted({s.iteration for s in read_timeline(layout.root)}) == [1, 2, 3]
+    trace = (layout.root / "timeline" / "trace.json").read_text()
+    assert '"iteration 4"' not in trace and '"iteration 3"' in trace

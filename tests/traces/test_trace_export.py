@@ -41,7 +41,7 @@ def lake_row(
         "trajectory_id": tid,
         "iteration": 2,
         "prompt_id": "p",
-        "group_id": "g",
+        "group_id": f"g-{tid}",
         "sample_index": 0,
         "prompt_ids": [1, 2, 3, 4],
         "response_ids": [5] * n,
@@ -185,6 +185,10 @@ def trace_row(turns: list[dict[str, Any]]) -> dict[str, Any]:
         (
             [{"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None, "latency_s": 2.0}],
             "last turn's latency_s must be null",
+        ),
+        (  # tokens nothing appends: they were counted in throughput but never simulated
+            [{"gen_tokens": 1, "tool": None, "payload_tokens": 5000, "status": None}],
+            "0 payload_tokens .* payload_tokens 5000",
         ),
     ],
 )

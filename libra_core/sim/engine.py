@@ -294,13 +294,17 @@ class Simulator:
         handlers = [by_kind[kind] for kind in sorted(Kind)]  # indexed by the event's priority
         decode_done, train_done = int(Kind.DECODE_DONE), int(Kind.TRAIN_DONE)
         recording = q.log is not None
+        last_s, stale = 0.0, 0
         for ev in q.drain():
-            _, priority, _, _, tgt, version = ev
+            time_s, priority, _, _, tgt, version = ev
             if priority == decode_done:
                 if version != tgt.version:
+                    stale += 1
                     continue
             elif priority == train_done and version != self.trainer.version:
+                stale += 1
                 continue
+            last_s = time_s
             if recording:  # the label is only for the trace
                 label = (
                     str(tgt.instance_id)
@@ -309,10 +313,13 @@ class Simulator:
                 )
                 q.record(ev, label)
             handlers[priority](tgt)
+        # The books close at the last event handled: an outdated prediction popped after it (an
+        # update the elastic pool shortened) must not book idle time past the run's end.
+        q.now_s = last_s
         self._account()
         self.harvest(self.instances)
         self.stats.train_busy_gpu_s = self.trainer.busy_gpu_s
-        self.stats.events = q.processed
+        self.stats.events = q.processed - stale
         return self.stats
 
     def on_rollout_start(self, j: int) -> None:
@@ -425,7 +432,10 @@ class Simulator:
         self._drain(inst)
         self._schedule(inst)
         if self.p.elastic and not inst.heap:
-            pipeline.maybe_lend(self, inst)
+            if inst in self.hybrids:
+                pipeline.hybrid_idle(self, inst)
+            else:
+                pipeline.maybe_lend(self, inst)
 
     def _drain(self, inst: Instance) -> None:
         queues = [self.router.pinned_queues[inst.instance_id]]

@@ -23,7 +23,17 @@ from libra_core.sim.training import HYBRID_EFFICIENCY, update_time_s
 if TYPE_CHECKING:
     from libra_core.sim.engine import Simulator
 
-RETURN = "return"  # HYBRID_READY target: training hybrids back from rollout
+
+class HybridReturn:
+    """HYBRID_READY target: `gpus` of training hybrids back from rollout (`join_s` after leaving it)."""
+
+    __slots__ = ("gpus",)
+
+    def __init__(self, gpus: int) -> None:
+        self.gpus = gpus
+
+    def __str__(self) -> str:  # the event trace's label
+        return "return"
 
 
 def on_rollout_done(sim: Simulator) -> None:
@@ -39,13 +49,7 @@ def on_rollout_done(sim: Simulator) -> None:
     sim.sample = sim.trajs.get(rec.iteration, [])
     sim.rolled = rec.iteration + 1
     if sim.hybrids:  # training hybrids that served rollout go back (idle now: every trajectory ended)
-        sim.harvest(sim.hybrids)
-        for inst in sim.hybrids:
-            sim.router.by_bucket[inst.bucket].remove(inst)
-            sim.instances.remove(inst)
-        sim.returning_gpus = sum(i.tp for i in sim.hybrids)
-        sim.hybrids = []
-        sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, RETURN)
+        _hybrids_to_training(sim, list(sim.hybrids))
     try_start_train(sim)
     try_start_rollout(sim)
     if sim.p.elastic and not sim.rollout_running:
@@ -206,6 +210,29 @@ def _hybrids_to_rollout(sim: Simulator) -> None:
         sim.q.push(sim.q.now_s + sim.switch_s, Kind.HYBRID_READY, inst)
 
 
+def _hybrids_to_training(sim: Simulator, hybrids: list[Instance]) -> None:
+    """Training hybrids leave rollout now; their GPUs rejoin the update `join_s` later."""
+    sim.harvest(hybrids)
+    for inst in hybrids:
+        sim.router.by_bucket[inst.bucket].remove(inst)
+        sim.instances.remove(inst)
+        sim.hybrids.remove(inst)
+    gpus = sum(i.tp for i in hybrids)
+    sim.returning_gpus += gpus
+    sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, HybridReturn(gpus))
+
+
+def hybrid_idle(sim: Simulator, inst: Instance) -> None:
+    """A training hybrid with nothing to serve (no turn running, none waiting for it or its bucket)
+    goes back to training now rather than at the rollout's end: idle until then, it would rejoin
+    the next update `join_s` late. Turns whose prefix it held are re-prefilled elsewhere."""
+    if inst.heap or sim.router.pinned_queues[inst.instance_id] or sim.router.queues[inst.bucket]:
+        return
+    sim._account()
+    _hybrids_to_training(sim, [inst])
+    sim.stats.hybrid_early_returns += 1
+
+
 def on_weights_ready(sim: Simulator, _: object = None) -> None:
     sim.version += 1
     try_start_rollout(sim)
@@ -213,8 +240,8 @@ def on_weights_ready(sim: Simulator, _: object = None) -> None:
 
 def on_hybrid_ready(sim: Simulator, target: object) -> None:
     now = sim.q.now_s
-    if target == RETURN:
-        sim.returning_gpus = 0
+    if isinstance(target, HybridReturn):
+        sim.returning_gpus -= target.gpus
         if sim.trainer.busy:
             sim.trainer.set_gpus(now, _train_gpus_now(sim))
             schedule_train(sim)
@@ -232,6 +259,7 @@ def on_hybrid_ready(sim: Simulator, target: object) -> None:
         sim.stats.hybrid_rollouts += 1
         sim._drain(target)
         sim._schedule(target)
+        hybrid_idle(sim, target)  # the turns it was made for were served meanwhile
 
 
 def maybe_lend(sim: Simulator, inst: Instance) -> None:

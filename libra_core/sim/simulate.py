@@ -77,12 +77,14 @@ def scenario_lower_bound(
     hw: HardwareSpec,
     num_gpus: int,
     on_iteration: Callable[[int], None] | None = None,
+    max_num_seqs: int = SimSettings().max_num_seqs,
 ) -> tuple[float, int, float, float]:
     """`report.lower_bound_s` over `iterations` of workload `wl` (seconds, tokens, work s, path s),
-    on the cost model's tables for every TP degree an instance can run; `on_iteration(k)` after the
-    k-th iteration's share."""
+    on the cost model's tables for every TP degree an instance can run, with the batch the
+    simulated instances run (`max_num_seqs`: a larger batch decodes a token for fewer
+    GPU-seconds); `on_iteration(k)` after the k-th iteration's share."""
     tps = instance_tp_degrees(model, hw)
-    tables = CostTables(RolloutCostModel(model, hw), tps)
+    tables = CostTables(RolloutCostModel(model, hw, max_num_seqs), tps)
 
     def iters() -> Iterator[list[Any]]:
         for j in range(iterations):
@@ -183,6 +185,7 @@ def simulate(
         hw,
         cluster.num_gpus,
         None if progress is None else _ticker(progress, LOWER_BOUND, iterations),
+        (settings or SimSettings()).max_num_seqs,
     )
     report = SimReport(
         str(scenario),

@@ -38,6 +38,7 @@ class RunStats:
     events: int = 0
     lent_joins: int = 0
     hybrid_rollouts: int = 0
+    hybrid_early_returns: int = 0  # hybrids sent back to training before the rollout ended (idle)
     mixed_gap: float | None = None  # the first deployment's (`Deployment.mixed_gap`)
 
     @property

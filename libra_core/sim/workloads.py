@@ -236,6 +236,12 @@ class ScenarioWorkload:
             max(16, round(pool_rng.lognormvariate(math.log(spec.prompt_median), 0.3)))
             for _ in range(spec.prompt_pool)
         ]
+        longest = max(self._prompt_len)
+        if longest >= spec.max_total_tokens:  # a trajectory must generate at least one token
+            raise ValueError(
+                f"scenario {spec.name!r}: max_total_tokens ({spec.max_total_tokens}) leaves no room to "
+                f"generate after the longest prompt ({longest} tokens); raise it above {longest}"
+            )
         order = list(range(spec.prompt_pool))
         pool_rng.shuffle(order)
         self._order = order

@@ -58,6 +58,17 @@ def test_every_gpu_the_trainer_uses_is_booked_to_training(scenario: str, policy:
     assert 0.0 <= 1 - stats.train_busy_gpu_s / stats.train_gpu_s <= 1.0
 
 
+@pytest.mark.parametrize(("scenario", "gpus"), [("search-r1", "16xA800"), ("dapo-math", "12xA800")])
+def test_the_books_close_when_the_run_ends(scenario: str, gpus: str) -> None:
+    """The elastic pool shortens updates, leaving their first predicted end in the queue as an
+    outdated event; the ledger must not book idle GPU time up to it, past the run's end."""
+    sim = build_sim(scenario, "+elastic", 4, gpus=gpus)
+    stats = sim.run()
+    booked = stats.roll_gpu_s + stats.train_gpu_s
+    assert booked == pytest.approx(sim.G * stats.makespan_s, rel=1e-9)
+    assert sim.q.now_s == pytest.approx(stats.makespan_s, rel=1e-12)
+
+
 def test_a_resplit_does_not_change_the_running_update() -> None:
     # Greedy re-splits at its rollout start while update 1 runs. Before 2026-12-05 the update's
     # rate followed the new split's training GPUs (4 -> 1 made it 4x faster, on GPUs it still held).
@@ -99,3 +110,11 @@ def test_more_prompts_than_the_pool_is_refused() -> None:
     # Each iteration draws distinct prompts; more than the pool repeated trajectory ids and crashed.
     with pytest.raises(ValueError, match=r"prompts_per_iteration \(16\) exceeds prompt_pool \(8\)"):
         load_scenario("tiny", 2, 0, spec_overrides={"prompts_per_iteration": 16})
+
+
+def test_no_room_to_generate_is_refused() -> None:
+    # A prompt at the token cap left a trajectory with no turns, and routing it raised IndexError.
+    with pytest.raises(ValueError, match=r"max_total_tokens \(100\) leaves no room .* longest prompt"):
+        load_scenario("tiny", 2, 0, spec_overrides={"max_total_tokens": 100})
+    wl = load_scenario("tiny", 1, 0, spec_overrides={"max_total_tokens": 400})
+    assert all(t.turns for t in wl.trajectories(0))

@@ -75,7 +75,8 @@ class RolloutCostModel:
         else:
             t_mlp = gemm_time_s(hw, T, h, 2 * F, b, dt) + gemm_time_s(hw, T, F, h, b, dt)
             act_elems = T * 3 * F
-        # Elementwise: 2 norms (read+write h), rope on q and k, SiLU*mul (read 2F write F), 2 adds.
+        # Elementwise: 2 norms (read+write h), rope on q and k, SiLU*mul (read 2F write F), 2 adds:
+        # 6 kernels, priced as one bandwidth pass with its overhead plus 5 more launches.
         elem = T * b * (2 * 2 * h + 2 * (q + kv) + 2 * 3 * h) + act_elems * b
         t_elem = memory_bound_s(hw, elem) + 5 * hw.op_overhead_us * 1e-6
         t_ar = 2 * all_reduce_s(hw, T * h * b, tp)

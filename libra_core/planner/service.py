@@ -176,10 +176,11 @@ class LibraPlanner:
             self.audit.record(iteration, tokens, sum(s for s in measured_s.values() if s > 0))
         if self._plan is None:
             return
-        predicted = {
-            "rollout": self._plan.t_rollout_s / self.corrections.factor("rollout"),
-            "update": self._plan.t_train_s / self.corrections.factor("update"),
-        }
+        # The model's own prediction: the plan's times without the factors they were priced with
+        # (today's factors differ once an observation moved them; dividing by those would feed the
+        # correction back into itself between replans).
+        f_rollout, f_update = self._plan.priced_with
+        predicted = {"rollout": self._plan.t_rollout_s / f_rollout, "update": self._plan.t_train_s / f_update}
         for stage, seconds in measured_s.items():
             if stage in predicted and seconds > 0 and predicted[stage] > 0:
                 self.corrections.observe(stage, predicted[stage], seconds)
@@ -238,5 +239,10 @@ class LibraPlanner:
         if decision.action == "apply" and decision.move_cost_s > 0 and math.isfinite(current_now.t_iter_s):
             gain = decision.saving_per_iter_s / current_now.t_iter_s
             self.audit.moved(iteration, self._plan, proposed, gain)
-        self._plan = proposed if decision.action == "apply" else current_now
+        if decision.action == "apply":
+            self._plan = proposed
+        elif current_now.same_resources(self._plan):  # re-priced on the window, nothing moves
+            self._plan = current_now
+        # else: the re-pricing re-chose how many instances of each degree run (evaluate_plan keeps
+        # the degrees, not the counts); keeping means the running instances, so the plan stays.
         return self._plan, decision

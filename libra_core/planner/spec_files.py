@@ -143,6 +143,17 @@ def _from_hf_config(path: Path, cfg: dict[str, Any]) -> dict[str, Any]:
             "multi-head latent attention (kv_lora_rank) is not modelled; "
             "write a spec YAML (ModelSpec's fields) that approximates it"
         )
+    shared = next((k for k in ("shared_expert_intermediate_size", "n_shared_experts") if cfg.get(k)), None)
+    if shared is not None:  # Qwen2-MoE, DeepSeek: an always-active MLP beside the routed experts
+        raise fail(
+            f"shared experts ({shared}) are not modelled: the active parameters would be priced low; "
+            "write a spec YAML (ModelSpec's fields) that approximates them"
+        )
+    if cfg.get("quantization_config"):
+        raise fail(
+            "quantized weights (quantization_config) are not modelled: the cost model reads and "
+            "multiplies 2-byte weights; write a spec YAML for the unquantized model"
+        )
     sparse_step = cfg.get("decoder_sparse_step", 1) or 1
     if cfg.get("mlp_only_layers") or sparse_step != 1 or cfg.get("first_k_dense_replace"):
         raise fail(

@@ -65,7 +65,24 @@ class CMLFQScheduler:
         self.bounds = tuple(cfg.buckets)
         self.tracker = BucketTracker(len(self.bounds) + 1)
         self.tree = tree if tree is not None else PrefixTree.from_config(cfg)
-        # Maintenance policy follows this run's config, also for a tree loaded from an earlier run.
+        if tree is not None:
+            # A tree loaded from a file follows this run's config (a resume may change it), except
+            # for what its states are keyed by: those change what every node means.
+            keyed: dict[str, tuple[object, object]] = {
+                "payload_class_edges": (list(cfg.payload_class_edges), list(tree.payload_edges)),
+            }
+            if tree.size_classes:  # an empty size level takes this run's bins as it fills
+                bins = (float(cfg.prompt_size_bins_per_octave), tree.size_bins_per_octave)
+                keyed["prompt_size_bins_per_octave"] = bins
+            for name, (want, have) in keyed.items():
+                if want != have:
+                    raise ValueError(
+                        f"the C-MLFQ tree was built with {name}={have}, the config asks for {want}: "
+                        "its states are keyed by it; start a new run (or remove scheduler/cmlfq_tree.json)"
+                    )
+            self.tree.half_life = float(cfg.aging_half_life_versions)
+            self.tree.backoff = float(cfg.backoff_pseudocount)
+            self.tree.max_samples = cfg.max_samples_per_node
         self.tree.prune_below = cfg.prune_below_support
         self.tree.prune_nodes_per_insert = cfg.prune_nodes_per_insert
         self.counters = CMLFQCounters()

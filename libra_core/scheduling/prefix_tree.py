@@ -223,6 +223,11 @@ class PrefixTree:
             codes.append(code)
         size_class = self.size_class(prompt_tokens)
         with self.lock:
+            # A trajectory of a version ahead of the clock (the async pipeline's next rollout
+            # finishing before its stage moved the clock): the clock follows, so no sample is
+            # younger than the tree and no aged support grows above its count.
+            if version > self.version:
+                self.version = version
             p_node = self.prompts.get(prompt_id)
             if p_node is None:
                 p_node = self.prompts[prompt_id] = Node()
@@ -321,7 +326,9 @@ class PrefixTree:
                     sources.append((c_nodes[j], now - consumed[j]))
                 if j < len(g_nodes):
                     sources.append((g_nodes[j], now - consumed[j]))
-            support = prompt_support + global_support
+            # The prompt's trajectories are also in the global and Markov nodes: the larger of the
+            # two counts the samples at this path once (their sum counted the prompt's twice).
+            support = max(prompt_support, global_support)
             parts = [
                 (node.aged_support(version, half_life), node.stats(version, half_life), shift)
                 for node, shift in sources

@@ -15,14 +15,17 @@ rollout workers that each built a tree combine them. The file is one JSON object
 Version 1 files (no size classes, no sums) still load: their sums are rebuilt from support x the
 sample means, and the size-class level fills as new trajectories finish.
 
-Writes are atomic (temp file + rename). Loading validates the header and raises ValueError naming
-the problem. Merging requires equal payload-class edges (otherwise the state keys mean different
-things); samples of matching nodes are pooled and the newest `max_samples_per_node` kept.
+Writes are atomic (temp file + rename). Loading validates the header, every field's type and
+range (finite counts >= 0, ascending payload edges, state indices) and raises ValueError naming
+the file and the problem. Merging requires equal payload-class edges (otherwise the state keys
+mean different things); samples of matching nodes are pooled and the newest `max_samples_per_node`
+kept.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +51,24 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
     return out
 
 
+def _count(value: Any, what: str) -> float:
+    """A finite number >= 0 from the file (a NaN support routed every request to bucket 0)."""
+    number = float(value)
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"tree file: {what} is {value!r}; it must be a finite number >= 0")
+    return number
+
+
 def _node_from_dict(data: dict[str, Any], num_states: int) -> Node:
     node = Node()
-    node.support = float(data["support"])
+    node.support = _count(data["support"], "a node's support")
     node.support_version = int(data["support_version"])
     node.replace_samples([(int(r), int(g), int(v)) for r, g, v in data["samples"]])
+    if any(r < 0 or g < 0 for r, g, _ in node.triples()):
+        raise ValueError("tree file: a sample has a negative remaining-token count")
     if "sum_rem" in data:
-        node.sum_rem, node.sum_gen = float(data["sum_rem"]), float(data["sum_gen"])
+        node.sum_rem = _count(data["sum_rem"], "a node's sum_rem")
+        node.sum_gen = _count(data["sum_gen"], "a node's sum_gen")
     elif node.samples:  # format 1: the sample means stand in for the exact ones
         rem, gen = node.rem, node.gen
         node.sum_rem = node.support * sum(rem) / len(rem)
@@ -88,17 +102,40 @@ def tree_to_dict(tree: PrefixTree) -> dict[str, Any]:
 
 
 def tree_from_dict(data: dict[str, Any]) -> PrefixTree:
-    if data.get("format") != FORMAT or data.get("format_version") not in READABLE_VERSIONS:
+    """The tree a file's JSON object holds; ValueError naming the problem when it is not one
+    (a foreign format, a missing or mistyped field, a number out of range)."""
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != FORMAT
+        or data.get("format_version") not in READABLE_VERSIONS
+    ):
+        found = data if not isinstance(data, dict) else {k: data.get(k) for k in ("format", "format_version")}
         raise ValueError(
-            f"not a C-MLFQ tree: format={data.get('format')!r} "
-            f"format_version={data.get('format_version')!r}, expected {FORMAT!r} version in "
+            f"not a C-MLFQ tree: {found!r}, expected format {FORMAT!r} with format_version in "
             f"{list(READABLE_VERSIONS)}"
         )
+    try:
+        return _tree_from_dict(data)
+    except (KeyError, TypeError, IndexError, AssertionError, ValueError) as err:
+        detail = f"missing field {err}" if isinstance(err, KeyError) else str(err) or type(err).__name__
+        raise ValueError(f"damaged C-MLFQ tree: {detail}") from err
+
+
+def _tree_from_dict(data: dict[str, Any]) -> PrefixTree:
+    edges = [int(e) for e in data["payload_class_edges"]]
+    if any(a >= b for a, b in zip(edges, edges[1:], strict=False)) or any(e < 0 for e in edges):
+        raise ValueError(f"tree file: payload_class_edges {edges} must be ascending numbers >= 0")
+    positive = {
+        k: float(data[k]) for k in ("max_samples_per_node", "half_life_versions", "backoff_pseudocount")
+    }
+    bad = {k: v for k, v in positive.items() if not (math.isfinite(v) and v > 0)}
+    if bad:
+        raise ValueError(f"tree file: {bad} must be finite numbers > 0")
     tree = PrefixTree(
         max_samples_per_node=int(data["max_samples_per_node"]),
-        half_life_versions=float(data["half_life_versions"]),
-        backoff_pseudocount=float(data["backoff_pseudocount"]),
-        payload_class_edges=[int(e) for e in data["payload_class_edges"]],
+        half_life_versions=positive["half_life_versions"],
+        backoff_pseudocount=positive["backoff_pseudocount"],
+        payload_class_edges=edges,
         prompt_size_bins_per_octave=float(data.get("prompt_size_bins_per_octave", 4.0)),
     )
     tree.version = int(data["version"])
@@ -128,7 +165,10 @@ def load_tree(path: str | Path) -> PrefixTree:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not a JSON C-MLFQ tree: {err}") from err
-    return tree_from_dict(data)
+    try:
+        return tree_from_dict(data)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from err
 
 
 def _merge_node(dst: Node, src: Node, code_map: list[int], tree: PrefixTree) -> None:

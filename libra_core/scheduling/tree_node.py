@@ -70,7 +70,8 @@ class Node:
         return node
 
     def aged_support(self, version: int, half_life: float) -> float:
-        return self.support * 2.0 ** (-(version - self.support_version) / half_life)
+        age = version - self.support_version  # never negative: support does not grow with age
+        return self.support * 2.0 ** (-age / half_life) if age > 0 else self.support
 
     def add_support(
         self, amount: float, version: int, half_life: float, sum_rem: float = 0.0, sum_gen: float = 0.0

@@ -304,7 +304,8 @@ def mix_nodes(
                 break
         else:
             return None
-    return NodeMix(chain, js, pending, last, consumed, prompt_support + global_support, self)
+    support = prompt_support if prompt_support > global_support else global_support  # max()
+    return NodeMix(chain, js, pending, last, consumed, support, self)
 
 
 def _append_ancestors(

@@ -80,7 +80,10 @@ def quantile_buckets(
     """Bucket bounds at the given quantiles of trajectory size (deduplicated, ascending)."""
     sizes = sorted(t.size for t in as_trajectories(trace))
     assert sizes, "empty trace"
-    picks = {sizes[min(len(sizes) - 1, math.ceil(q * len(sizes)) - 1)] for q in quantiles}
+    bad = [q for q in quantiles if not 0.0 <= q <= 1.0]
+    if bad:
+        raise ValueError(f"quantiles must lie in [0, 1], got {bad}")
+    picks = {sizes[min(len(sizes) - 1, max(0, math.ceil(q * len(sizes)) - 1))] for q in quantiles}
     return tuple(sorted(picks))
 
 

@@ -12,7 +12,7 @@ from libra_core.planner.presets import workload_preset
 from libra_core.planner.replan import ReplanPolicy, TrajectoryWindow
 from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
 from libra_core.planner.service import LibraPlanner
-from libra_core.planner.specs import get_hardware, get_model
+from libra_core.planner.specs import get_hardware, get_model, parse_cluster
 
 M, HW = get_model("qwen3-8b"), get_hardware("A800")
 SET = SearchSettings(staleness=1)
@@ -122,6 +122,36 @@ def test_service_plans_and_replans_on_schedule() -> None:
     plan2, decision2 = planner.step(2)
     assert decision2 is not None and decision2.action in ("keep", "apply")
     assert decision2.window_mean_len > workload_preset("math-short").stats()["mean_len"]
+
+
+def test_a_steady_model_error_is_learned_once_between_replans() -> None:
+    """The plan's times include the factors it was priced with; an observation is compared with
+    the prediction without them. Dividing by today's factor instead compounded the correction
+    between replans: 2.0, 2.46, 3.03, ... towards the clamp for a steady 2x error."""
+    w = workload_preset("math-short", 0, num_samples=128)
+    planner = LibraPlanner(parse_cluster("8xH100"), get_model("qwen3-4b"), w, ReplanPolicy(), 4, 0, 0)
+    plan, _ = planner.step(1)  # replan_every=0: the first plan runs throughout
+    for it in range(1, 7):
+        planner.observe(w, 8, {"rollout": 2.0 * plan.t_rollout_s, "update": 3.0 * plan.t_train_s})
+        assert planner.step(it + 1)[0] is plan
+        assert planner.corrections.factor("rollout") == pytest.approx(2.0)
+        assert planner.corrections.factor("update") == pytest.approx(3.0)
+
+
+def test_a_keep_keeps_the_running_instances() -> None:
+    """Re-pricing keeps the degrees but may re-choose the count of each; after a keep the running
+    plan (what the pool deploys) must still be the instances that run."""
+    w = workload_preset("swe-longtail", 0)
+    never = ReplanPolicy(min_gain_fraction=0.9, expected_iterations=50, move_cost_s=1e9)
+    planner = LibraPlanner(
+        parse_cluster("48xA800"), get_model("qwen3-14b"), w, never, 1, 1, 0, mixed_margin=0.05
+    )
+    plan, _ = planner.step(1)
+    assert len(plan.instance_tps) > 1  # a mixed layout, whose counts the re-pricing can re-choose
+    planner.observe(w.scaled(2.0), 16, {})
+    plan2, decision = planner.step(2)
+    assert decision is not None and decision.action == "keep"
+    assert plan2.instance_tps == plan.instance_tps
 
 
 def test_service_for_the_local_tiny_model() -> None:

@@ -49,7 +49,8 @@ def test_remaining_tokens_at_each_depth() -> None:
     tree.insert("p", turns, 0)
     # remaining: admission 5+3+7+2+4 = 21; after turn 0: 7+2+4 = 13; after turn 1: 4.
     root = tree.estimate("p", (), (0,))
-    assert root is not None and root.mean_remaining == 21 and root.support == 2  # prompt + global
+    # one trajectory, seen at the prompt's node and the global one: counted once
+    assert root is not None and root.mean_remaining == 21 and root.support == 1
     c0 = tree.code(tree.state_key("calc", 3, "success"))
     c1 = tree.code(tree.state_key("calc", 2, "failure"))
     assert tree.estimate("p", (c0,), (0, 8)).mean_remaining == 13  # type: ignore[union-attr]
@@ -86,6 +87,28 @@ def test_load_rejects_foreign_files(tmp_path: Path) -> None:
     bad.write_text("\x80not json", encoding="utf-8")
     with pytest.raises(ValueError, match="not a JSON C-MLFQ tree"):
         load_tree(bad)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: d["global"].update(support=float("nan")), r"support is nan; it must be a finite number"),
+        (lambda d: d["global"].pop("samples"), r"missing field 'samples'"),
+        (lambda d: d.update(half_life_versions=0), r"'half_life_versions': 0.0\} must be finite numbers > 0"),
+        (lambda d: d.update(payload_class_edges=[2048, 16]), r"\[2048, 16\] must be ascending"),
+        (lambda d: d["global"].update(sum_rem=-5.0), r"sum_rem is -5.0"),
+    ],
+)
+def test_a_damaged_tree_file_names_the_problem(
+    tmp_path: Path, trajectories: list, damage, message: str
+) -> None:  # noqa: ANN001
+    data = tree_to_dict(build(trajectories))
+    damage(data)
+    path = tmp_path / "tree.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=message) as err:
+        load_tree(path)
+    assert str(err.value).startswith(f"{path}: damaged C-MLFQ tree")
 
 
 def test_merge_of_halves_equals_tree_of_all(trajectories: list) -> None:

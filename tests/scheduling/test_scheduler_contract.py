@@ -13,10 +13,12 @@ from libra_core.scheduling.base import (
     SchedRequest,
     Scheduler,
     ToolReturn,
+    Turn,
     bucket_of,
 )
 from libra_core.scheduling.registry import build_scheduler, register_scheduler, scheduler_names
 from libra_core.traces.evaluate import quantile_buckets, replay
+from libra_core.traces.schema import TraceTrajectory
 from libra_core.traces.synthetic import SyntheticTraceConfig, synthetic_trajectories
 
 
@@ -120,3 +122,13 @@ def test_mlfq_moves_once_tokens_pass_the_bound() -> None:
     assert sched.on_tool_return(req, ToolReturn(0, 5, "t", 5, "success", 20)) is None  # 20 <= 20
     assert sched.on_tool_return(req, ToolReturn(1, 30, "t", 5, "success", 55)) == Move(2)
     assert sched.on_tool_return(req, ToolReturn(2, 30, "t", 5, "success", 90)) is None  # open bucket
+
+
+def test_quantile_buckets_cover_both_ends() -> None:
+    sizes = [20, 60, 100, 110, 40]
+    trace = [
+        TraceTrajectory(f"t{k}", "p", 0, 10, (Turn(s - 10, None, 0, None),)) for k, s in enumerate(sizes)
+    ]
+    assert quantile_buckets(trace, (0.0, 0.5, 1.0)) == (20, 60, 110)  # q=0 is the smallest, not the largest
+    with pytest.raises(ValueError, match=r"quantiles must lie in \[0, 1\], got \[1.5\]"):
+        quantile_buckets(trace, (0.5, 1.5))

@@ -126,6 +126,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         from libra_core.config.loader import RESOLVED_CONFIG_NAME
 
+        if args.config:  # the run's own resolved config is what resumes; another would be ignored
+            print(
+                f"libra: --resume {args.resume} continues with the run's own config; drop {args.config} "
+                "(change settings with --set)",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG_ERROR
         if not (Path(args.resume) / RESOLVED_CONFIG_NAME).is_file():
             print(
                 f"libra: --resume {args.resume}: not a run folder (no {RESOLVED_CONFIG_NAME})",

@@ -54,6 +54,11 @@ def cmd_serve(
     if not 0 <= args.port <= 65535:
         return fail(f"--port must be in 0..65535, got {args.port}", EXIT_CONFIG_ERROR)
     server = None
+    # Ctrl-C and SIGTERM both stop serving and the server we started (a shell may have started us
+    # with SIGINT ignored, e.g. in the background); installed before the server starts, so an
+    # interrupt while it starts stops it too (start_server).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     api_url = args.api_url or os.environ.get("PREFECT_API_URL")
     if api_url:
         if not api_healthy(api_url):
@@ -67,11 +72,9 @@ def cmd_serve(
             server = start_server(args.host, port, log)
         except RuntimeError as err:
             return fail(str(err), EXIT_SERVER_ERROR)
+        except KeyboardInterrupt:  # the server it was starting is stopped
+            return 130
         api_url, ui_url = server.api_url, server.ui_url
-    # Ctrl-C and SIGTERM both stop serving and the server we started (a shell may have started us
-    # with SIGINT ignored, e.g. in the background).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
     os.environ["PREFECT_API_URL"] = api_url
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     try:

@@ -83,12 +83,18 @@ def start_server(host: str, port: int, log_path: Path, timeout_s: float = 90.0) 
         )
     server = LocalServer(proc, api_url, ui_url, log_path)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"Prefect server exited with code {proc.returncode}:\n{_tail(log_path)}")
-        if api_healthy(api_url, 1.0):
-            return server
-        time.sleep(0.5)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"Prefect server exited with code {proc.returncode}:\n{_tail(log_path)}")
+            if api_healthy(api_url, 1.0):
+                return server
+            time.sleep(0.5)
+    except BaseException:
+        # Ctrl-C or SIGTERM while it starts: it runs in its own session, so no signal reaches it
+        # and nothing else would stop it (it would keep the port).
+        server.stop()
+        raise
     server.stop()
     raise RuntimeError(
         f"Prefect server did not answer on {api_url} within {timeout_s:.0f}s:\n{_tail(log_path)}"

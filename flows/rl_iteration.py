@@ -29,6 +29,7 @@ from tasks.stages import (
     reward_task,
     rollout_pool_task,
     rollout_task,
+    stop_pool_task,
     sync_task,
     update_task,
 )
@@ -85,12 +86,20 @@ def rl_iteration(
     next_future = None
     if cfg.pipeline.mode == "async" and not last:
         next_future = rollout_task.submit(run_dir, pool, iteration + 1)
-    stage, update_s = timed("update", update_task, run_dir, reward.path, iteration, version)
-    update, selection = stage.update, stage.selection
-    sync_s = 0.0
-    if update.new_version != version:
-        _, sync_s = timed("sync", sync_task, run_dir, pool, update.new_version)
-    next_rollout = next_future.result() if next_future is not None else None
+    try:
+        stage, update_s = timed("update", update_task, run_dir, reward.path, iteration, version)
+        update, selection = stage.update, stage.selection
+        sync_s = 0.0
+        if update.new_version != version:
+            _, sync_s = timed("sync", sync_task, run_dir, pool, update.new_version)
+        next_rollout = next_future.result() if next_future is not None else None
+    except BaseException:
+        if next_future is not None:
+            # This flow cannot exit before its task runner's threads end, the overlapped rollout
+            # among them, and the experiment's clean-up (run state, engines) comes after that:
+            # stop the engines now, so the rollout fails at once instead of running to its end.
+            stop_pool_task.fn(run_dir)
+        raise
     eval_acc = eval_s = None
     if cfg.eval.every and (iteration % cfg.eval.every == 0 or last):
         eval_acc, eval_s = timed("eval", eval_task, run_dir, pool, iteration, update.new_version)
@@ -131,7 +140,7 @@ def rl_iteration(
         "train_response_tokens_mean": selection.train_response_tokens_mean,
         "response_tokens_p90": selection.all_response_tokens_p90,
         "train_response_tokens_p90": selection.train_response_tokens_p90,
-        "rollout_instances": plan.rollout_instances,
+        "rollout_instances": rollout.instances,  # async: the previous plan's pool (see RolloutResult)
         "predicted_iteration_s": plan.predicted_iteration_s,
     }
     record_iteration_task(run_dir, row, timed.spans)

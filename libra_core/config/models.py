@@ -455,6 +455,35 @@ class LibraConfig(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _pools_are_wired(self) -> LibraConfig:
+        # The experiment flow runs the update in one local trainer process and the other stages on
+        # their default pools; these settings validated and then did nothing.
+        problems = []
+        if self.pools.type != "local":
+            problems.append(
+                f"pools.type {self.pools.type!r}: the experiment flow runs its trainer in a local worker "
+                "pool (Ray pools are available to code via libra_core.pools.build_pool); use pools.type=local"
+            )
+        if self.stages.update.size != 1:
+            problems.append(
+                f"stages.update.size {self.stages.update.size}: the update stage runs one trainer process "
+                "(data-parallel ranks are not launched yet); use 1"
+            )
+        moved = [
+            f"stages.{name}.pool={getattr(self.stages, name).pool}"
+            for name, default in _DEFAULT_POOLS.items()
+            if getattr(self.stages, name).pool != default
+        ]
+        if moved:
+            problems.append(
+                f"{', '.join(moved)}: stages run on their default pools ({_DEFAULT_POOLS}); "
+                "moving one is not wired"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
     def _async_overlap_fits(self) -> LibraConfig:
         steps = self.training.grpo.minibatches
         if self.pipeline.mode == "async" and self.pipeline.max_staleness < steps:

@@ -56,7 +56,7 @@ HISTORY_SCHEMA = pa.schema(
         pa.field("train_response_tokens_mean", pa.float64(), nullable=False),
         pa.field("response_tokens_p90", pa.float64(), nullable=False),  # all generated
         pa.field("train_response_tokens_p90", pa.float64(), nullable=False),
-        pa.field("rollout_instances", pa.int32(), nullable=False),  # what the plan stage chose
+        pa.field("rollout_instances", pa.int32(), nullable=False),  # pool the rollout ran on
         pa.field("predicted_iteration_s", pa.float64(), nullable=True),  # planner's T_iter (libra)
     ]
 )

@@ -68,8 +68,7 @@ class TurnAction:
     """How the environment reads one model turn.
 
     kind "tool_call": `tool` and `arguments` are set. kind "answer": `answer` is set.
-    kind "invalid": the turn was neither; the loop ends the trajectory (finish_reason "error")
-    only if the environment says so via `Environment.continue_after_invalid`.
+    kind "invalid": the turn was neither; the loop ends the trajectory (finish_reason "error").
     """
 
     kind: Literal["tool_call", "answer", "invalid"]

@@ -39,6 +39,9 @@ class RolloutResult:
     tokens_per_s: float
     wall_s: float
     routing: RoutingStats
+    # Rollout instances it ran on: in the async pipeline the pool of the iteration before (the
+    # rollout is submitted before its own iteration's plan), which the history records.
+    instances: int
     started_at: float = 0.0  # Unix seconds, for the timeline
     # (instance id, start, end) of every generation request, Unix seconds
     requests_served: tuple[tuple[str, float, float], ...] = ()
@@ -76,7 +79,10 @@ def _run_loop(
     iteration: int,
     greedy: bool,
     stage: str,
-) -> tuple[list[dict[str, Any]], RoutingStats, list[tuple[str, float, float]]]:
+) -> tuple[list[dict[str, Any]], RoutingStats, list[tuple[str, float, float]], Scheduler]:
+    """Run `requests` through the agent loop; returns the rows, the routing statistics, the
+    requests each instance served and the scheduler (its statistics are saved by the caller, once
+    the stage's output is written: a retried stage must not teach the tree one iteration twice)."""
     cfg = load_run_config(run_dir)
     layout = RunLayout(Path(run_dir))
     rollout_cfg = cfg.rollout.model_copy(update={"temperature": 0.0}) if greedy else cfg.rollout
@@ -97,9 +103,7 @@ def _run_loop(
     total = len(requests)
     report(stage, 0, total)
     rows = loop.run(requests, router, on_done=lambda n: report(stage, n, total))
-    if not greedy:
-        _save_scheduler(scheduler, layout)
-    return rows, router.stats(), loop.requests_served
+    return rows, router.stats(), loop.requests_served, scheduler
 
 
 def prompts_to_sample(cfg: LibraConfig, run_dir: str, iteration: int) -> int:
@@ -134,7 +138,7 @@ def run_rollout(
         prompts_to_sample(cfg, run_dir, iteration), seed, min_difficulty=cfg.rollout.min_difficulty
     )
     requests = make_requests(problems, cfg.training.grpo.group_size, iteration)
-    rows, routing, served = _run_loop(
+    rows, routing, served, scheduler = _run_loop(
         run_dir,
         urls,
         instance_ids,
@@ -146,7 +150,9 @@ def run_rollout(
         stage="rollout",
     )
     table = table_from_rows(rows)
-    path = write_ipc(table, RunLayout(Path(run_dir)).stage_dir(iteration) / "rollout.arrow")
+    layout = RunLayout(Path(run_dir))
+    path = write_ipc(table, layout.stage_dir(iteration) / "rollout.arrow")
+    _save_scheduler(scheduler, layout)
     wall = time.perf_counter() - start
     generated = sum(sum(r["loss_mask"]) for r in rows)
     calls = [e for r in rows for e in r["tool_events"]]
@@ -159,6 +165,7 @@ def run_rollout(
         tokens_per_s=generated / wall if wall > 0 else 0.0,
         wall_s=wall,
         routing=routing,
+        instances=len(urls),
         started_at=started_at,
         requests_served=tuple(served),
     )
@@ -176,7 +183,7 @@ def run_greedy_eval(
     env = build_environment(cfg.environment)
     problems = eval_problems(env, cfg.experiment.seed, cfg.eval.num_prompts)
     requests = make_requests(problems, 1, iteration)
-    rows, _, _ = _run_loop(
+    rows, _, _, _ = _run_loop(
         run_dir,
         urls,
         instance_ids,

@@ -76,10 +76,24 @@ def _worker_main(conn: Connection, threads: int, driver: int, driver_start: int 
             reply = (call_id, True, fn(*args, **kwargs))
         except BaseException as exc:  # noqa: BLE001 - the exception is the call's result
             reply = (call_id, False, exc)
-        try:
-            conn.send(reply)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            conn.send((call_id, False, RuntimeError(f"result of {fn!r} is not picklable: {exc!r}")))
+        conn.send_bytes(_reply_bytes(reply, fn))
+
+
+def _reply_bytes(reply: tuple[int, bool, Any], fn: Any) -> bytes:
+    """The pickled reply, checked to load again as the driver will load it: a value that pickles
+    but cannot be rebuilt (an exception whose __init__ takes other arguments) would otherwise kill
+    the driver's reader and leave the call waiting forever. Such a value is replaced by a
+    RuntimeError naming it."""
+    call_id, ok, value = reply
+    try:
+        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
+        return data
+    except Exception as exc:  # noqa: BLE001 - any failure to round-trip is reported the same way
+        what = "result" if ok else "exception"
+        shown = repr(value)[:500]
+        error = RuntimeError(f"the {what} of {fn!r} cannot be sent to the driver ({exc!r}): {shown}")
+        return pickle.dumps((call_id, False, error), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 @dataclass
@@ -159,6 +173,16 @@ class LocalPool(WorkerPool):
                 call_id, ok, value = worker.conn.recv()
             except (EOFError, OSError):
                 break
+            except Exception:  # a reply that does not load (the worker checks; belt and braces)
+                log.exception(
+                    "worker %s: a reply could not be read; failing its pending calls", worker.worker_id
+                )
+                for waiting in list(worker.pending.values()):
+                    waiting.set_exception(
+                        RuntimeError(f"worker {worker.worker_id}: a reply could not be read")
+                    )
+                worker.pending.clear()
+                continue
             future = worker.pending.pop(call_id, None)
             if future is None:
                 continue

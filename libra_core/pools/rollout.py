@@ -62,30 +62,31 @@ class RolloutPool:
         while len(self.servers) > size:
             self._stop(self.servers.pop())
         new: list[VllmServer] = []
-        while len(self.servers) + len(new) < size:
-            iid = f"{self.pool_id}-{self._next_index}"
-            self._next_index += 1
-            port = self.engine.base_port + self._next_index - 1 if self.engine.base_port else 0
-            server = VllmServer(
-                iid,
-                self.model_dir,
-                self.engine,
-                self.log_dir / f"{iid}.log",
-                self.max_model_len,
-                self.dtype,
-                port,
-            )
-            server.start()
-            assert server.process is not None
-            engine_registry.record(self.pid_dir, iid, server.process.pid)
-            new.append(server)
-        deadline = time.monotonic() + self.engine.startup_timeout_s
         try:
+            while len(self.servers) + len(new) < size:
+                iid = f"{self.pool_id}-{self._next_index}"
+                self._next_index += 1
+                port = self.engine.base_port + self._next_index - 1 if self.engine.base_port else 0
+                server = VllmServer(
+                    iid,
+                    self.model_dir,
+                    self.engine,
+                    self.log_dir / f"{iid}.log",
+                    self.max_model_len,
+                    self.dtype,
+                    port,
+                )
+                new.append(server)  # before it starts: a failure from here on stops it
+                server.start()
+                assert server.process is not None
+                engine_registry.record(self.pid_dir, iid, server.process.pid)
+            deadline = time.monotonic() + self.engine.startup_timeout_s
             for server in new:
                 server.wait_healthy(deadline)
         except BaseException:
             # Also on KeyboardInterrupt or a termination signal (a run cancelled while its engines
-            # start): these processes are not in the pool yet, so nothing else would stop them.
+            # start), or a later engine failing to spawn: these processes are not in the pool yet,
+            # so nothing else would stop them.
             for server in new:
                 self._stop(server)
             raise

@@ -49,7 +49,7 @@ def process_start(pid: int) -> int | None:
     return None if fields is None or fields[0] == "Z" else int(fields[19])
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """Processes of process group `pgid` that have not exited."""
     members = []
     for entry in _PROC.iterdir():
@@ -69,7 +69,7 @@ def _running(pid: int, start: int) -> bool:
     now = process_start(pid)
     if now is not None:
         return now == start
-    return bool(_group_members(pid))
+    return bool(group_members(pid))
 
 
 def record(folder: Path, instance_id: str, pid: int) -> Path | None:

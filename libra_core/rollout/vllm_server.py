@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from libra_core.config.models import VllmEngineConfig
+from libra_core.rollout import engine_registry
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +160,25 @@ class VllmServer:
                 os.killpg(self.process.pid, signal.SIGTERM)
 
     def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM the instance's process group and wait until every member exited (SIGKILL after
+        `timeout_s`). The API server can exit before its engine core: waiting for the leader only
+        let the caller drop the pid file of a group still running, which nothing could reap."""
         if self.process is None:
             return
+        pgid = self.process.pid
         self.terminate()
         try:
             self.process.wait(timeout=timeout_s)
+            deadline = time.monotonic() + timeout_s
+            while engine_registry.group_members(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
         except subprocess.TimeoutExpired:
+            pass
+        if self.process.poll() is None or engine_registry.group_members(pgid):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
             self.process.wait(timeout=timeout_s)
+            deadline = time.monotonic() + timeout_s
+            while engine_registry.group_members(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
         self.process, self._signalled = None, False

@@ -67,6 +67,8 @@ def test_resume_with_a_bad_override_or_a_damaged_config_fails_before_starting(tm
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert "invalid configuration" in out.stderr and "experiment.iterations" in out.stderr
     assert resolved.read_text() == before and sorted(p.name for p in run.iterdir()) == [resolved.name]
+    out = libra("run", "stages.yaml", "--resume", str(run))  # a second config would be ignored
+    assert out.returncode == 2 and "continues with the run's own config; drop stages.yaml" in out.stderr
     resolved.write_text("experiment: [unclosed\n")
     out = libra("run", "--resume", str(run))
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr

@@ -406,3 +406,18 @@ def test_a_boolean_is_not_a_number() -> None:
     assert "iterations: expected a number, got true" in text
     assert "temperature: expected a number, got false" in text
     assert load_config(None, ["experiment.iterations=3"]).experiment.iterations == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("pools.type=ray", "pools.type 'ray': the experiment flow runs its trainer in a local worker pool"),
+        ("stages.update.size=2", "stages.update.size 2: the update stage runs one trainer process"),
+        ("stages.reward.pool=trainer", "stages.reward.pool=trainer: stages run on their default pools"),
+    ],
+)
+def test_pool_settings_the_flow_does_not_run_are_refused_not_ignored(override: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert message in " ".join(info.value.problems)
+    assert load_config(None, ["stages.rollout.size=2"]).stages.rollout.size == 2  # rollout sizes are run

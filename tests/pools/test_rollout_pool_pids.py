@@ -68,9 +68,62 @@ def test_an_engine_of_a_killed_run_is_stopped_by_the_reaper(
         assert process_start(entry["pid"]) == entry["pid_start"]  # the kill left the engine running
         assert reap_orphans(tmp_path / "engines") == ["orphan-0"]
         deadline = time.monotonic() + 10
-        while engine_registry._group_members(entry["pid"]) and time.monotonic() < deadline:
+        while engine_registry.group_members(entry["pid"]) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert engine_registry._group_members(entry["pid"]) == []  # the API server and its engine core
+        assert engine_registry.group_members(entry["pid"]) == []  # the API server and its engine core
     finally:
-        for pid in engine_registry._group_members(entry["pid"]):
+        for pid in engine_registry.group_members(entry["pid"]):
             os.kill(pid, signal.SIGKILL)
+
+
+class _StubbornGroup(rollout.VllmServer):
+    """A leader that exits on SIGTERM and a child of its group that ignores it (an engine core busy
+    in C code): what a stop must not leave behind once the pid file is gone."""
+
+    def command(self) -> list[str]:
+        return [
+            "bash",
+            "-c",
+            "(trap '' TERM; sleep 60) & trap 'exit 0' TERM; while true; do sleep 0.05; done",
+        ]
+
+    def wait_healthy(self, deadline: float) -> None:
+        time.sleep(0.3)  # the trap is set
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        super().stop(min(timeout_s, 1.0))  # the child needs the SIGKILL: do not wait 15 s for it
+
+
+def test_a_resize_failure_and_a_stop_leave_no_process_behind(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    from libra_core.config.models import VllmEngineConfig
+
+    monkeypatch.setattr(rollout, "VllmServer", _StubbornGroup)
+    pool = rollout.RolloutPool(
+        "rollout:t",
+        tmp_path / "policy",
+        VllmEngineConfig(),
+        tmp_path / "logs",
+        max_model_len=64,
+        dtype="float32",
+    )
+    pool.resize(1)
+    (server,) = pool.servers
+    assert server.process is not None
+    pgid = server.process.pid
+    pool.stop()  # the leader exits at once; the child needs the SIGKILL
+    assert engine_registry.group_members(pgid) == [] and pool.servers == []
+    # a second engine failing to spawn stops the first, which no pool holds yet
+    started: list[_StubbornGroup] = []
+    real_start = _StubbornGroup.start
+
+    def start_then_fail(self: _StubbornGroup) -> None:
+        if started:
+            raise OSError("no more processes")
+        real_start(self)
+        started.append(self)
+
+    monkeypatch.setattr(_StubbornGroup, "start", start_then_fail)
+    with pytest.raises(OSError, match="no more processes"):
+        pool.resize(2)
+    assert started and started[0].process is None  # stopped
+    assert pool.servers == [] and list(pool.pid_dir.glob("*.pid")) == []

@@ -44,7 +44,7 @@ OWNER = (
 
 
 def group(pgid: int) -> list[int]:
-    return engine_registry._group_members(pgid)
+    return engine_registry.group_members(pgid)
 
 
 def gone(pids: list[int], timeout_s: float = 10.0) -> bool:

@@ -1,0 +1,89 @@
+"""The async iteration's bookkeeping, with the stage tasks replaced by fakes (the flow logic under
+test is which pool a rollout ran on and what happens when the update fails while the next rollout
+runs; the real stages have their own tests and the slow vLLM flow tests)."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import pytest
+
+import flows.rl_iteration as ri
+from libra_core.pipeline.plan_stage import Plan
+from libra_core.pipeline.reward_stage import RewardResult
+from libra_core.pipeline.rollout_stage import RolloutResult
+from libra_core.pipeline.update_stage import UpdateStageResult
+from libra_core.pools.rollout import PoolInfo
+from libra_core.rollout.router import RoutingStats
+from libra_core.training.selection import SelectionStats
+from libra_core.training.update import UpdateResult
+
+PLANNED = {1: 1, 2: 2, 3: 2}  # the planner grows the pool at iteration 2
+
+
+class _Done:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
+
+
+def _fake_stages(monkeypatch: pytest.MonkeyPatch, *, update_fails_at: int | None = None) -> dict[str, Any]:
+    seen: dict[str, Any] = {"ran_on": {}, "rows": [], "stopped": 0}
+    cfg = types.SimpleNamespace(
+        experiment=types.SimpleNamespace(iterations=3, artifacts_every=0),
+        pipeline=types.SimpleNamespace(mode="async"),
+        eval=types.SimpleNamespace(every=0),
+    )
+
+    def rollout(run_dir: str, pool: PoolInfo, iteration: int) -> RolloutResult:
+        seen["ran_on"][iteration] = len(pool.urls)
+        return RolloutResult("r", 8, 100, 10.0, 0.0, 10.0, 1.0, RoutingStats(0, 0, 0, 0, ()), len(pool.urls))
+
+    rollout_task: Any = rollout
+    rollout_task.submit = lambda *a: _Done(rollout(*a))
+
+    def update(run_dir: str, path: str, iteration: int, version: int) -> UpdateStageResult:
+        if iteration == update_fails_at:
+            raise RuntimeError("the trainer died")
+        result = UpdateResult(
+            0.0, 0.0, 1, 1, 1, 0.0, 1.0, 0.0, None, 0.0, 0.5, 0.1, 0.5, version + 1, 1.0, 0.1
+        )
+        return UpdateStageResult(result, SelectionStats(0, 0, 0, 0, 0.5, 0.5, 10.0, 10.0, 10.0, 10.0))
+
+    def pool(run_dir: str, size: int, version: int) -> PoolInfo:
+        return PoolInfo("p", tuple(f"u{i}" for i in range(size)), tuple(f"i{i}" for i in range(size)), 0.0)
+
+    def stop(run_dir: str) -> None:
+        seen["stopped"] += 1
+
+    monkeypatch.setattr(ri, "load_run_config", lambda run_dir: cfg)
+    monkeypatch.setattr(ri, "plan_task", lambda run_dir, it: Plan(it, PLANNED[it], 1, "libra"))
+    monkeypatch.setattr(ri, "rollout_pool_task", pool)
+    monkeypatch.setattr(ri, "rollout_task", rollout_task)
+    monkeypatch.setattr(ri, "reward_task", lambda run_dir, path, it: RewardResult("r", "l", 0.5, 0.5, 0.5))
+    monkeypatch.setattr(ri, "update_task", update)
+    monkeypatch.setattr(ri, "sync_task", lambda *a: None)
+    monkeypatch.setattr(ri, "stop_pool_task", types.SimpleNamespace(fn=stop))
+    monkeypatch.setattr(ri, "record_iteration_task", lambda run_dir, row, spans: seen["rows"].append(row))
+    return seen
+
+
+def test_the_history_records_the_pool_each_rollout_ran_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _fake_stages(monkeypatch)
+    version, next_rollout = 0, None
+    for it in (1, 2, 3):
+        out = ri.rl_iteration.fn("run", it, version, next_rollout)
+        version, next_rollout = out["row"]["policy_version"], out["next_rollout"]
+    # rollout 2 was submitted during iteration 1, on iteration 1's one-instance pool
+    assert seen["ran_on"] == {1: 1, 2: 1, 3: 2}
+    assert [r["rollout_instances"] for r in seen["rows"]] == [1, 1, 2]
+
+
+def test_a_failed_update_stops_the_engines_of_the_overlapped_rollout(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _fake_stages(monkeypatch, update_fails_at=1)
+    with pytest.raises(RuntimeError, match="the trainer died"):
+        ri.rl_iteration.fn("run", 1, 0, None)
+    assert seen["stopped"] == 1 and 2 in seen["ran_on"]  # rollout 2 had been submitted

@@ -13,6 +13,7 @@ or a bad value, with the valid names in the message.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +34,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="model spec name, or a Hugging Face config.json or model spec YAML (default: the scenario's)",
     )
-    p.add_argument("--seed", type=int, default=0, help="RNG seed (default 0)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of a generated scenario (default 0; a trace replays as recorded)",
+    )
     p.add_argument(
         "--jobs",
         type=int,
@@ -102,6 +108,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     )
     if problem:
         return fail(problem)
+    if is_trace(args.scenario) and args.seed != 0:  # replays what the trace recorded: nothing is drawn
+        print(f"libra: --seed {args.seed} has no effect on a trace replay ({args.scenario})", file=sys.stderr)
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
         flag = "--spec (for a trace replay)" if is_trace(args.scenario) else "--spec"

@@ -67,7 +67,9 @@ def _iteration_artifacts(run_dir: str, iteration: int) -> None:
             for s in stages
         ]
         + [{"stage": "iteration", "seconds": round(row["iteration_s"], 3), "share": "100%"}],
-        description=f"Iteration {iteration}: wall seconds per stage",
+        # async: the rollout ran during the previous iteration's update, so shares can sum past 100%
+        description=f"Iteration {iteration}: wall seconds per stage (share of the iteration's wall time; "
+        "in the async pipeline the rollout overlapped the previous update, so shares may sum past 100%)",
     )
     parts = [f"### Iteration {iteration}"]
     spans = [s for s in read_timeline(run_dir) if s.iteration == iteration]

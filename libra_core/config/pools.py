@@ -41,6 +41,12 @@ class RayPoolConfig(Frozen):
         2, ge=1, description="CPUs given to a local cluster started when `address` is null."
     )
     namespace: str = Field("libra", min_length=1, description="Ray namespace the actors live in.")
+    start_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="How long a resize waits for new actors to answer; an actor the cluster cannot "
+        "place (e.g. a GPU request on a CPU cluster) fails the resize instead of waiting forever.",
+    )
 
 
 class ElasticConfig(Frozen):

@@ -104,6 +104,7 @@ class _Worker:
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     pending: dict[int, Future[Any]] = field(default_factory=dict)
     reader: threading.Thread | None = None
+    gone: str | None = None  # why the worker can take no more calls (set by its reader, under send_lock)
 
 
 class LocalPool(WorkerPool):
@@ -191,11 +192,14 @@ class LocalPool(WorkerPool):
             else:
                 future.set_exception(value)
         worker.process.join(timeout=5)
-        code = worker.process.exitcode
-        for future in list(worker.pending.values()):
-            if not future.done():
-                future.set_exception(WorkerDiedError(f"worker {worker.worker_id} exited (code {code})"))
-        worker.pending.clear()
+        gone = f"worker {worker.worker_id} exited (code {worker.process.exitcode})"
+        with worker.send_lock:  # a call submitted from here on fails at once (see submit)
+            worker.gone = gone
+            unanswered = list(worker.pending.values())
+            worker.pending.clear()
+        for call in unanswered:
+            if not call.done():
+                call.set_exception(WorkerDiedError(gone))
 
     def _stop_worker(self, worker_id: str, *, graceful: bool) -> None:
         with self._lock:
@@ -225,13 +229,18 @@ class LocalPool(WorkerPool):
             raise KeyError(f"no worker {worker_id!r} in this pool; workers: {list(self.worker_ids)}")
         call_id = next(self._call_ids)
         future: Future[Any] = Future()
-        worker.pending[call_id] = future
-        try:
-            with worker.send_lock:
+        with worker.send_lock:
+            # Checked and registered under the lock the reader takes when its worker dies: a call
+            # registered after the reader failed the pending ones would wait forever.
+            if worker.gone is not None:
+                future.set_exception(WorkerDiedError(worker.gone))
+                return future
+            worker.pending[call_id] = future
+            try:
                 worker.conn.send((call_id, fn, args, kwargs))
-        except (BrokenPipeError, OSError) as exc:
-            worker.pending.pop(call_id, None)
-            future.set_exception(WorkerDiedError(f"worker {worker_id} is gone: {exc}"))
+            except (BrokenPipeError, OSError) as exc:
+                worker.pending.pop(call_id, None)
+                future.set_exception(WorkerDiedError(f"worker {worker_id} is gone: {exc}"))
         return future
 
     def health(self, timeout_s: float = 5.0) -> dict[str, WorkerHealth]:

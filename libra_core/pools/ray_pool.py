@@ -118,7 +118,16 @@ class RayPool(WorkerPool):
                 num_gpus=self.cfg.num_gpus_per_worker,
             ).remote()
             added.append(worker_id)
-        pids = ray.get([self._actors[w].pid.remote() for w in added])
+        try:
+            pids = ray.get([self._actors[w].pid.remote() for w in added], timeout=self.cfg.start_timeout_s)
+        except ray.exceptions.GetTimeoutError as err:
+            for worker_id in added:  # not started: none of them joins the pool
+                ray.kill(self._actors.pop(worker_id))
+            raise RuntimeError(
+                f"ray pool: {len(added)} new worker(s) did not start within {self.cfg.start_timeout_s:g} s "
+                "(pools.ray.start_timeout_s); can the cluster place actors of "
+                f"{self.cfg.num_cpus_per_worker:g} CPU and {self.cfg.num_gpus_per_worker:g} GPU each?"
+            ) from err
         self._pids.update(zip(added, pids, strict=True))
         record = timed_resize(self.type_name, from_size, started_at, t0, added, removed)
         log.info("ray pool %d -> %d workers in %.2f s", from_size, record.to_size, record.duration_s)

@@ -109,3 +109,10 @@ def test_libra_report_names_a_damaged_history_or_state_and_keeps_the_run_files(t
     pq.write_table(pa.table({"x": [1]}), run / "history.parquet")
     err = _error(libra("report", str(run))).replace("\n", "")
     assert f"run history {run / 'history.parquet'}: missing columns iteration" in err
+
+
+def test_a_seed_given_to_a_trace_replay_is_said_to_do_nothing(tmp_path: Path) -> None:
+    trace = _synth(tmp_path)
+    out = libra("simulate", "--scenario", str(trace), "--hardware", "8xH100", "--iterations", "1",
+                "--policies", "greedy", "--seed", "3")  # fmt: skip
+    assert out.returncode == 0 and "--seed 3 has no effect on a trace replay" in out.stderr

@@ -128,3 +128,16 @@ def test_kill_fails_pending_call_and_leaves_others_healthy(pool: WorkerPool) -> 
     assert pool.worker_ids == ("w0",)
     assert {w: h.state for w, h in pool.health(timeout_s=10).items()} == {"w0": "ok"}
     assert pool.run("w0", math.hypot, 6.0, 8.0, timeout_s=30) == 10.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (optional extra `ray`)")
+def test_a_ray_worker_the_cluster_cannot_place_fails_the_resize(ray_cluster: None) -> None:
+    cfg = PoolsConfig.model_validate({"type": "ray", "ray": {"num_gpus_per_worker": 1, "start_timeout_s": 3}})
+    p = build_pool(cfg)
+    try:
+        with pytest.raises(RuntimeError, match=r"did not start within 3 s .* 1 GPU each"):
+            p.start(1)  # a CPU cluster has no GPU to give: it waited forever
+        assert p.size == 0
+    finally:
+        p.stop()

@@ -113,8 +113,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.config_command == "validate":
         from rich.console import Console
+        from rich.text import Text
 
-        Console().print(f"[green]ok[/]: {_config_arg(args.config) or '<defaults>'} is valid")
+        where = str(_config_arg(args.config) or "<defaults>")  # a path may hold `[...]`: not markup
+        Console(soft_wrap=True).print(Text.assemble(("ok", "green"), f": {where} is valid"))
     else:
         from libra_core.config import config_to_yaml
 

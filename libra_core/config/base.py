@@ -7,9 +7,26 @@ nobody meant; a number field given a boolean is an error naming the field.
 
 from __future__ import annotations
 
-from typing import Any
+import types
+import typing
+from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+_NUMBERS = (int, float)
+
+
+def _number_shape(annotation: Any) -> str | None:
+    """ "scalar" for a number field (`int`, `float | None`), "items" for a sequence of numbers
+    (`tuple[float, float]`, `list[int]`), else None."""
+    args = get_args(annotation)
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        shapes = {_number_shape(arm) for arm in args if arm is not type(None)}
+        return shapes.pop() if len(shapes) == 1 else None
+    if annotation in _NUMBERS:
+        return "scalar"
+    numbers = args and all(arg in _NUMBERS or arg is Ellipsis for arg in args)
+    return "items" if get_origin(annotation) in (tuple, list) and numbers else None
 
 
 class Frozen(BaseModel):
@@ -23,6 +40,11 @@ class Frozen(BaseModel):
         if isinstance(data, dict):
             for name, field in cls.model_fields.items():
                 value = data.get(name)
-                if isinstance(value, bool) and field.annotation in (int, float):
+                shape = _number_shape(field.annotation) if value is not None else None
+                if shape == "scalar" and isinstance(value, bool):
                     raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
+                if shape == "items" and isinstance(value, (list, tuple)):
+                    flags = [str(v).lower() for v in value if isinstance(v, bool)]
+                    if flags:
+                        raise ValueError(f"{name}: expected numbers, got {', '.join(flags)}")
         return data

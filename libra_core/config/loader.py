@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import os
 import re
 import tempfile
@@ -63,7 +64,8 @@ def format_problems(err: ConfigError) -> str:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys and reads `1e-4` as a float.
+    """SafeLoader that rejects duplicate keys, reads `1e-4` as a float and integers and booleans as
+    YAML 1.2 does.
 
     PyYAML implements YAML 1.1, where `1e-4` (no dot) is a string and a repeated key silently
     keeps the last value; both turn a plausible config into a surprising one.
@@ -73,11 +75,46 @@ class _StrictLoader(yaml.SafeLoader):
 _EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
 
+# Integers and booleans as YAML 1.2 reads them: YAML 1.1 reads `010` as 8 (octal), `1:30` as 90
+# (base 60) and `yes`/`on` as true, none of which a config means.
+_INT, _BOOL, _MERGE = "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:merge"
+_BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _BOOL)]
+    for first, resolvers in _StrictLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver(_BOOL, _BOOL_12, list("tTfF"))
+_StrictLoader.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))
+
+
+def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)  # `010` is ten
+
+
+_StrictLoader.add_constructor(_INT, _construct_int)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Quotes every string the strict loader would read as another type: the stock dumper leaves
+    `2e4` plain (a string in YAML 1.1), which `_StrictLoader` reads back as a float."""
+
+
+_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
+_Dumper.add_implicit_resolver(_BOOL, _BOOL_12, list("tTfF"))
+_Dumper.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))
+
 
 def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
+    # Duplicates among the mapping's own keys; keys brought in by a merge (`<<: *base`) may be
+    # overridden, which is what a merge is for.
     seen: dict[Any, yaml.Node] = {}
     for key_node, _ in node.value:
+        if key_node.tag == _MERGE:
+            continue
         key = loader.construct_object(key_node, deep=True)
         if not isinstance(key, Hashable):
             break  # construct_mapping below reports the unhashable key with its position
@@ -90,6 +127,7 @@ def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNo
                 key_node.start_mark,
             )
         seen[key] = key_node
+    loader.flatten_mapping(node)
     return loader.construct_mapping(node, deep=True)
 
 
@@ -167,7 +205,9 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             problems.append(f"override {item!r} has an empty key path; write it as key.path=value")
             continue
         try:
-            parsed[key] = yaml.load(text, Loader=_StrictLoader)
+            value = yaml.load(text, Loader=_StrictLoader)
+            parsed.pop(key, None)  # a repeated key moves to its last place: applied in order, it wins
+            parsed[key] = value
         except yaml.YAMLError as exc:
             problems.append(f"override {item!r}: value is not valid YAML ({yaml_error_line(exc)})")
     if problems:
@@ -180,14 +220,23 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dic
 
     The value replaces whatever is at its path (a mapping value replaces the whole section rather
     than merging into it, so `model={type: hf_local, path: ...}` drops the tiny-model keys).
-    Setting a `type` to a different value than the section holds switches the variant: the
-    section's other keys belonged to the old variant and are dropped, so
-    `environment.type=code` works on a file that configures the arithmetic task (later overrides
-    can then set the new variant's keys). Walking through a key that holds a non-mapping is a
-    `ConfigError` naming that key. `raw` is not modified.
+    Setting the `type` of a variant section (`model`, `environment`: a tagged union of models) to
+    another variant than the section holds (its default when the file gives none) switches the
+    variant: the keys the file gave belonged to the old variant and are dropped, so
+    `environment.type=code` works on a file that configures the arithmetic task; keys set by
+    earlier overrides stay (validation names them if the new variant has no such key). The `type`
+    of any other section (`scheduler.type`) is a plain key. Walking through a key that holds a
+    non-mapping is a `ConfigError` naming that key. `raw` is not modified, and YAML aliases in it
+    become separate copies (an override of one does not change the other).
     """
-    merged: dict[str, Any] = copy.deepcopy(dict(raw))
+    variants = variant_sections()
+    merged: dict[str, Any] = _fresh(dict(raw))
     problems: list[str] = []
+    done: list[str] = []  # the overrides applied so far
+
+    def from_override(path: str) -> bool:
+        return any(path == d or path.startswith(d + ".") for d in done)
+
     for dotted, value in overrides.items():
         parts = dotted.split(".")
         node = merged
@@ -202,12 +251,45 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dic
                 break
             node = child
         else:
-            if parts[-1] == "type" and len(parts) > 1 and node.get("type") not in (None, value):
+            section = ".".join(parts[:-1])
+            if parts[-1] == "type" and section in variants and node.get("type", variants[section]) != value:
+                kept = {k: v for k, v in node.items() if from_override(f"{section}.{k}")}
                 node.clear()  # a different variant: the old variant's keys do not apply
-            node[parts[-1]] = copy.deepcopy(value)
+                node.update(kept)
+            node[parts[-1]] = _fresh(value)
+            done.append(dotted)
     if problems:
         raise ConfigError(problems, OVERRIDES_SOURCE)
     return merged
+
+
+def _fresh(value: Any) -> Any:
+    """A deep copy that shares nothing: `copy.deepcopy` keeps two YAML aliases of one mapping one
+    object, so setting a key under one would set it under the other."""
+    if isinstance(value, dict):
+        return {k: _fresh(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    return copy.deepcopy(value)
+
+
+@functools.cache
+def variant_sections() -> dict[str, str | None]:
+    """Dotted path -> default `type` of every config section that is a tagged union of variants."""
+    out: dict[str, str | None] = {}
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            tp = _strip_annotated(field.annotation)
+            arms = _union_arms(tp)
+            if arms and _variant_tags(arms):
+                default = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
+                out[prefix + name] = getattr(default, "type", None)
+            elif _is_model(tp):
+                walk(tp, f"{prefix}{name}.")
+
+    walk(LibraConfig, "")
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,7 +444,9 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Libra
 def config_to_yaml(cfg: LibraConfig) -> str:
     """Every field of `cfg` (defaults included) as YAML; `load_config` on it gives back `cfg`."""
     data = cfg.model_dump(mode="json")
-    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=110)
+    body = yaml.dump(
+        data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=110
+    )
     return "# Resolved Libra config: stages.yaml + overrides + defaults. Generated; do not edit.\n" + body
 
 

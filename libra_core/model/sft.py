@@ -139,7 +139,9 @@ def sft_warmup(
     seed: int,
     progress: ProgressFn | None = None,
 ) -> list[float]:
-    """Train `model` in place for `cfg.steps` AdamW steps on fresh demonstrations; return losses.
+    """Train `model` in place for `cfg.steps` AdamW steps on fresh demonstrations; return losses
+    (one per step taken; a step whose demonstrations are all longer than the model's positions is
+    skipped, and how many were left out is logged).
 
     Each step draws `cfg.batch_size` new problems from `env`, so the model never sees a fixed
     training set (see `warmup_batch`). Deterministic given `seed` and the model's initial weights
@@ -154,9 +156,20 @@ def sft_warmup(
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, betas=ADAM_BETAS, weight_decay=0.0)
     losses: list[float] = []
+    # A demonstration past the model's positions would train on positions the engines never serve
+    # (they run with --max-model-len at that limit) and pad the whole batch to it: left out.
+    limit = int(getattr(model.config, "max_position_embeddings", 0)) or None
+    dropped = seen = 0
     model.train()
     for step in range(cfg.steps):
         examples = [encoder.demonstration(d) for d in warmup_batch(env, seed, step, cfg.batch_size)]
+        seen += len(examples)
+        if limit is not None:
+            fitting = [e for e in examples if len(e[0]) <= limit]
+            dropped += len(examples) - len(fitting)
+            examples = fitting
+        if not examples:
+            continue
         batch = [t.to(device) for t in collate(examples, tokenizer.pad_token_id)]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, cfg.steps, cfg.lr)
@@ -169,6 +182,14 @@ def sft_warmup(
         if progress is not None:
             progress(step + 1, cfg.steps, losses[-1])
     model.eval()
+    if dropped:
+        logger.warning(
+            "SFT warm-up left out %d of %d demonstrations longer than the model's %d positions "
+            "(model.max_position_embeddings)",
+            dropped,
+            seen,
+            limit,
+        )
     if losses:
         logger.info("SFT warm-up: %d steps, loss %.4f -> %.4f", cfg.steps, losses[0], losses[-1])
     return losses

@@ -26,6 +26,14 @@ def test_validate_default_file_ok() -> None:
     assert "valid" in out.stdout
 
 
+def test_validate_prints_a_path_with_brackets_as_it_is(tmp_path: Path) -> None:
+    odd = tmp_path / "m[" / "x]" / "stages.yaml"  # rich markup would read `[/x]` as a closing tag
+    odd.parent.mkdir(parents=True)
+    odd.write_text(Path("stages.yaml").read_text())
+    out = libra("config", "validate", str(odd))
+    assert out.returncode == 0 and f"ok: {odd} is valid" in out.stdout, out.stderr
+
+
 def test_validate_names_each_problem_and_exits_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("experiment:\n  iterations: many\n  colour: red\nstages:\n  rollout:\n    size: -3\n")

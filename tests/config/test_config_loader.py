@@ -421,3 +421,51 @@ def test_pool_settings_the_flow_does_not_run_are_refused_not_ignored(override: s
         load_config(None, [override])
     assert message in " ".join(info.value.problems)
     assert load_config(None, ["stages.rollout.size=2"]).stages.rollout.size == 2  # rollout sizes are run
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "stages.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_setting_the_type_of_a_plain_section_keeps_the_files_keys(tmp_path: Path) -> None:
+    # only tagged unions (model, environment) switch variants; scheduler.type is a plain key
+    path = _file(tmp_path, "scheduler: {type: least_load, buckets: [30, 90]}\n")
+    assert load_config(path, ["scheduler.type=cmlfq"]).scheduler.buckets == (30, 90)
+
+
+def test_a_variant_switch_keeps_what_the_command_line_set(tmp_path: Path) -> None:
+    cfg = load_config(None, ["environment.max_turns=3", "environment.type=code"])
+    assert (cfg.environment.type, cfg.environment.max_turns) == ("code", 3)
+    # a file that relies on the default variant (no `type:`) switches as well
+    path = _file(tmp_path, "environment:\n  max_ops: 3\n")
+    assert load_config(path, ["environment.type=code"]).environment.type == "code"
+
+
+def test_a_repeated_override_wins_in_order() -> None:
+    cfg = load_config(None, ["experiment.seed=1", "experiment={seed: 2, iterations: 3}", "experiment.seed=5"])
+    assert (cfg.experiment.seed, cfg.experiment.iterations) == (5, 3)
+
+
+def test_yaml_aliases_and_merges(tmp_path: Path) -> None:
+    path = _file(tmp_path, "stages:\n  plan: &d {pool: driver, size: 1}\n  reward: *d\n")
+    aliased = apply_overrides(yaml.load(path.read_text(), Loader=yaml.SafeLoader), {"stages.plan.size": 3})
+    # one mapping under two names in the file; the override sets the one it names
+    assert (aliased["stages"]["plan"]["size"], aliased["stages"]["reward"]["size"]) == (3, 1)
+    merged = _file(
+        tmp_path, "stages:\n  plan: &d {pool: driver, size: 1}\n  reward:\n    <<: *d\n    pool: driver\n"
+    )
+    assert load_config(merged).stages.reward.pool == "driver"  # a key over a merge is no duplicate
+
+
+def test_integers_and_booleans_read_as_yaml_1_2() -> None:
+    assert parse_overrides(["a=010", "b=1:30", "c=yes", "d=on", "e=true", "f=0x10", "g=0o17", "h=-3"]) == {
+        "a": 10, "b": "1:30", "c": "yes", "d": "on", "e": True, "f": 16, "g": 15, "h": -3,
+    }  # fmt: skip
+    assert load_config(None, ["experiment.seed=010"]).experiment.seed == 10
+
+
+def test_the_resolved_config_reads_back_whatever_its_strings(tmp_path: Path) -> None:
+    cfg = load_config(None, ["rollout.engine.extra_args=['--max-num-batched-tokens', '2e4', 'yes', '010']"])
+    assert load_config(write_resolved_config(cfg, tmp_path)) == cfg

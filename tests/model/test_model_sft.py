@@ -177,3 +177,23 @@ def test_warmup_batch_without_a_warmup_hook_uses_plain_demonstrations(env: Arith
 
     batch = warmup_batch(Plain(), seed=0, step=0, batch_size=4)  # type: ignore[arg-type]
     assert batch == [env.demonstration(p) for p in env.sample_problems(4, sft._step_seed(0, 0))]
+
+
+def test_demonstrations_past_the_models_positions_are_left_out(
+    env: ArithmeticEnv, tok, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lengths = sorted(len(SegmentEncoder(tok).demonstration(d)[0]) for d in warmup_batch(env, 7, 0, 8))
+    limit = lengths[len(lengths) // 2]  # about half of step 0's demonstrations are longer
+    model = build_tiny_policy(TINY.model_copy(update={"max_position_embeddings": limit}), len(tok), seed=0)
+    widths: list[int] = []
+    real = sft.collate
+
+    def recording(examples, pad):  # noqa: ANN001, ANN202
+        widths.append(max(len(ids) for ids, _ in examples))
+        return real(examples, pad)
+
+    monkeypatch.setattr(sft, "collate", recording)
+    with caplog.at_level("WARNING", logger=sft.logger.name):
+        sft_warmup(model, tok, env, WarmupConfig(steps=2, batch_size=8), seed=7)
+    assert widths and max(widths) <= limit < lengths[-1]
+    assert "demonstrations longer than the model's" in caplog.text

@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
 
 
-def build_tiny_policy(cfg: TinyModelConfig, vocab_size: int, seed: int) -> Qwen2ForCausalLM:
+def build_tiny_policy(
+    cfg: TinyModelConfig, vocab_size: int, seed: int, *, pad_token_id: int = 0, eos_token_id: int = 1
+) -> Qwen2ForCausalLM:
     """A freshly initialised Qwen2 causal LM, deterministic given `seed`.
 
     Weights are float32 whatever `cfg.dtype` says (training runs in float32); `cfg.dtype` is
     recorded in the config and applied by `save_policy(..., dtype=cfg.dtype)`. Special token ids
-    follow `train_tokenizer`: pad 0, eos 1 (bos = eos).
+    are the tokenizer's (bos = eos); the defaults, pad 0 and eos 1, are what `train_tokenizer` gives
+    an environment that lists `<|pad|>` and `<|eos|>` first.
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -55,18 +58,18 @@ def build_tiny_policy(cfg: TinyModelConfig, vocab_size: int, seed: int) -> Qwen2
         use_sliding_window=False,
         sliding_window=None,
         max_window_layers=cfg.num_layers,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=1,
+        pad_token_id=pad_token_id,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
         dtype=cfg.dtype,
     )
     config = Qwen2Config(**fields)
     with torch.random.fork_rng(devices=[]):  # seed the init without disturbing the caller's RNG
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config).float()
-    model.generation_config.pad_token_id = 0
-    model.generation_config.bos_token_id = 1
-    model.generation_config.eos_token_id = 1
+    model.generation_config.pad_token_id = pad_token_id
+    model.generation_config.bos_token_id = eos_token_id
+    model.generation_config.eos_token_id = eos_token_id
     return model
 
 

@@ -112,7 +112,13 @@ def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: Progress
     seed = cfg.experiment.seed
     env = build_environment(cfg.environment)
     tokenizer = train_tokenizer(env.corpus(CORPUS_SIZE, seed), env.special_tokens, cfg.tokenizer.vocab_size)
-    model = build_tiny_policy(cfg.model, len(tokenizer), seed)
+    model = build_tiny_policy(
+        cfg.model,
+        len(tokenizer),
+        seed,
+        pad_token_id=tokenizer.pad_token_id,  # whatever order the environment lists its specials in
+        eos_token_id=tokenizer.eos_token_id,
+    )
     device = _resolve_device(cfg.training.device)
     model.to(device)  # type: ignore[arg-type]
     start = time.perf_counter()

@@ -39,6 +39,19 @@ def test_config_is_what_vllm_expects(tok) -> None:
     assert next(model.parameters()).dtype == torch.float32
 
 
+def test_special_token_ids_come_from_the_tokenizer(tok) -> None:
+    # an environment may list its specials in another order than <|pad|>, <|eos|>
+    shuffled = train_tokenizer(
+        ArithmeticEnv().corpus(50, seed=0), [SPECIAL_TOKENS[2], *SPECIAL_TOKENS[:2], *SPECIAL_TOKENS[3:]], 64
+    )
+    assert (shuffled.pad_token_id, shuffled.eos_token_id) != (0, 1)
+    model = build_tiny_policy(
+        TINY, len(shuffled), seed=0, pad_token_id=shuffled.pad_token_id, eos_token_id=shuffled.eos_token_id
+    )
+    for config in (model.config, model.generation_config):
+        assert (config.pad_token_id, config.eos_token_id) == (shuffled.pad_token_id, shuffled.eos_token_id)
+
+
 def test_seeded_build_is_deterministic(tok) -> None:
     a, b, c = (build_tiny_policy(TINY, len(tok), seed=s) for s in (3, 3, 4))
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))

@@ -105,7 +105,7 @@ def test_oracle_needs_explicit_permission() -> None:
 def test_all_config_types_are_registered() -> None:
     from typing import get_args
 
-    from libra_core.config.models import SchedulerType
+    from libra_core.config.scheduler import SchedulerType
 
     assert set(get_args(SchedulerType)) == set(scheduler_names())
 

@@ -46,7 +46,9 @@ def output_problem(
     elif out.is_dir() or text.endswith(("/", "\\")):
         return f"{text}: is a folder; give a file name"
     resolved = out.resolve()
-    for parent in resolved.parents:
+    # where the first file is created: in the output folder itself, once it exists, else in the
+    # nearest existing folder above it (a writable mount under a read-only root is fine)
+    for parent in [resolved, *resolved.parents] if folder else resolved.parents:
         if parent.exists():
             if not parent.is_dir():
                 return f"{text}: {parent} is a file, not a folder"
@@ -80,8 +82,9 @@ def _cannot_write_in(folder: Path) -> str | None:
 
 
 def folder_write_problem(path: str | Path) -> str | None:
-    """Why files cannot be written in folder `path` (None: they can). Creates the folder, as the
-    command would, and writes and deletes one temp file there (`_cannot_write_in`)."""
+    """Why files cannot be written in folder `path` (None: they can): `output_problem` (which tries
+    a file in it, or in the nearest folder above it), then the folder is created, as the command
+    would."""
     problem = output_problem(path, folder=True)
     if problem:
         return problem
@@ -89,5 +92,4 @@ def folder_write_problem(path: str | Path) -> str | None:
         Path(path).expanduser().mkdir(parents=True, exist_ok=True)
     except OSError as err:
         return f"cannot write in {path}: {err.strerror or err}"
-    problem = _cannot_write_in(Path(path).expanduser())
-    return f"cannot write in {path}: {problem}" if problem else None
+    return None

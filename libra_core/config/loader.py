@@ -10,7 +10,6 @@ is the only function here that writes.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import functools
 import os
@@ -270,7 +269,7 @@ def _fresh(value: Any) -> Any:
         return {k: _fresh(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_fresh(v) for v in value]
-    return copy.deepcopy(value)
+    return value  # a YAML scalar: immutable
 
 
 @functools.cache

@@ -81,13 +81,19 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
     return table
 
 
-def drop_lake_after(run_dir: str | Path, iteration: int) -> int:
-    """Delete the lake partitions of iterations after `iteration` (a resumed run's abandoned
-    attempt: they would be mixed into `read_lake` and trace exports); returns how many."""
+def drop_partitions_after(folder: str | Path, suffix: str, iteration: int) -> int:
+    """Delete the files `iteration=N<suffix>` in `folder` with N > `iteration` (what a resumed run's
+    abandoned attempt wrote per iteration); returns how many."""
     dropped = 0
-    for p in (Path(run_dir) / "lake").glob("iteration=*.parquet"):
-        number = p.stem.removeprefix("iteration=")
+    for p in Path(folder).glob(f"iteration=*{suffix}"):
+        number = p.name.removeprefix("iteration=").removesuffix(suffix)
         if number.isdigit() and int(number) > iteration:
             p.unlink()
             dropped += 1
     return dropped
+
+
+def drop_lake_after(run_dir: str | Path, iteration: int) -> int:
+    """Delete the lake partitions of iterations after `iteration` (a resumed run's abandoned
+    attempt: they would be mixed into `read_lake` and trace exports); returns how many."""
+    return drop_partitions_after(Path(run_dir) / "lake", ".parquet", iteration)

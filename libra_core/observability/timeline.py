@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from libra_core.data.atomic import atomic_path
+from libra_core.data.io import drop_partitions_after
 
 STAGE_LANES = ("plan", "rollout", "reward", "update", "sync", "eval")
 INSTANCE_LANE_PREFIX = "instance/"  # lane of one rollout instance, e.g. "instance/vllm-0"
@@ -81,12 +82,7 @@ def write_timeline(run_dir: str | Path, iteration: int, spans: Sequence[Span]) -
 def drop_timeline_after(run_dir: str | Path, iteration: int) -> int:
     """Delete the span files of iterations after `iteration` (a resumed run's abandoned attempt)
     and rewrite trace.json without them; returns how many files were deleted."""
-    dropped = 0
-    for p in timeline_dir(run_dir).glob("iteration=*.json"):
-        number = p.stem.removeprefix("iteration=")
-        if number.isdigit() and int(number) > iteration:
-            p.unlink()
-            dropped += 1
+    dropped = drop_partitions_after(timeline_dir(run_dir), ".json", iteration)
     if dropped:
         write_perfetto(run_dir)
     return dropped

@@ -167,18 +167,22 @@ class VllmServer:
             return
         pgid = self.process.pid
         self.terminate()
-        try:
-            self.process.wait(timeout=timeout_s)
-            deadline = time.monotonic() + timeout_s
-            while engine_registry.group_members(pgid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        except subprocess.TimeoutExpired:
-            pass
-        if self.process.poll() is None or engine_registry.group_members(pgid):
+        if not self._group_ended(pgid, timeout_s):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            self.process.wait(timeout=timeout_s)
-            deadline = time.monotonic() + timeout_s
-            while engine_registry.group_members(pgid) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            self._group_ended(pgid, timeout_s)
         self.process, self._signalled = None, False
+
+    def _group_ended(self, pgid: int, timeout_s: float) -> bool:
+        """Whether, within `timeout_s`, the leader was reaped and no member of its group is left."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout_s
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        while engine_registry.group_members(pgid):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True

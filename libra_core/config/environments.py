@@ -74,6 +74,10 @@ class MathToolsEnvConfig(Frozen):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits of the Python tool.")
     reward: EnvRewardWeights = Field(default_factory=EnvRewardWeights, description="Reward levels.")
 
+    def data_files(self) -> tuple[str, ...]:
+        """The files (relative to `data_dir`) the environment reads; their contents shape a warm-up."""
+        return self.files
+
 
 class SearchEnvConfig(Frozen):
     """Open-domain QA with a BM25 search tool served over HTTP by a local process."""
@@ -113,6 +117,11 @@ class SearchEnvConfig(Frozen):
     max_turns: int = Field(4, ge=1, description="Most model turns (searches + answer) per trajectory.")
     reward: EnvRewardWeights = Field(default_factory=EnvRewardWeights, description="Reward levels.")
 
+    def data_files(self) -> tuple[str, ...]:
+        """The files (relative to `data_dir`) the environment reads; their contents shape a warm-up."""
+        questions = (self.questions_file,) if "nq" in self.question_sources else ()
+        return (self.passages_file, *questions)
+
 
 class CodeEnvConfig(Frozen):
     """MBPP / HumanEval: write a function, run it against tests in the sandbox."""
@@ -132,6 +141,10 @@ class CodeEnvConfig(Frozen):
     )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits of code execution.")
     reward: EnvRewardWeights = Field(default_factory=EnvRewardWeights, description="Reward levels.")
+
+    def data_files(self) -> tuple[str, ...]:
+        """The files (relative to `data_dir`) the environment reads; their contents shape a warm-up."""
+        return self.files
 
 
 def default_environment_type(value: object) -> object:

@@ -63,7 +63,9 @@ class WarmupConfig(Frozen):
     batch_size: int = Field(64, ge=1, description="Demonstrations per SFT step.")
     lr: float = Field(1e-3, gt=0, description="SFT learning rate (cosine-decayed).")
     cache: bool = Field(
-        True, description="Reuse a warm-up with identical settings from `<output_dir>/.cache`."
+        True,
+        description="Reuse a warm-up from `<output_dir>/.cache` with identical settings, seed, rollout "
+        "limits and data file contents.",
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from libra_core.config.models import HFLocalModelConfig, LibraConfig
+from libra_core.config.models import ArithmeticEnvConfig, HFLocalModelConfig, LibraConfig
 from libra_core.config.pretrained import SmolLM2ModelConfig
 from libra_core.envs.registry import build_environment
 from libra_core.model.policy import build_tiny_policy, count_parameters, replace_dir, save_policy
@@ -100,10 +100,34 @@ def cache_key(cfg: LibraConfig, num_eval_problems: int) -> str:
         "tokenizer": cfg.tokenizer.model_dump(mode="json"),
         "environment": cfg.environment.model_dump(mode="json"),
         "warmup": cfg.training.warmup.model_dump(mode="json", exclude={"cache"}),
+        "data": _data_fingerprint(cfg),
+        # The reported accuracy runs the agent loop under the rollout's limits.
+        "limits": [cfg.rollout.max_tokens_per_turn, cfg.rollout.max_total_tokens],
         "seed": cfg.experiment.seed,
         "num_eval_problems": num_eval_problems,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _data_fingerprint(cfg: LibraConfig) -> list[str]:
+    """sha256 of each data file the environment reads, in config order.
+
+    The config names files by path only: an edited or replaced file, or a relative path that now
+    resolves elsewhere, must not bring back a warm-up trained on other data.
+    """
+    env_cfg = cfg.environment
+    if isinstance(env_cfg, ArithmeticEnvConfig):  # generated problems, no files
+        return []
+    from libra_core.envs.datasets import resolve_data_path
+
+    digests = []
+    for file in env_cfg.data_files():
+        digest = hashlib.sha256()
+        with resolve_data_path(env_cfg.data_dir, file).open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        digests.append(digest.hexdigest())
+    return digests
 
 
 def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: ProgressFn | None) -> dict:
@@ -127,7 +151,15 @@ def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: Progress
     accuracy = None
     if n_eval > 0:
         problems = env.sample_problems(n_eval, seed + EVAL_SEED_OFFSET)
-        accuracy = greedy_accuracy(model, tokenizer, env, problems)
+        accuracy = greedy_accuracy(  # under the rollout's limits, as the iterations' evaluations run
+            model,
+            tokenizer,
+            env,
+            problems,
+            max_new_tokens=cfg.rollout.max_tokens_per_turn,
+            max_turns=env.max_turns,
+            max_total_tokens=cfg.rollout.max_total_tokens,
+        )
     model.to("cpu")  # type: ignore[arg-type]
     save_policy(model, tokenizer, out_dir, dtype=cfg.model.dtype)
     meta = {
@@ -173,7 +205,7 @@ def _copy_dir(src: Path, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.parent / f".{dst.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        shutil.copytree(src, tmp)
+        shutil.copytree(src, tmp, symlinks=False)  # links are followed: the copy stands alone
         replace_dir(tmp, dst)
     finally:
         if tmp.exists():
@@ -187,12 +219,16 @@ def _copy_local(model_cfg: HFLocalModelConfig, out_dir: Path) -> PreparedPolicy:
             f"model.path {model_cfg.path!r} is not a Hugging Face model folder (no config.json in {src}); "
             "point it at a local folder with config.json, weights and tokenizer files"
         )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
     # A copy, not a link: the update stage rewrites the run's policy folder, and must never write
     # into the user's source model.
-    shutil.copytree(src, tmp, symlinks=False)
-    replace_dir(tmp, out_dir)
+    try:
+        _copy_dir(src, out_dir)
+    except shutil.Error as exc:  # one entry per file that could not be copied
+        src_file, _, why = exc.args[0][0]
+        raise ValueError(
+            f"model.path {model_cfg.path!r}: cannot copy {src_file} ({why}); "
+            f"{len(exc.args[0])} file(s) failed. Is a link in the model folder dangling?"
+        ) from exc
     return PreparedPolicy(
         path=out_dir,
         num_params=_safetensors_num_params(src),

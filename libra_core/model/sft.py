@@ -294,9 +294,13 @@ def greedy_accuracy(
     *,
     max_new_tokens: int = 48,
     max_turns: int = 8,
+    max_total_tokens: int | None = None,
     batch_size: int = 64,
 ) -> float:
-    """Share of `problems` whose greedy final answer earns the full reward (exact answer)."""
+    """Share of `problems` whose greedy final answer earns the full reward (exact answer).
+
+    The limits are those of `greedy_answers`; pass the rollout's to score what rollouts can reach.
+    """
     if not problems:
         raise ValueError("greedy_accuracy needs at least one problem")
     answers = greedy_answers(
@@ -306,6 +310,7 @@ def greedy_accuracy(
         problems,
         max_new_tokens=max_new_tokens,
         max_turns=max_turns,
+        max_total_tokens=max_total_tokens,
         batch_size=batch_size,
     )
     solved = sum(

@@ -119,12 +119,15 @@ class AgentLoop:
             return TurnAction("invalid")
 
     def _run_tool(self, action: TurnAction, req: RolloutRequest) -> ToolResult:
+        start = time.perf_counter()
         try:
             return self.env.run_tool(action)
         except Exception as exc:
             log.exception("trajectory %s: tool %r raised; returned as a failure", req.group_id, action.tool)
             name = str(action.tool)[:MAX_TOOL_NAME_CHARS] if action.tool else UNKNOWN_TOOL
-            return ToolResult(name, "failure", f"error: the tool failed ({type(exc).__name__})", 0.0)
+            # The time the call took before raising is still waited time: replays and plans price it.
+            latency_s = time.perf_counter() - start
+            return ToolResult(name, "failure", f"error: the tool failed ({type(exc).__name__})", latency_s)
 
     async def run_one(
         self, http: aiohttp.ClientSession, req: RolloutRequest, router: InstanceRouter

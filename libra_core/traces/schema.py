@@ -39,6 +39,9 @@ MAX_TRAJECTORY_TOKENS = 2**31 - 1
 # An untimed call that timed out is priced this many times an untimed call's default latency: it
 # waited for the tool's deadline, not for an answer.
 UNTIMED_TIMEOUT_FACTOR = 3.0
+# A tool call recorded as taking longer than a day is a unit or logging error, not a wait to replay
+# (huge values would also sum to inf in a trajectory's priced time).
+MAX_TOOL_LATENCY_S = 86_400.0
 
 TURN = pa.struct(
     [
@@ -160,11 +163,14 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         if not last and (turn["tool"] is None or turn["status"] not in TOOL_STATUSES):
             raise fail(f"turn {k} needs a tool and a status in {TOOL_STATUSES}, got {turn['status']!r}")
         latency = turn.get("latency_s")
-        if latency is not None and (last or not (math.isfinite(latency) and latency >= 0.0)):
+        if latency is not None and (
+            last or not (math.isfinite(latency) and 0.0 <= latency <= MAX_TOOL_LATENCY_S)
+        ):
             raise fail(
                 "the last turn's latency_s must be null (it calls no tool)"
                 if last
-                else f"turn {k} has latency_s {latency}; a tool call's wall time is a finite number >= 0"
+                else f"turn {k} has latency_s {latency}; a tool call's wall time is a number of seconds "
+                f"in [0, {MAX_TOOL_LATENCY_S:.0f}] (a day)"
             )
         latencies.append(latency)
         status = cast("ToolStatus | None", turn["status"])

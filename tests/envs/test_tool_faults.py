@@ -3,6 +3,8 @@ protocol tokens, an invented tool name, a tool that raises. Each is that traject
 
 from __future__ import annotations
 
+import time
+
 from libra_core.envs.base import UNKNOWN_TOOL, Problem, ToolResult, TurnAction, unknown_tool
 from libra_core.envs.math_calculator import MathCalculator
 from libra_core.envs.protocol import CHATML, IM_END, MARKERS, split_call
@@ -62,3 +64,20 @@ def test_a_raising_parser_or_tool_costs_one_trajectory_not_the_iteration() -> No
         "python",
         "failure",
     ) and "UnicodeEncodeError" in result.observation
+
+
+class _SlowThenRaising(_Exploding):
+    def run_tool(self, action: TurnAction) -> ToolResult:
+        time.sleep(0.05)
+        raise TimeoutError("the tool's backend gave up")
+
+
+def test_a_raising_tool_records_the_time_it_took() -> None:
+    # Replays and plans price a recorded latency; 0.0 would make a crashing tool free.
+    loop = AgentLoop.__new__(AgentLoop)
+    loop.env = _SlowThenRaising()
+    result = loop._run_tool(
+        TurnAction("tool_call", tool="python", arguments="x"),
+        RolloutRequest(Problem("p", "q", "a", 1), "g0", 0),
+    )
+    assert result.status == "failure" and 0.05 <= result.latency_s < 5.0

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 from libra_core.config.models import LibraConfig
+from libra_core.model import prepare as prepare_module
 from libra_core.model.prepare import META_FILE, cache_key, prepare_initial_policy
 
 
@@ -115,3 +117,65 @@ def test_hf_local_without_config_is_a_clear_error(tmp_path: Path) -> None:
     cfg = LibraConfig.model_validate({"model": {"type": "hf_local", "path": str(tmp_path)}})
     with pytest.raises(ValueError, match="config.json"):
         prepare_initial_policy(cfg, tmp_path / "policy", None)
+
+
+def test_cache_key_tracks_the_rollout_limits_the_accuracy_runs_under() -> None:
+    base = cache_key(tiny_config(), 4)
+    for key, value in (("max_tokens_per_turn", 32), ("max_total_tokens", 300)):
+        limited = tiny_config().model_copy(
+            update={"rollout": tiny_config().rollout.model_copy(update={key: value})}
+        )
+        assert cache_key(limited, 4) != base, key
+
+
+def test_cache_key_tracks_the_data_files_contents(tmp_path: Path) -> None:
+    # Same config text, other data: an edited file must not bring back the old warm-up.
+    data = tmp_path / "data"
+    data.mkdir()
+    file = data / "problems.jsonl"
+    file.write_text('{"question": "What is 2 plus 3?", "answer": "#### 5"}\n')
+    cfg = LibraConfig.model_validate(
+        {"environment": {"type": "math_tools", "data_dir": str(data), "files": ["problems.jsonl"]}}
+    )
+    before = cache_key(cfg, 4)
+    assert cache_key(cfg, 4) == before
+    file.write_text('{"question": "Tom has 40 apples and eats 7. How many are left?", "answer": "#### 33"}\n')
+    assert cache_key(cfg, 4) != before
+    file.unlink()
+    with pytest.raises(FileNotFoundError, match="problems.jsonl"):
+        cache_key(cfg, 4)
+
+
+def test_hf_local_with_a_dangling_link_is_a_clear_error_and_leaves_nothing(first, tmp_path: Path) -> None:
+    _, prepared, _, _ = first
+    src = tmp_path / "model"
+    shutil.copytree(prepared.path, src)
+    (src / "tokenizer.json").unlink()
+    (src / "tokenizer.json").symlink_to(tmp_path / "pruned-from-the-hub-cache")
+    cfg = LibraConfig.model_validate({"model": {"type": "hf_local", "path": str(src)}})
+    run = tmp_path / "run"
+    with pytest.raises(ValueError, match=r"cannot copy .*tokenizer\.json .*dangling"):
+        prepare_initial_policy(cfg, run / "policy", None)
+    assert list(run.iterdir()) == []  # no half copy left beside the run's policy
+
+
+def test_the_reported_accuracy_runs_under_the_runs_limits(monkeypatch, tmp_path: Path) -> None:
+    # It is the curve's first point: measured with other turn or token limits than the rollouts
+    # have, it over- or under-states what the policy reaches in the run.
+    seen: dict[str, int | None] = {}
+
+    def spy(model, tokenizer, env, problems, **limits) -> float:
+        seen.update(limits)
+        return 0.5
+
+    monkeypatch.setattr(prepare_module, "greedy_accuracy", spy)
+    base = tiny_config()
+    cfg = base.model_copy(
+        update={
+            "environment": base.environment.model_copy(update={"max_turns": 3}),
+            "rollout": base.rollout.model_copy(update={"max_tokens_per_turn": 20, "max_total_tokens": 300}),
+        }
+    )
+    prepared = prepare_initial_policy(cfg, tmp_path / "policy", None, num_eval_problems=2)
+    assert prepared.greedy_accuracy == 0.5
+    assert seen == {"max_new_tokens": 20, "max_turns": 3, "max_total_tokens": 300}

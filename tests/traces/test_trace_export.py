@@ -182,6 +182,13 @@ def trace_row(turns: list[dict[str, Any]]) -> dict[str, Any]:
             ],
             "turn 0 has latency_s nan",
         ),
+        (  # finite, but two of them sum to inf when a replay prices the trajectory
+            [
+                {"gen_tokens": 1, "tool": "x", "payload_tokens": 1, "status": "success", "latency_s": 1e308},
+                {"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None},
+            ],
+            r"turn 0 has latency_s 1e\+308; .* in \[0, 86400\]",
+        ),
         (
             [{"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None, "latency_s": 2.0}],
             "last turn's latency_s must be null",

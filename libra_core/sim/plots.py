@@ -13,6 +13,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from libra_core.data.atomic import atomic_path
+
 if TYPE_CHECKING:
     from libra_core.sim.report import SimReport
 
@@ -23,7 +25,8 @@ def _title(report: SimReport) -> str:
 
 def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     return path
 
 

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from libra_core.data.atomic import atomic_path
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.train_cost import TrainShape, train_lower_bound_s
 from libra_core.sim.instance import CostTables
@@ -88,17 +89,19 @@ class SimReport:
     def write(self, out_dir: Path) -> list[Path]:
         """summary.json (`to_dict`), iterations.csv (makespan per iteration and policy), policies.csv
         and the PNG plots (`plots.write_plots`)."""
+        # Each file whole or not at all: benchmarks and notebooks read summary.json back.
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = [out_dir / "summary.json", out_dir / "iterations.csv", out_dir / "policies.csv"]
-        paths[0].write_text(json.dumps(self.to_dict(), indent=1, default=str))
-        with paths[1].open("w", newline="") as fh:
+        with atomic_path(paths[0]) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
+        with atomic_path(paths[1]) as tmp, tmp.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["iteration", *[r.policy for r in self.results]])
             for i in range(self.iterations):
                 w.writerow(
                     [i, *[f"{r.iteration_s[i]:.3f}" if i < len(r.iteration_s) else "" for r in self.results]]
                 )
-        with paths[2].open("w", newline="") as fh:
+        with atomic_path(paths[2]) as tmp, tmp.open("w", newline="") as fh:
             w = csv.writer(fh)
             cols = [k for k in asdict(self.results[0]) if k not in ("iteration_s", "replans")]
             w.writerow(cols)

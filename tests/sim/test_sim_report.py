@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from libra_core.sim.report import PolicyResult, SimReport, format_table, format_verdicts, verdicts
 from libra_core.sim.stats import IterationRecord, RunStats
 
@@ -164,3 +166,27 @@ def test_a_heterogeneous_policy_carries_its_first_plans_mixed_gap() -> None:
     # more than the margin faster.
     kept_one = hetero.first_deployment == planning.first_deployment
     assert kept_one == (hetero.mixed_gap > -SimSettings().mixed_margin)
+
+
+def test_a_failed_rewrite_leaves_the_earlier_files_whole(tmp_path: Path, monkeypatch) -> None:
+    report = _report(PAPER_LIKE)
+    report.iterations = 0
+    report.write(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert {"summary.json", "policies.csv", "throughput.png", "iterations.png"} <= set(before)
+
+    class Breaking:
+        def __init__(self, fh) -> None:
+            self.rows = 0
+
+        def writerow(self, row) -> None:
+            self.rows += 1
+            if self.rows > 1:
+                raise OSError("disk full")
+
+    monkeypatch.setattr("libra_core.sim.report.csv.writer", Breaking)
+    with pytest.raises(OSError, match="disk full"):
+        _report({**PAPER_LIKE, "colocated": 1.0}).write(tmp_path)
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert after.keys() == before.keys()  # no temp file left
+    assert after["policies.csv"] == before["policies.csv"]  # not truncated to a header

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,6 +21,9 @@ from libra_core.data.history import read_history
 from libra_core.observability.plots import curves_png, gantt_png
 from libra_core.observability.report import build_report
 from libra_core.observability.timeline import read_timeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import folder_problem, positive_int  # noqa: E402
 
 
 def _median_s(fn: Callable[[], object], repeat: int) -> float:
@@ -31,14 +35,17 @@ def _median_s(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
-    ap.add_argument("--repeat", type=int, default=5)
-    args = ap.parse_args()
+    ap.add_argument("--repeat", type=positive_int, default=5, help="timings per view (the median is shown)")
+    args = ap.parse_args(argv)
+    problem = folder_problem(args.run_dir, what="run folder")
+    if problem:
+        ap.error(problem)
     spans = read_timeline(args.run_dir)
     if not spans:
-        raise SystemExit(f"{args.run_dir}: no timeline recorded")
+        ap.error(f"{args.run_dir}: no timeline recorded")
     last = [s for s in spans if s.iteration == max(s.iteration for s in spans)]
     history = read_history(args.run_dir)
     with tempfile.TemporaryDirectory() as tmp:

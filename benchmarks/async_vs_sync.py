@@ -18,7 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import folder_problem, positive_int  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
+MODES = ("sync", "async")  # pipeline.mode
 
 
 def _run(mode: str, iterations: int, extra: list[str], out_dir: Path) -> tuple[Path, float]:
@@ -45,10 +49,13 @@ def _run(mode: str, iterations: int, extra: list[str], out_dir: Path) -> tuple[P
     return runs[-1], wall
 
 
-def _summary(run_dir: Path, wall_s: float) -> dict[str, object]:
+def _summary(run_dir: Path, wall_s: float) -> dict[str, object] | None:
+    """The run's figures (None: its history has no rows)."""
     from libra_core.data.history import read_history
 
     h = read_history(run_dir)
+    if not h:
+        return None
     k = min(10, len(h))
     evals = [(r["iteration"], r["eval_accuracy"]) for r in h if r["eval_accuracy"] is not None]
     return {
@@ -67,24 +74,60 @@ def _summary(run_dir: Path, wall_s: float) -> dict[str, object]:
     }
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str], list[tuple[str, Path]]]:
+    """(args, modes to run, finished runs to summarize), checked before any run starts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=70)
+    parser.add_argument("--iterations", type=positive_int, default=70)
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--out", default=str(ROOT / "runs"), help="output folder for both runs")
-    parser.add_argument("--modes", default="sync,async", help="comma-separated modes to run")
     parser.add_argument(
-        "--summarize", nargs="*", default=[], metavar="MODE=RUN_DIR", help="add finished runs to the table"
+        "--modes", default="sync,async", help="comma-separated modes to run ('' with --summarize: none)"
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--summarize",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="MODE=RUN_DIR",
+        help="add finished runs to the table (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        parser.error(f"--modes {args.modes!r}: unknown {bad}; valid: {', '.join(MODES)}")
+    finished = []
+    for item in args.summarize:
+        mode, sep, run_dir = item.partition("=")
+        if not sep or not mode or not run_dir:
+            parser.error(f"--summarize {item!r}: expected MODE=RUN_DIR")
+        if not (Path(run_dir) / "history.parquet").is_file():
+            problem = folder_problem(Path(run_dir), ["history.parquet"], "run folder")
+            parser.error(f"--summarize {problem}")
+        finished.append((mode, Path(run_dir)))
+    if not modes and not finished:
+        parser.error(f"--modes {args.modes!r} names no mode and no --summarize run was given: nothing to do")
+    for item in args.extra:
+        if "=" not in item:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+    return args, modes, finished
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, modes, finished = parse_args(argv)
     out = Path(args.out)
     rows = []
-    for item in args.summarize:  # runs made earlier (process wall time unknown: reported as 0)
-        mode, run_dir = item.split("=", 1)
-        rows.append((mode, _summary(Path(run_dir), 0.0)))
-    for mode in [m for m in args.modes.split(",") if m]:
+    for mode, run_dir in finished:  # runs made earlier (process wall time unknown: reported as 0)
+        summary = _summary(run_dir, 0.0)
+        if summary is None:
+            raise SystemExit(f"error: --summarize {run_dir}: its history has no iterations")
+        rows.append((mode, summary))
+    for mode in modes:
         run_dir, wall = _run(mode, args.iterations, args.extra, out)
-        rows.append((mode, _summary(run_dir, wall)))
+        summary = _summary(run_dir, wall)
+        if summary is None:
+            raise SystemExit(f"error: {run_dir}: the {mode} run recorded no iterations")
+        rows.append((mode, summary))
     keys = list(rows[0][1])
     print("| mode | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")

@@ -15,7 +15,9 @@ import argparse
 import secrets
 import socket
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from libra_core.elastic import toy
 from libra_core.elastic.membership import Role
@@ -23,6 +25,9 @@ from libra_core.elastic.plan import apply_switches, plan_switches
 from libra_core.elastic.state_machine import HybridState
 from libra_core.elastic.toy import ToyPoolController, ToyProblem
 from libra_core.pools.local import LocalPool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import positive_int, summary  # noqa: E402
 
 ROLES = {"w0": Role.CORE_TRAINING, "w1": Role.CORE_TRAINING, "w2": Role.HYBRID}
 
@@ -97,14 +102,14 @@ def one_round(pool: LocalPool, problem: ToyProblem, steps: int) -> dict[str, flo
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=12, help="core steps per phase")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=summary(__doc__))
+    parser.add_argument("--steps", type=positive_int, default=12, help="core steps per phase")
     parser.add_argument(
-        "--hidden", type=int, default=256, help="MLP width (sets step cost and snapshot size)"
+        "--hidden", type=positive_int, default=256, help="MLP width (sets step cost and snapshot size)"
     )
-    parser.add_argument("--rounds", type=int, default=2, help="join/leave rounds (fresh core each)")
-    args = parser.parse_args()
+    parser.add_argument("--rounds", type=positive_int, default=2, help="join/leave rounds (fresh core each)")
+    args = parser.parse_args(argv)  # checked before the worker pool starts
     problem = ToyProblem(in_dim=64, hidden=args.hidden, depth=3, batch=256, grad_clip=1.0)
     numel = sum(p.numel() for p in problem.model().parameters())
     pool = LocalPool()

@@ -33,6 +33,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import atomic_write_text, output_file_problem, positive_int  # noqa: E402
+
 MODELS_YAML = Path(__file__).resolve().parents[1] / "libra_core" / "planner" / "models.yaml"
 # (context, largest batch): batch x context stays under 512k tokens of KV cache (84 GB for qwen3-14b).
 GRID = {1_000: (1, 8, 32, 64, 128, 256), 4_000: (1, 8, 32, 64, 128), 16_000: (1, 8, 16, 32)}
@@ -251,7 +254,7 @@ def measure_shards(name: str, out: Path, device: str, reps: int, points: tuple, 
                 f"{name} TP{tp} shard, {per_gpu}/GPU (batch {per_gpu * tp}), ctx {ctx}: {ms:.2f} ms",
                 flush=True,
             )
-            out.write_text(json.dumps(result, indent=1))
+            atomic_write_text(out, json.dumps(result, indent=1))
         del m
         if cuda:
             torch.cuda.empty_cache()
@@ -292,14 +295,14 @@ def measure(models: list[str], out: Path, device: str, reps: int, grid: dict, pr
                 }
                 rec["decode"].append(row)
                 print(f"{name} decode B={B:>3} ctx={ctx:>6}: graph {graph_ms} ms, eager {eager:.3f} ms")
-                out.write_text(json.dumps(result, indent=1))
+                atomic_write_text(out, json.dumps(result, indent=1))
         for T, past in prefill:
             x = torch.randn(T, shape["hidden_size"], device=device, dtype=torch.bfloat16)
             with torch.no_grad():
                 ms = median_ms(partial(m.prefill, x, past), max(3, reps // 4), sync)
             rec["prefill"].append({"tokens": T, "past": past, "eager_ms": round(ms, 3)})
             print(f"{name} prefill T={T} past={past}: {ms:.3f} ms", flush=True)
-            out.write_text(json.dumps(result, indent=1))
+            atomic_write_text(out, json.dumps(result, indent=1))
         del m
         if cuda:
             torch.cuda.empty_cache()
@@ -359,19 +362,66 @@ def compare(path: Path, hardware: str) -> None:
             print(f"| {r['tokens']:,} | {r['past']:,} | {pred:.1f} | {ms:.1f} | {ms / pred:.2f} |")
 
 
+SMOKE_MODELS = "tiny"  # --smoke without --models: the models.yaml shape a CPU builds in a moment
+
+
 def gpu_cli(doc: str, models: str, reps: int) -> argparse.ArgumentParser:
     """The options both GPU timing scripts take: measure (`--out`) or compare (`--compare`)."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", type=Path, help="measure here (needs a CUDA GPU) and write JSON to this path")
-    ap.add_argument("--models", default=models)
-    ap.add_argument("--reps", type=int, default=reps)
+    ap.add_argument(
+        "--models",
+        default=None,
+        help=f"comma-separated models.yaml names (default: {models}; with --smoke: {SMOKE_MODELS})",
+    )
+    ap.add_argument("--reps", type=positive_int, default=reps, help=f"timings per point (default {reps})")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--smoke", action="store_true", help="tiny shapes and sizes (checks the script on a CPU)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"tiny shapes and sizes, and the {SMOKE_MODELS} model unless --models names others "
+        "(checks the script on a CPU: --smoke --device cpu)",
+    )
     ap.add_argument(
         "--compare", type=Path, help="a JSON written by --out: print it next to the planner's price"
     )
     ap.add_argument("--hardware", default="H200", help="the cost model's hardware for --compare")
+    ap.set_defaults(default_models=models)
     return ap
+
+
+def check_cli(ap: argparse.ArgumentParser, a: argparse.Namespace) -> list[str]:
+    """The checks both GPU scripts make before any work (exit 2 naming the problem); returns the
+    models to measure: `--models`, else the tiny model under `--smoke`, else the script's default."""
+    if a.compare:
+        if not a.compare.is_file():
+            ap.error(f"--compare {a.compare}: no such file")
+        return []
+    if not a.out:
+        ap.error("give --out PATH (measure) or --compare PATH")
+    problem = output_file_problem(a.out)
+    if problem:
+        ap.error(f"--out {problem}")
+    text = a.models if a.models is not None else SMOKE_MODELS if a.smoke else a.default_models
+    models = [m.strip() for m in text.split(",")]
+    if not all(models):
+        ap.error(f"--models {text!r}: expected comma-separated model names")
+    import yaml
+
+    known = yaml.safe_load(MODELS_YAML.read_text())
+    unknown = [m for m in models if m not in known]
+    if unknown:
+        ap.error(f"--models: unknown {unknown}; valid: {sorted(known)}")
+    return models
+
+
+def run_compare(ap: argparse.ArgumentParser, fn: Callable[[Path, str], None], a: argparse.Namespace) -> None:
+    """`fn(--compare, --hardware)`; a file that is not a JSON written by `--out` or an unknown
+    hardware name is exit 2 naming it, not a traceback."""
+    try:
+        fn(a.compare, a.hardware)
+    except (ValueError, KeyError, TypeError) as err:
+        ap.error(f"--compare {a.compare} --hardware {a.hardware}: {type(err).__name__}: {err}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,19 +431,18 @@ def main(argv: list[str] | None = None) -> int:
         "--tp-shards", action="store_true", help="time one GPU's shard of TP 1/2/4/8 (first of --models)"
     )
     a = ap.parse_args(argv)
+    models = check_cli(ap, a)
     if a.compare:
-        compare(a.compare, a.hardware)
+        run_compare(ap, compare, a)
         return 0
-    if not a.out:
-        ap.error("give --out PATH (measure) or --compare PATH")
     if a.tp_shards:
         points, degrees = (((32, 2),), (1, 2)) if a.smoke else (SHARD_POINTS, (1, 2, 4, 8))
-        measure_shards(a.models.split(",")[0], a.out, a.device, a.reps, points, degrees)
+        measure_shards(models[0], a.out, a.device, a.reps, points, degrees)
         return 0
     grid = {64: (1, 2)} if a.smoke else GRID
     prefill = ((16, 0), (16, 32)) if a.smoke else PREFILL
     measure(
-        a.models.split(","),
+        models,
         a.out,
         a.device,
         a.reps,

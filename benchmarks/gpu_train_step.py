@@ -21,8 +21,10 @@ import json
 import sys
 from pathlib import Path
 
-# The script's folder is on sys.path when it runs as a script: its timing and shape helpers.
-from gpu_decode_step import device_run, gpu_cli, median_ms, model_shape
+# The script's folder: on sys.path when it runs as a script; added for a test that loads this file.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _args import atomic_write_text  # noqa: E402
+from gpu_decode_step import check_cli, device_run, gpu_cli, median_ms, model_shape, run_compare  # noqa: E402
 
 POINTS = ((2_048, False), (4_096, False), (4_096, True), (8_192, True))  # (sequence tokens, recompute)
 
@@ -88,7 +90,7 @@ def measure(models: list[str], out: Path, device: str, reps: int, points: tuple)
                 f"{name} fwd+bwd tokens={tokens} recompute={recompute}: {ms} ms (peak {peak_gb} GB)",
                 flush=True,
             )
-            out.write_text(json.dumps(result, indent=1))
+            atomic_write_text(out, json.dumps(result, indent=1))
         model.gradient_checkpointing_disable()
         for p in model.parameters():
             p.grad = torch.randn_like(p) * 1e-3
@@ -98,7 +100,7 @@ def measure(models: list[str], out: Path, device: str, reps: int, points: tuple)
             f"{name} AdamW step over {params / 1e9:.2f}B fp32 params: {rec['optimizer_ms']:.1f} ms",
             flush=True,
         )
-        out.write_text(json.dumps(result, indent=1))
+        atomic_write_text(out, json.dumps(result, indent=1))
         del model, opt
         if cuda:
             torch.cuda.empty_cache()
@@ -140,13 +142,12 @@ def compare(path: Path, hardware: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = gpu_cli(__doc__ or "", "qwen3-4b", 5)
     a = ap.parse_args(argv)
+    models = check_cli(ap, a)
     if a.compare:
-        compare(a.compare, a.hardware)
+        run_compare(ap, compare, a)
         return 0
-    if not a.out:
-        ap.error("give --out PATH (measure) or --compare PATH")
     points = ((64, False), (64, True)) if a.smoke else POINTS
-    measure(a.models.split(","), a.out, a.device, a.reps, points)
+    measure(models, a.out, a.device, a.reps, points)
     return 0
 
 

@@ -14,10 +14,14 @@ three iterations (the foundation issue's measure) closes each table.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import positive_int, run_folder_problem  # noqa: E402
 
 
 def summarize(run_dir: Path, window: int) -> None:
@@ -98,11 +102,17 @@ def _operation_counter(run_dir: Path):
     return operations
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path)
-    parser.add_argument("--window", type=int, default=10)
-    args = parser.parse_args()
+    parser.add_argument(
+        "run_dirs", nargs="+", type=Path, help="run folders (each with lake/, policy/ and history.parquet)"
+    )
+    parser.add_argument("--window", type=positive_int, default=10, help="iterations per table row")
+    args = parser.parse_args(argv)
+    for run_dir in args.run_dirs:  # every folder checked before the first table
+        problem = run_folder_problem(run_dir, ("policy", "history.parquet"))
+        if problem:
+            parser.error(problem)
     for run_dir in args.run_dirs:
         summarize(run_dir, args.window)
 

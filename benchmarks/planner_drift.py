@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+
 from libra_core.planner import workload_preset  # noqa: E402
 from libra_core.planner.replan import ReplanPolicy  # noqa: E402
 from libra_core.planner.search import (  # noqa: E402
@@ -28,20 +29,27 @@ from libra_core.planner.search import (  # noqa: E402
 )
 from libra_core.planner.specs import get_model, parse_cluster  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import non_negative_int  # noqa: E402
+
 SCALES = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", default="48xA800")
     parser.add_argument("--model", default="qwen3-14b")
     parser.add_argument("--workload", default="search-medium")
-    parser.add_argument("--staleness", type=int, default=1)
+    parser.add_argument("--staleness", type=non_negative_int, default=1)
     parser.add_argument("--mixed-margin", type=float, default=DEFAULT_MIXED_MARGIN)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not 0.0 <= args.mixed_margin < 1.0:
         parser.error(f"--mixed-margin must be in [0, 1), got {args.mixed_margin}")
-    cluster, model = parse_cluster(args.cluster), get_model(args.model)
+    try:
+        cluster, model = parse_cluster(args.cluster), get_model(args.model)
+        workload_preset(args.workload)
+    except (ValueError, KeyError) as err:
+        parser.error(str(err))
     settings = SearchSettings(staleness=args.staleness, mixed_margin=args.mixed_margin)
     policy = ReplanPolicy()
     base = workload_preset(args.workload)

@@ -18,7 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+
 from libra_core.planner import plan_cluster  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import positive_int  # noqa: E402
 
 CASES = [
     ("48xA800", "qwen3-14b", "swe-longtail", 2.0),
@@ -28,10 +32,10 @@ CASES = [
 ]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=positive_int, default=3, help="runs per case; the best is kept")
+    args = parser.parse_args(argv)
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}"

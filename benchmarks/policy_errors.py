@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import folder_problem, positive_int, run_folder_problem  # noqa: E402
 
 
 def greedy_vs_sampled(policy: Path, n: int) -> None:
@@ -88,14 +92,20 @@ def first_wrong_call(run_dir: Path) -> None:
         print(f"| `{shape}` | {count} | {solved[shape] / count:.2f} |")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", type=Path, help="HF policy folder (e.g. a warm-up in runs/.cache)")
     parser.add_argument("--run", type=Path, help="run folder with a trajectory lake")
-    parser.add_argument("--problems", type=int, default=128)
-    args = parser.parse_args()
+    parser.add_argument("--problems", type=positive_int, default=128, help="problems per operation count")
+    args = parser.parse_args(argv)
     if args.policy is None and args.run is None:
         parser.error("pass --policy POLICY_DIR, --run RUN_DIR, or both")
+    problem = args.policy is not None and folder_problem(args.policy, ["config.json"], "policy folder")
+    if problem:
+        parser.error(f"--policy {problem}")
+    problem = args.run is not None and run_folder_problem(args.run)
+    if problem:
+        parser.error(f"--run {problem}")
     if args.policy is not None:
         greedy_vs_sampled(args.policy, args.problems)
     if args.run is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +27,9 @@ from libra_core.rollout.agent_loop import AgentLoop, make_requests
 from libra_core.rollout.client import EngineClient
 from libra_core.rollout.router import static_router
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import comma_list, folder_problem, non_negative_float, positive_int  # noqa: E402
+
 # name -> (extra server arguments, OpenMP threads of the engine; 0 lets vLLM bind all cores)
 VARIANTS: dict[str, tuple[tuple[str, ...], int]] = {
     "default": ((), 0),
@@ -34,13 +38,21 @@ VARIANTS: dict[str, tuple[tuple[str, ...], int]] = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("policy", type=Path)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("policy", type=Path, help="a policy folder (e.g. runs/<run>/policy)")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--windows", default="0,0.003", help="client coalescing windows in seconds")
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed batches per window")
+    parser.add_argument(
+        "--windows",
+        type=comma_list(non_negative_float),
+        default="0,0.003",
+        help="client coalescing windows in seconds, comma-separated",
+    )
+    args = parser.parse_args(argv)
+    problem = folder_problem(args.policy, ["config.json"], "policy folder")
+    if problem:
+        parser.error(problem)
     logging.basicConfig(level=logging.WARNING)
     cfg = LibraConfig()
     env = ArithmeticEnv(cfg.environment)
@@ -54,7 +66,7 @@ def main() -> None:
                 f"bench-{name}", args.policy, engine, Path(logs), size=1, max_model_len=512, dtype="float32"
             )
             startup_s = time.perf_counter() - start
-            windows = [float(w) for w in args.windows.split(",")]
+            windows = list(dict.fromkeys(args.windows))  # each window once
             rates: dict[float, list[float]] = {w: [] for w in windows}
             posts: dict[float, list[int]] = {w: [] for w in windows}
             for rep in range(args.repeats + 1):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,9 @@ import numpy as np
 from libra_core.planner.rollout_cost import RolloutCostModel
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.sim.workloads import SCENARIOS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import non_negative_float  # noqa: E402
 
 DEFAULT_CSV = (
     Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "hardware" / "vllm_tp_lambda_v0.csv"
@@ -99,15 +103,26 @@ def part_two(csv_path: Path) -> None:
     print()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hardware", default="A800")
     ap.add_argument("--lambda-csv", type=Path, default=DEFAULT_CSV)
-    ap.add_argument("--step-overhead-us", type=float, default=0.0, help="serving CPU time per decode step")
     ap.add_argument(
-        "--seq-overhead-us", type=float, default=0.0, help="serving CPU time per sequence and step"
+        "--step-overhead-us", type=non_negative_float, default=0.0, help="serving CPU time per decode step"
     )
-    args = ap.parse_args()
+    ap.add_argument(
+        "--seq-overhead-us",
+        type=non_negative_float,
+        default=0.0,
+        help="serving CPU time per sequence and step",
+    )
+    args = ap.parse_args(argv)
+    if not args.lambda_csv.is_file():
+        ap.error(f"--lambda-csv {args.lambda_csv}: no such file")
+    try:
+        get_hardware(args.hardware)
+    except ValueError as err:
+        ap.error(str(err))
     print(
         f"Command: .venv/bin/python benchmarks/rollout_tp_economics.py --hardware {args.hardware} "
         f"--step-overhead-us {args.step_overhead_us:g} --seq-overhead-us {args.seq_overhead_us:g}\n"

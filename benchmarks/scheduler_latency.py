@@ -25,6 +25,7 @@ import sys
 import time
 import tracemalloc
 from dataclasses import replace
+from pathlib import Path
 
 from libra_core.config.models import SchedulerConfig
 from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, ToolReturn
@@ -32,23 +33,33 @@ from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.traces.evaluate import quantile_buckets
 from libra_core.traces.synthetic import PRESETS, synthetic_trajectories
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import int_at_least, positive_int  # noqa: E402
+
+PER_ITERATION = 1000  # 125 prompts x 8 samples
+
 
 def percentile(sorted_ns: list[int], q: float) -> float:
     return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1000.0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trajectories", type=int, default=100_000)
-    parser.add_argument("--in-flight", type=int, default=10_000)
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--trajectories",
+        type=int_at_least(PER_ITERATION),
+        default=100_000,
+        help=f"finished trajectories the tree is built from (whole iterations of {PER_ITERATION:,})",
+    )
+    parser.add_argument("--in-flight", type=positive_int, default=10_000, help="requests admitted at once")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
-    per_iteration = 1000  # 125 prompts x 8 samples
+    per_iteration = PER_ITERATION
     iterations = args.trajectories // per_iteration
     gen_cfg = replace(
         PRESETS["causal"],
-        num_iterations=iterations + args.in_flight // per_iteration,
+        num_iterations=iterations + -(-args.in_flight // per_iteration),  # whole iterations holding them
         prompts_per_iteration=125,
         prompt_pool=2000,
     )

@@ -1,6 +1,6 @@
 """Where the planner's critical-path price for a rollout differs from the simulator's rollout time.
 
-    .venv/bin/python benchmarks/sim_crit_path.py [--scenario r2e-gym] [--tp 8 --instances 4]
+    .venv/bin/python benchmarks/sim_crit_path.py [--scenario r2e-gym] [--tp 8 --instances 4] [--capped-path]
 
 For iteration 0 of a scenario on 48xA800, with `+planning`'s split: the simulated rollout time of
 the homogeneous layout (`+planning`) and of the planner's hetero plan under perfect routing
@@ -9,31 +9,54 @@ the exact slowest trajectory at the range's full-concurrency decode step, split 
 prefill (payloads plus the planner's re-prefill share) and tool parts; and the bound the table
 uses (gen, prefill and tool maxima taken independently); and the decode step at the table's active
 batch, the per-instance share, the whole range on one instance and one sequence.
+
+The segment table prices the critical path as the planner does (`SearchSettings.two_phase_path`,
+on by default since 2026-12-04: loaded, then alone); `--capped-path` prices it at the KV-capped
+batch for its whole life, the price before then.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
+from pathlib import Path
 
 import numpy as np
 
-from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table
+from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import resolve_policies
 from libra_core.sim.workloads import load_scenario
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import positive_int  # noqa: E402
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default="r2e-gym")
-    ap.add_argument("--tp", type=int, default=8)
-    ap.add_argument("--instances", type=int, default=4)
-    args = ap.parse_args()
+    ap.add_argument("--scenario", default="r2e-gym", help="a scenario name or a trace .parquet path")
+    ap.add_argument("--tp", type=positive_int, default=8, help="TP degree of the priced instances")
+    ap.add_argument("--instances", type=positive_int, default=4, help="instances of that degree")
+    ap.add_argument(
+        "--capped-path",
+        action="store_true",
+        help="price the critical path at the KV-capped batch for its whole life, not in two phases "
+        "as the planner does by default (SearchSettings.two_phase_path)",
+    )
+    args = ap.parse_args(argv)
     cluster = parse_cluster("48xA800")
-    wl = load_scenario(args.scenario, 100, 0)
+    try:
+        wl = load_scenario(args.scenario, 100, 0)
+    except (ValueError, FileNotFoundError) as err:
+        ap.error(str(err))
     model = get_model(wl.model)
+    degrees = instance_tp_degrees(model, cluster.hardware)
+    if args.tp not in degrees:
+        ap.error(
+            f"--tp {args.tp}: {model.name} on {cluster.hardware.name} shards over TP {list(degrees)} only"
+        )
     sims = {}
     for name in ("+planning", "oracle-routing"):
         sim = Simulator(
@@ -48,11 +71,13 @@ def main() -> None:
     w = sim.workload_of(0)
     cost = RolloutCostModel(model, cluster.hardware, sim.search.max_num_seqs)
     tp, n = args.tp, args.instances
-    table = build_segment_table(cost, w, (tp,), sim.search.num_bins, tp * n)
+    two_phase = sim.search.two_phase_path and not args.capped_path  # the planner's price by default
+    table = build_segment_table(cost, w, (tp,), sim.search.num_bins, tp * n, two_phase=two_phase)
     k, m = table.num_bins, min(n, table.max_instances) - 1
     crit, work = float(table.crit_s[0, m, 0, k]), float(table.work_s[0, m, 0, k]) / n
     print(
-        f"segment table, TP{tp} x{n} for every length: critical path {crit:.0f} s, "
+        f"segment table ({'two-phase' if two_phase else 'capped'} path), TP{tp} x{n} for every length: "
+        f"critical path {crit:.0f} s, "
         f"work/instances {work:.0f} s"
     )
     g, pre, lat = w.gen_tokens, w.prefill_tokens, w.tool_latency_s

@@ -22,10 +22,12 @@ scenario's generator, or for a trace its replay, as `libra simulate --spec`.)
 
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from libra_core.planner.replan import split_label
 from libra_core.planner.search import search_plans
@@ -36,35 +38,78 @@ from libra_core.sim.policies import Deployment, resolve_policies
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import SimTrajectory, load_scenario, long_tail_share, spec_class
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import positive_int  # noqa: E402
 
-def main() -> None:
-    positional = [a for a in sys.argv[1:] if not a.startswith("--")]
-    if "--help" in sys.argv or "-h" in sys.argv or len(positional) < 3 or not positional[1].isdigit():
-        raise SystemExit(__doc__)
-    scenario, iters, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
-    valued = ("--seed=", "--slowest=", "--hardware=")
-    flags = {a for a in sys.argv[4:] if a.startswith("--") and not a.startswith(valued)}
-    unknown = flags - {"--per-iteration", "--candidates"}
-    if unknown:
-        raise SystemExit(
-            f"error: unknown flags {sorted(unknown)}; valid: --per-iteration, --candidates, --seed=N,"
-            " --slowest=N, --hardware=COUNTxGPU"
-        )
-    seed, slowest = (_int_flag(name) for name in valued[:2])
-    hardware = [a.removeprefix("--hardware=") for a in sys.argv[4:] if a.startswith("--hardware=")]
-    extra = [a for a in sys.argv[4:] if not a.startswith("--")]
-    specs = [a.removeprefix("spec.") for a in extra if a.startswith("spec.")]
-    settings = SimSettings(
-        **parse_overrides([a for a in extra if not a.startswith("spec.")], SimSettings, "setting")
+
+def _count_flag(flag: str):  # noqa: ANN202 - an argparse type
+    """An argparse `type=` for `--NAME=N`: a non-negative integer (0 when absent)."""
+
+    def parse(text: str) -> int:
+        if not text.isdigit():
+            raise argparse.ArgumentTypeError(f"{flag}=N takes a non-negative integer, got {text!r}")
+        return int(text)
+
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked: positionals and flags in any order (`--seed=1 tiny 2 greedy`);
+    `--help` prints this module's docstring and exits 0; a bad value exits 2 with one line."""
+    ap = argparse.ArgumentParser(
+        prog="sim_diag.py",
+        usage="%(prog)s SCENARIO ITERATIONS POLICY[,POLICY...] [FIELD=VALUE ...] [--per-iteration]"
+        " [--candidates] [--seed=N] [--slowest=N] [--hardware=COUNTxGPU]",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cluster = parse_cluster(hardware[-1] if hardware else "48xA800")
-    spec = parse_overrides(specs, spec_class(scenario), "spec")
-    wl = load_scenario(scenario, iters, seed, spec_overrides=spec)
+    ap.add_argument("scenario", metavar="SCENARIO", help="a scenario name or a trace .parquet path")
+    ap.add_argument("iterations", metavar="ITERATIONS", type=positive_int, help="iterations to simulate")
+    ap.add_argument("policies", metavar="POLICY[,POLICY...]", help="comma-separated policy names")
+    ap.add_argument(
+        "overrides",
+        metavar="FIELD=VALUE",
+        nargs="*",
+        default=[],
+        help="SimSettings what-ifs; spec.FIELD=VALUE: the scenario's generator (or a trace's replay)",
+    )
+    ap.add_argument("--per-iteration", action="store_true", help="each iteration's rollout, update, period")
+    ap.add_argument("--candidates", action="store_true", help="the planner's 8 best plans for iteration 0")
+    ap.add_argument("--seed", type=_count_flag("--seed"), default=0, help="workload and simulator seed")
+    ap.add_argument(
+        "--slowest", type=_count_flag("--slowest"), default=0, help="iteration 0's N last finishers"
+    )
+    ap.add_argument("--hardware", default="48xA800", help="the cluster, COUNTxGPU")
+    args = ap.parse_intermixed_args(argv)
+    args.policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not args.policies:
+        ap.error("POLICY names no policy; give comma-separated policy names")
+    specs = [a.removeprefix("spec.") for a in args.overrides if a.startswith("spec.")]
+    try:
+        args.settings = SimSettings(
+            **parse_overrides(
+                [a for a in args.overrides if not a.startswith("spec.")], SimSettings, "setting"
+            )
+        )
+        args.cluster = parse_cluster(args.hardware)
+        spec = parse_overrides(specs, spec_class(args.scenario), "spec")
+        args.workload = load_scenario(args.scenario, args.iterations, args.seed, spec_overrides=spec)
+        args.policy_specs = [resolve_policies([name])[0] for name in args.policies]
+    except (ValueError, FileNotFoundError) as err:
+        ap.error(str(err))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    iters, seed, slowest, settings, cluster, wl = (
+        args.iterations, args.seed, args.slowest, args.settings, args.cluster, args.workload
+    )  # fmt: skip
     model = get_model(wl.model)
-    for name in policies:
+    for name, policy in zip(args.policies, args.policy_specs, strict=True):
         t0 = time.perf_counter()
         sim = Simulator(
-            resolve_policies([name])[0],
+            policy,
             wl,
             model,
             cluster.hardware,
@@ -76,7 +121,7 @@ def main() -> None:
         first_dep = sim.dep
         assert first_dep is not None
         finished = _record_finishes(sim) if slowest else []
-        if "--candidates" in flags:
+        if args.candidates:
             _print_candidates(sim)
         st = sim.run()
         end = st.makespan_s
@@ -105,7 +150,7 @@ def main() -> None:
                 f"  ({d['reason']})"
             )
         _print_slowest(sim, finished, slowest)
-        if "--per-iteration" in flags:
+        if args.per_iteration:
             ends = [r.train_end_s for r in st.records]
             for r, prev in zip(st.records, [0.0, *ends[:-1]], strict=True):
                 roll = r.rollout_end_s - r.rollout_start_s
@@ -113,14 +158,6 @@ def main() -> None:
                     f"    iteration {r.iteration:>4}: rollout {roll:7.1f} s,"
                     f" update {r.train_s:7.1f} s, period {r.train_end_s - prev:7.1f} s"
                 )
-
-
-def _int_flag(prefix: str) -> int:
-    """The last `--name=N` value on the command line (0 when absent)."""
-    values = [a.removeprefix(prefix) for a in sys.argv[4:] if a.startswith(prefix)]
-    if not all(v.isdigit() for v in values):
-        raise SystemExit(f"error: {prefix}N takes a non-negative integer, got {values}")
-    return int(values[-1]) if values else 0
 
 
 def _record_finishes(sim: Simulator) -> list[tuple[float, int, SimTrajectory]]:

@@ -19,10 +19,14 @@ import argparse
 import sys
 from collections.abc import Callable
 from contextlib import nullcontext
+from pathlib import Path
 from unittest import mock
 
 from libra_core.sim import POLICIES, pipeline, simulate, workloads
 from libra_core.sim.engine import Simulator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import ExtendList, positive_int  # noqa: E402
 
 
 def future_window(replan: Callable[[Simulator, int], bool]) -> Callable[[Simulator, int], bool]:
@@ -58,23 +62,34 @@ def run(policy: str, scenario: str, load: int, iterations: int, seed: int, futur
     return r.tokens_per_s, r.replans_applied
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--policies", nargs="+", default=["static-optimal", "+planning"])
-    ap.add_argument("--iterations", type=int, default=60)
-    ap.add_argument("--loads", type=int, nargs="+", default=[128], help="prompts per iteration")
-    ap.add_argument("--scenarios", nargs="+", default=["r2e-gym", "search-r1", "dapo-math"])
+    ap.add_argument("--policies", nargs="+", action=ExtendList, default=["static-optimal", "+planning"])
+    ap.add_argument("--iterations", type=positive_int, default=60)
+    ap.add_argument(
+        "--loads",
+        type=positive_int,
+        nargs="+",
+        action=ExtendList,
+        default=[128],
+        help="prompts per iteration",
+    )
+    ap.add_argument(
+        "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
+    )
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     bad = [p for p in args.policies if p not in POLICIES] + [
         s for s in args.scenarios if s not in workloads.SCENARIOS
     ]
     if bad:
-        raise SystemExit(
-            f"error: unknown {bad}; policies: {sorted(POLICIES)}; scenarios: {sorted(workloads.SCENARIOS)}"
-        )
-    if any(n < 1 for n in args.loads) or args.iterations < 1:
-        raise SystemExit("error: --loads and --iterations must be >= 1")
+        ap.error(f"unknown {bad}; policies: {sorted(POLICIES)}; scenarios: {sorted(workloads.SCENARIOS)}")
+    try:  # each scenario at each load, as `simulate` loads it
+        for sc in args.scenarios:
+            for load in args.loads:
+                workloads.load_scenario(sc, args.iterations, args.seed, None, {"prompts_per_iteration": load})
+    except ValueError as err:
+        ap.error(str(err))
     print("command: .venv/bin/python benchmarks/sim_future_window.py " + " ".join(sys.argv[1:]))
     print(f"\n48xA800, {args.iterations} iterations, seed {args.seed}; tok/s (plan moves)")
     cols = [f"{p} {w}" for p in args.policies for w in ("past", "future")]

@@ -16,30 +16,41 @@ import statistics
 from pathlib import Path
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folder", type=Path, help="a scenario folder of `sim_table.py --out`")
     ap.add_argument("--first", type=int, nargs=2, default=[1, 10], metavar=("A", "B"))
     ap.add_argument("--last", type=int, default=10)
-    ap.add_argument("--policies", nargs="*", default=None, help="default: every policy in the run")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--policies", nargs="+", action="extend", default=None, help="default: every policy in the run"
+    )
+    args = ap.parse_args(argv)
     path = args.folder / "summary.json"
     if not path.is_file():
-        raise SystemExit(f"error: {path} not found; pass a scenario folder written by sim_table.py --out")
-    summary = json.loads(path.read_text())
+        ap.error(f"{path} not found; pass a scenario folder written by sim_table.py --out")
     a, b = args.first
     if not 0 <= a <= b or args.last < 1:
-        raise SystemExit(f"error: need 0 <= A <= B and --last >= 1, got --first {a} {b} --last {args.last}")
-    print(f"{summary['scenario']}, {summary['iterations']} iterations, seed {summary['seed']}")
+        ap.error(f"need 0 <= A <= B and --last >= 1, got --first {a} {b} --last {args.last}")
+    try:
+        summary = json.loads(path.read_text())
+        results = summary["results"]
+        header = f"{summary['scenario']}, {summary['iterations']} iterations, seed {summary['seed']}"
+    except (ValueError, KeyError, TypeError) as err:
+        ap.error(f"{path}: not a summary.json of sim_table.py --out ({type(err).__name__}: {err})")
+    known = [r["policy"] for r in results]
+    unknown = sorted(set(args.policies or []) - set(known))
+    if unknown:
+        ap.error(f"--policies {unknown} are not in {path}; it has {known}")
+    print(header)
     print(f"| policy | mean iteration s, {a}-{b} | mean iteration s, last {args.last} |")
     print("|---|---:|---:|")
-    for r in summary["results"]:
+    for r in results:
         if args.policies and r["policy"] not in args.policies:
             continue
         its = r["iteration_s"]
+        if b >= len(its) or args.last > len(its):
+            ap.error(f"the run has {len(its)} iterations; --first {a} {b} --last {args.last} is beyond it")
         early, late = its[a : b + 1], its[-args.last :]
-        if not early:
-            raise SystemExit(f"error: the run has {len(its)} iterations; --first {a} {b} is beyond it")
         print(f"| {r['policy']} | {statistics.mean(early):.1f} | {statistics.mean(late):.1f} |")
 
 

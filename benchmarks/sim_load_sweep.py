@@ -17,12 +17,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
+from libra_core.planner.specs import parse_cluster
 from libra_core.sim import POLICIES, simulate, workloads
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import CALIBRATION
 from libra_core.sim.report import verdicts
 from libra_core.sim.settings import SimSettings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import ExtendList, add_overrides, positive_int  # noqa: E402
 
 SHORT = {
     "colocated": "coloc",
@@ -37,27 +42,42 @@ SHORT = {
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--loads", type=int, nargs="+", default=[32, 64, 96, 128], help="prompts per iteration")
-    ap.add_argument("--iterations", type=int, default=10)
-    ap.add_argument("--scenarios", nargs="+", default=["r2e-gym", "search-r1", "dapo-math"])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--loads",
+        type=positive_int,
+        nargs="+",
+        action=ExtendList,
+        default=[32, 64, 96, 128],
+        help="prompts per iteration",
+    )
+    ap.add_argument("--iterations", type=positive_int, default=10)
+    ap.add_argument(
+        "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
+    )
     ap.add_argument("--hardware", default="48xA800")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
-    ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the generator")
+    add_overrides(ap)
     args = ap.parse_args()
-    if any(n < 1 for n in args.loads) or args.iterations < 1:
-        raise SystemExit("error: --loads and --iterations must be >= 1")
     unknown = [s for s in args.scenarios if s not in workloads.SCENARIOS]
     if unknown:
-        raise SystemExit(f"error: unknown scenarios {unknown}; valid: {sorted(workloads.SCENARIOS)}")
+        ap.error(f"unknown scenarios {unknown}; valid: {sorted(workloads.SCENARIOS)}")
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
         spec = parse_overrides(args.spec, workloads.ScenarioSpec, "--spec")
+        parse_cluster(args.hardware)
     except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
+        ap.error(str(err))
     if "prompts_per_iteration" in spec:
-        raise SystemExit("error: set the load with --loads, not --spec prompts_per_iteration")
+        ap.error("set the load with --loads, not --spec prompts_per_iteration")
+    try:  # each scenario at each load, as `simulate` loads it: a bad mix fails here, not mid-table
+        for sc in args.scenarios:
+            for load in args.loads:
+                workloads.load_scenario(
+                    sc, args.iterations, args.seed, None, {**spec, "prompts_per_iteration": load}
+                )
+    except ValueError as err:
+        ap.error(str(err))
     names = [p for p in POLICIES if p not in CALIBRATION]
     print("command: .venv/bin/python benchmarks/sim_load_sweep.py " + " ".join(sys.argv[1:]))
     for sc in args.scenarios:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -27,16 +29,24 @@ from libra_core.sim.policies import Deployment, PolicySpec, resolve_policies
 from libra_core.sim.simulate import scenario_lower_bound
 from libra_core.sim.workloads import SCENARIOS, load_scenario
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import positive_int  # noqa: E402
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="dapo-math", choices=sorted(SCENARIOS))
-    ap.add_argument("--iterations", type=int, default=6)
-    ap.add_argument("--prompts-per-iteration", type=int, default=None)
-    args = ap.parse_args()
+    ap.add_argument("--iterations", type=positive_int, default=6)
+    ap.add_argument("--prompts-per-iteration", type=positive_int, default=None)
+    args = ap.parse_args(argv)
     cluster = parse_cluster("48xA800")
-    spec = {"prompts_per_iteration": args.prompts_per_iteration} if args.prompts_per_iteration else None
-    wl = load_scenario(args.scenario, args.iterations, 0, spec_overrides=spec)
+    spec = (
+        None if args.prompts_per_iteration is None else {"prompts_per_iteration": args.prompts_per_iteration}
+    )
+    try:
+        wl = load_scenario(args.scenario, args.iterations, 0, spec_overrides=spec)
+    except ValueError as err:
+        ap.error(str(err))
     model = get_model(wl.model)
 
     def run(policy: PolicySpec, dep: Deployment | None) -> Simulator:

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
+from pathlib import Path
 
 from libra_core.planner.search import Plan, plan_rank, search_plans
 from libra_core.planner.specs import get_model, parse_cluster
@@ -28,6 +30,9 @@ from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import POLICIES, PolicySpec, deployment_from_plan
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, load_scenario
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import add_overrides, positive_int  # noqa: E402
 
 ONE_DEGREE = PolicySpec("one-degree", hetero=True)  # least-load over the plan's one bucket, no replanning
 
@@ -39,26 +44,25 @@ def _degrees(plan: Plan) -> str:
     return " ".join(f"{n}xTP{tp}" for tp, n in sorted(counts.items()))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
     ap.add_argument("--hardware", default="48xA800")
     hetero = [name for name, p in POLICIES.items() if p.hetero]
     ap.add_argument("--policy", default="+hetero-tp", choices=hetero)
-    ap.add_argument("--top", type=int, default=3, help="mixed-TP plans to simulate (best priced first)")
-    ap.add_argument("--iterations", type=int, default=10, help="iterations each plan runs (static)")
-    ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
-    ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the scenario's generator")
-    args = ap.parse_args()
-    if args.top < 1 or args.iterations < 1:
-        ap.error(f"--top and --iterations must be at least 1, got {args.top} and {args.iterations}")
+    ap.add_argument(
+        "--top", type=positive_int, default=3, help="mixed-TP plans to simulate (best priced first)"
+    )
+    ap.add_argument("--iterations", type=positive_int, default=10, help="iterations each plan runs (static)")
+    add_overrides(ap)
+    args = ap.parse_args(argv)
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
         spec = parse_overrides(args.spec, ScenarioSpec, "--spec")
         cluster = parse_cluster(args.hardware)
+        wl = load_scenario(args.scenario, args.iterations, 0, spec_overrides=spec)
     except ValueError as err:
         ap.error(str(err))
-    wl = load_scenario(args.scenario, args.iterations, 0, spec_overrides=spec)
     model, hw, n = get_model(wl.model), settings.hardware(cluster.hardware), cluster.num_gpus
     policy = POLICIES[args.policy]
     probe = Simulator(policy, wl, model, hw, n, args.iterations, random.Random(0), settings)

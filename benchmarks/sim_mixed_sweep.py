@@ -31,6 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
@@ -44,6 +45,9 @@ from libra_core.sim.policies import OPEN_BOUND, Deployment, PolicySpec
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.trace_replay import TraceWorkload
 from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, ScenarioWorkload, load_scenario
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import ExtendList, add_overrides, positive_int  # noqa: E402
 
 ONE_DEGREE = PolicySpec("one-degree")  # least-load routing over one bucket, no replanning
 
@@ -137,22 +141,24 @@ def cases(job: Job, rollout_counts: list[int], shares: list[float], schedulers: 
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
     ap.add_argument("--hardware", default="48xA800")
-    ap.add_argument("--iterations", type=int, default=10)
-    ap.add_argument("--rollout-gpus", type=int, nargs="+", default=[28, 32, 36])
-    ap.add_argument("--shares", type=float, nargs="+", default=[0.5, 0.75, 0.9])
+    ap.add_argument("--iterations", type=positive_int, default=10)
+    ap.add_argument("--rollout-gpus", type=int, nargs="+", action=ExtendList, default=[28, 32, 36])
+    ap.add_argument("--shares", type=float, nargs="+", action=ExtendList, default=[0.5, 0.75, 0.9])
     routings = ["cmlfq", "mlfq", "oracle"]
-    ap.add_argument("--schedulers", nargs="+", default=["cmlfq", "oracle"], choices=routings)
-    ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
-    ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the scenario's generator")
-    ap.add_argument("--top", type=int, default=8)
-    ap.add_argument("--jobs", type=int, default=1, help="simulations run side by side")
-    args = ap.parse_args()
-    if args.iterations < 1 or args.jobs < 1:
-        ap.error("--iterations and --jobs must be at least 1")
+    ap.add_argument(
+        "--schedulers", nargs="+", action=ExtendList, default=["cmlfq", "oracle"], choices=routings
+    )
+    add_overrides(ap)
+    ap.add_argument("--top", type=positive_int, default=8, help="fastest layouts printed")
+    ap.add_argument("--jobs", type=positive_int, default=1, help="simulations run side by side")
+    args = ap.parse_args(argv)
+    bad = [x for x in args.shares if not 0.0 < x < 1.0]
+    if bad:
+        ap.error(f"--shares must lie strictly between 0 and 1, got {bad}")
     job = Job(args.scenario, args.iterations, args.hardware, tuple(args.setting), tuple(args.spec))
     try:
         todo = cases(job, args.rollout_gpus, args.shares, args.schedulers)

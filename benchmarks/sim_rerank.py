@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
+from pathlib import Path
 
 from libra_core.planner.search import Plan
 from libra_core.planner.specs import get_model, parse_cluster
@@ -25,20 +27,28 @@ from libra_core.sim.rerank import rerank, resimulated, sample_spread
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import SCENARIOS, load_scenario
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import positive_int  # noqa: E402
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
-    ap.add_argument("--prompts-per-iteration", type=int, default=None)
+    ap.add_argument("--prompts-per-iteration", type=positive_int, default=None)
     ap.add_argument("--policy", default="+planning")
-    ap.add_argument("--plans", type=int, default=12)
+    ap.add_argument("--plans", type=positive_int, default=12, help="best-priced plans shown")
     ap.add_argument("--per-split", action="store_true", help="the best-priced plan per rollout-GPU count")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     cluster = parse_cluster("48xA800")
-    spec = {"prompts_per_iteration": args.prompts_per_iteration} if args.prompts_per_iteration else None
-    wl = load_scenario(args.scenario, 100, 0, spec_overrides=spec)
+    spec = (
+        None if args.prompts_per_iteration is None else {"prompts_per_iteration": args.prompts_per_iteration}
+    )
+    try:
+        wl = load_scenario(args.scenario, 100, 0, spec_overrides=spec)
+        policy = resolve_policies([args.policy])[0]
+    except ValueError as err:
+        ap.error(str(err))
     model = get_model(wl.model)
-    policy = resolve_policies([args.policy])[0]
     settings = SimSettings(rerank_plans=4)
     sim = Simulator(policy, wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0), settings)
     sample = sim.trajs[0]

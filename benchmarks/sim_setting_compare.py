@@ -20,10 +20,15 @@ import argparse
 import re
 import sys
 import time
+from pathlib import Path
 
+from libra_core.planner.specs import parse_cluster
 from libra_core.sim import POLICIES, simulate, workloads
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.settings import SimSettings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import ExtendList, positive_int  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, SimSettings]:
@@ -40,25 +45,41 @@ def rollout_layout(deployment: str) -> str:
     return f"{m.group(1)}: {m.group(2)}" if m else deployment
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--policy", default="static-optimal", choices=sorted(POLICIES))
-    ap.add_argument("--iterations", type=int, default=10)
-    ap.add_argument("--loads", type=int, nargs="+", default=[32, 64, 128], help="prompts per iteration")
-    ap.add_argument("--scenarios", nargs="+", default=["r2e-gym", "search-r1", "dapo-math"])
+    ap.add_argument("--iterations", type=positive_int, default=10)
+    ap.add_argument(
+        "--loads",
+        type=positive_int,
+        nargs="+",
+        action=ExtendList,
+        default=[32, 64, 128],
+        help="prompts per iteration",
+    )
+    ap.add_argument(
+        "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
+    )
     ap.add_argument("--hardware", default="48xA800")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--variant", nargs="*", default=[], help="NAME=FIELD=VALUE[,FIELD=VALUE...]")
-    args = ap.parse_args()
-    if any(n < 1 for n in args.loads) or args.iterations < 1:
-        raise SystemExit("error: --loads and --iterations must be >= 1")
+    ap.add_argument(
+        "--variant", nargs="+", action="extend", default=[], help="NAME=FIELD=VALUE[,FIELD=VALUE...]"
+    )
+    args = ap.parse_args(argv)
     unknown = [s for s in args.scenarios if s not in workloads.SCENARIOS]
     if unknown:
-        raise SystemExit(f"error: unknown scenarios {unknown}; valid: {sorted(workloads.SCENARIOS)}")
+        ap.error(f"unknown scenarios {unknown}; valid: {sorted(workloads.SCENARIOS)}")
     try:
         variants = [("default", SimSettings()), *(parse_variant(v) for v in args.variant)]
+        parse_cluster(args.hardware)
+        for sc in args.scenarios:  # each scenario at each load, as `simulate` loads it
+            for load in args.loads:
+                workloads.load_scenario(sc, args.iterations, args.seed, None, {"prompts_per_iteration": load})
     except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
+        ap.error(str(err))
+    names = [n for n, _ in variants]
+    if len(set(names)) < len(names):
+        ap.error(f"--variant names must differ from each other and from `default`, got {names}")
     print("command: .venv/bin/python benchmarks/sim_setting_compare.py " + " ".join(sys.argv[1:]))
     print(f"\n{args.policy}, {args.hardware}, {args.iterations} iterations, seed {args.seed}")
     print(

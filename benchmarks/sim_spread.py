@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -21,17 +23,32 @@ from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import resolve_policies
 from libra_core.sim.workloads import load_scenario
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import ExtendList, int_at_least  # noqa: E402
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--scenarios", nargs="*", default=["r2e-gym", "search-r1", "dapo-math"])
-    args = ap.parse_args()
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # the residual's std around a fitted line has len - 2 degrees of freedom: 3 iterations at least
+    ap.add_argument(
+        "--iterations",
+        type=int_at_least(3),
+        default=20,
+        help="iterations the measured spread is taken over (at least 3: a line is fitted first)",
+    )
+    ap.add_argument(
+        "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
+    )
+    args = ap.parse_args(argv)
+    try:  # each scenario's 100-iteration drift must hold the iterations measured
+        workloads = {name: load_scenario(name, 100, 0) for name in args.scenarios}
+    except (ValueError, FileNotFoundError) as err:
+        ap.error(str(err))
     cluster = parse_cluster("48xA800")
     print("| scenario | estimated update cv (iteration 0) | measured token cv | estimated rollout cv |")
     print("|---|---:|---:|---:|")
     for name in args.scenarios:
-        wl = load_scenario(name, 100, 0)  # the drift of a 100-iteration run, as in the tables
+        wl = workloads[name]  # the drift of a 100-iteration run, as in the tables
         model = get_model(wl.model)
         sim = Simulator(
             resolve_policies(["+planning"])[0],

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
+from pathlib import Path
 
 from libra_core.planner.rollout_cost import instance_tp_degrees
 from libra_core.planner.search import best_train
@@ -28,23 +30,28 @@ from libra_core.sim.policies import OPEN_BOUND, Deployment, PolicySpec, resolve_
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, load_scenario
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import add_overrides, positive_int  # noqa: E402
+
 
 def tokens_per_s(sim: Simulator) -> float:
     return sim.run().tokens_per_s
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
-    ap.add_argument("--iterations", type=int, default=10)
-    ap.add_argument("--setting", nargs="*", default=[], help="FIELD=VALUE changes to SimSettings")
-    ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the scenario's generator")
-    ap.add_argument("--top", type=int, default=6)
-    args = ap.parse_args()
-    settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
-    spec = parse_overrides(args.spec, ScenarioSpec, "--spec")
+    ap.add_argument("--iterations", type=positive_int, default=10)
+    add_overrides(ap)
+    ap.add_argument("--top", type=positive_int, default=6, help="fastest layouts printed")
+    args = ap.parse_args(argv)
+    try:
+        settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
+        spec = parse_overrides(args.spec, ScenarioSpec, "--spec")
+        wl = load_scenario(args.scenario, args.iterations, 0, spec_overrides=spec)
+    except ValueError as err:
+        ap.error(str(err))
     cluster = parse_cluster("48xA800")
-    wl = load_scenario(args.scenario, args.iterations, 0, spec_overrides=spec)
     model = get_model(wl.model)
     policy, colocated = resolve_policies(["static-optimal", "colocated"])
 
@@ -80,6 +87,8 @@ def main() -> None:
             )
             rows.append((tokens_per_s(sim(dep)), dep.label()))
     rows.sort(reverse=True)
+    if not rows:
+        raise SystemExit("error: no layout to simulate: no rollout GPU count leaves GPUs the model trains on")
     what = " ".join(args.setting + args.spec) or "default"
     print(f"{args.scenario}, 48xA800, {args.iterations} iterations, seed 0, settings: {what}")
     print("| layout | tok/s |")

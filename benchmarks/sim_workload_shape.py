@@ -13,36 +13,57 @@ policies are given. `--spec` changes generator fields as `benchmarks/sim_table.p
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
 from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, ScenarioWorkload, long_tail_share
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import ExtendList, non_negative_int, positive_int  # noqa: E402
+
 
 def _quantiles(x: np.ndarray) -> str:
     return " / ".join(f"{np.quantile(x, q):,.0f}" for q in (0.5, 0.9, 0.99, 1.0))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="r2e-gym", choices=sorted(SCENARIOS))
-    ap.add_argument("--iterations", type=int, default=100, help="run length the drift is spread over")
-    ap.add_argument("--at", type=int, nargs="+", default=None, help="iterations (default: first, mid, last)")
+    ap.add_argument(
+        "--iterations", type=positive_int, default=100, help="run length the drift is spread over"
+    )
+    ap.add_argument(
+        "--at",
+        type=non_negative_int,
+        nargs="+",
+        action=ExtendList,
+        default=None,
+        help="iterations (default: first, mid, last)",
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--spec", nargs="*", default=[], help="FIELD=VALUE changes to the generator")
-    args = ap.parse_args()
-    try:
-        spec = replace(SCENARIOS[args.scenario], **parse_overrides(args.spec, ScenarioSpec, "--spec"))
-    except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
+    ap.add_argument(
+        "--spec",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="changes to the generator (repeatable)",
+    )
+    args = ap.parse_args(argv)
     n = args.iterations
     at = args.at if args.at is not None else sorted({0, n // 2, n - 1})
     bad = [i for i in at if not 0 <= i < n]
     if bad:
-        raise SystemExit(f"error: --at {bad} outside 0..{n - 1}")
-    wl = ScenarioWorkload(spec, n, args.seed)
+        ap.error(f"--at {bad} outside 0..{n - 1}")
+    try:
+        spec = replace(SCENARIOS[args.scenario], **parse_overrides(args.spec, ScenarioSpec, "--spec"))
+        wl = ScenarioWorkload(spec, n, args.seed)
+    except ValueError as err:
+        ap.error(str(err))
     shape = f"{spec.prompts_per_iteration} prompts x {spec.group_size}, cap {spec.max_total_tokens:,}"
     print(f"{spec.name}: {shape}")
     print("quantiles are p50 / p90 / p99 / max; top 10% = their share of the iteration's sum")

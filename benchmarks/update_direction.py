@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import folder_problem, non_negative_float, positive_int  # noqa: E402
 
 
 def _summed(model: object, sequences: list[tuple[list[int], list[int], int]]) -> np.ndarray:
@@ -40,7 +44,38 @@ def _summed(model: object, sequences: list[tuple[list[int], list[int], int]]) ->
     return np.asarray(out)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument(
+        "--iteration",
+        type=positive_int,
+        default=66,
+        help="the first batch (checkpoint iter_N-1 is its policy)",
+    )
+    parser.add_argument("--updates", type=positive_int, default=1)
+    parser.add_argument("--lr", type=non_negative_float, default=1e-4)
+    parser.add_argument("--negative-weight", type=non_negative_float, default=1.0)
+    parser.add_argument("--no-std", action="store_true", help="advantages not divided by the group std")
+    parser.add_argument(
+        "--kl", type=non_negative_float, default=0.0, help="k3 KL coefficient to the starting policy"
+    )
+    parser.add_argument(
+        "--demos", type=positive_int, default=64, help="held-out demonstrations per difficulty"
+    )
+    args = parser.parse_args(argv)
+    batches = [
+        f"stages/iteration={i:05d}/rewarded.arrow"
+        for i in range(args.iteration, args.iteration + args.updates)
+    ]
+    problem = folder_problem(args.run_dir, ["policy", *batches], "run folder")
+    if problem:
+        parser.error(problem)
+    source = args.run_dir / "checkpoints" / f"iter_{args.iteration - 1:05d}"
+    if not (source / "policy").is_dir():
+        kept = sorted(p.name for p in (args.run_dir / "checkpoints").glob("iter_*"))
+        parser.error(f"{source} is missing; pick --iteration one past a kept checkpoint: {kept}")
+
     import torch
 
     from libra_core.config.training import GRPOConfig, OptimizerConfig, TrainingConfig
@@ -52,16 +87,6 @@ def main() -> None:
     from libra_core.training.checkpoint import load_policy
     from libra_core.training.update import run_grpo_update
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--iteration", type=int, default=66)
-    parser.add_argument("--updates", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--negative-weight", type=float, default=1.0)
-    parser.add_argument("--no-std", action="store_true", help="advantages not divided by the group std")
-    parser.add_argument("--kl", type=float, default=0.0, help="k3 KL coefficient to the starting policy")
-    parser.add_argument("--demos", type=int, default=64, help="held-out demonstrations per difficulty")
-    args = parser.parse_args()
     torch.set_num_threads(1)
 
     stages = args.run_dir / "stages"
@@ -82,10 +107,6 @@ def main() -> None:
     adv = group_advantages(
         np.array([r["reward"] for r in rows]), [r["group_id"] for r in rows], scale_by_std=not args.no_std
     )
-    source = args.run_dir / "checkpoints" / f"iter_{args.iteration - 1:05d}"
-    if not (source / "policy").is_dir():
-        kept = sorted(p.name for p in (args.run_dir / "checkpoints").glob("iter_*"))
-        raise SystemExit(f"{source} is missing; pick --iteration one past a kept checkpoint: {kept}")
     with tempfile.TemporaryDirectory() as tmp:
         policy, state = Path(tmp) / "policy", Path(tmp) / "state"
         shutil.copytree(source / "policy", policy)

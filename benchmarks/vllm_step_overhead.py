@@ -28,6 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import comma_list, positive_int  # noqa: E402
+
+MAX_MODEL_LEN = 512  # the engine's context: 16 prompt tokens + N_long generated must fit
+PROMPT_TOKENS = 16
+
 # Words of every letter pair, so the tokenizer has a few hundred tokens to learn.
 CORPUS = [" ".join(a + b + a for b in "abcdefghijklmnopqrstuvwxyz") for a in "abcdefghijklmnopqrstuvwxyz"] * 4
 
@@ -53,14 +59,31 @@ def build_model(out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batches", default="1,8,32,64,128,256")
-    ap.add_argument("--lengths", default="16,96", help="N_short,N_long generated tokens per sequence")
-    ap.add_argument("--repeats", type=int, default=3, help="median of this many timings per point")
+    ap.add_argument(
+        "--batches",
+        type=comma_list(positive_int),
+        default="1,8,32,64,128,256",
+        help="comma-separated batch sizes, at least two different ones (the fit is a line)",
+    )
+    ap.add_argument(
+        "--lengths",
+        type=comma_list(positive_int),
+        default="16,96",
+        help="N_short,N_long generated tokens per sequence",
+    )
+    ap.add_argument("--repeats", type=positive_int, default=3, help="median of this many timings per point")
     a = ap.parse_args(argv)
-    batches = [int(b) for b in a.batches.split(",")]
-    n_short, n_long = (int(n) for n in a.lengths.split(","))
-    if not 0 < n_short < n_long:
-        ap.error("--lengths must be two increasing positive numbers")
+    batches = a.batches
+    if len(set(batches)) < 2:
+        ap.error(f"--batches {','.join(map(str, batches))}: give at least two different batch sizes to fit")
+    if len(a.lengths) != 2 or not a.lengths[0] < a.lengths[1]:
+        ap.error(f"--lengths {','.join(map(str, a.lengths))}: give two increasing numbers N_short,N_long")
+    n_short, n_long = a.lengths
+    if PROMPT_TOKENS + n_long > MAX_MODEL_LEN:
+        ap.error(
+            f"--lengths: N_long {n_long} + {PROMPT_TOKENS} prompt tokens exceed the engine's "
+            f"{MAX_MODEL_LEN}-token context"
+        )
     for k, v in {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}.items():
         os.environ.setdefault(k, v)
 
@@ -70,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = build_model(Path(tmp) / "model")
         t0 = time.perf_counter()
-        llm = LLM(model=str(path), max_num_seqs=max(batches), max_model_len=512, seed=0)
+        llm = LLM(model=str(path), max_num_seqs=max(batches), max_model_len=MAX_MODEL_LEN, seed=0)
         print(f"vLLM {vllm.__version__}: engine up in {time.perf_counter() - t0:.1f} s", flush=True)
         vocab = llm.llm_engine.model_config.get_vocab_size()
-        prompt = {"prompt_token_ids": [5 + i % (vocab - 5) for i in range(16)]}
+        prompt = {"prompt_token_ids": [5 + i % (vocab - 5) for i in range(PROMPT_TOKENS)]}
 
         def run(batch: int, n: int) -> float:
             sp = SamplingParams(max_tokens=n, min_tokens=n, ignore_eos=True, temperature=1.0, seed=0)

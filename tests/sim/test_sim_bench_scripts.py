@@ -4,12 +4,9 @@ the iterations the plan will serve, and the mixed sweep covers every two-degree 
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import subprocess
 import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -18,17 +15,7 @@ from libra_core.sim import simulate, workloads
 from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import resolve_policies
 from libra_core.sim.settings import SimSettings
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.support import BENCH, load_script
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -46,7 +33,7 @@ def test_setting_compare_prints_what_simulate_gives_per_variant() -> None:
     assert out.returncode == 0, out.stderr
     row = next(line for line in out.stdout.splitlines() if line.startswith("| tiny | 4 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    rollout_layout = _load("sim_setting_compare").rollout_layout
+    rollout_layout = load_script("sim_setting_compare").rollout_layout
     for i, settings in ((2, SimSettings()), (4, SimSettings(one_degree_dp=False))):
         r = simulate(
             "tiny", "8xA800", 2, ["+planning"], settings=settings, spec_overrides={"prompts_per_iteration": 4}
@@ -63,7 +50,7 @@ def test_setting_compare_rejects_a_malformed_variant(variant: str) -> None:
 
 
 def test_future_window_prices_the_iterations_the_plan_will_serve() -> None:
-    fw = _load("sim_future_window")
+    fw = load_script("sim_future_window")
     seen: list[tuple[int, list[str]]] = []
 
     def replan(sim: Simulator, j: int) -> bool:
@@ -95,7 +82,7 @@ def test_future_window_prices_the_iterations_the_plan_will_serve() -> None:
 
 
 def test_mixed_sweep_enumerates_every_two_degree_layout_on_every_gpu() -> None:
-    layouts = _load("sim_mixed_sweep").two_degree_layouts((1, 2, 4, 8), 12)
+    layouts = load_script("sim_mixed_sweep").two_degree_layouts((1, 2, 4, 8), 12)
     brute = {
         (a, n_a, b, n_b)
         for a in (1, 2, 4, 8)
@@ -110,7 +97,7 @@ def test_mixed_sweep_enumerates_every_two_degree_layout_on_every_gpu() -> None:
 @pytest.mark.parametrize("share", [0.25, 0.5, 0.9])
 def test_mixed_sweep_bound_puts_the_share_in_the_short_bucket(share: float) -> None:
     lengths = list(range(100, 1100, 10))  # 100 lengths
-    bound = _load("sim_mixed_sweep").share_bound(lengths, share)
+    bound = load_script("sim_mixed_sweep").share_bound(lengths, share)
     assert sum(n <= bound for n in lengths) == pytest.approx(share * len(lengths), abs=1)
 
 

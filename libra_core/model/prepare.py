@@ -2,7 +2,7 @@
 
 Called once per run, before iteration 0, by the prepare task. For `tiny_qwen2` it trains the
 tokenizer on the environment's corpus, builds the model, runs the SFT warm-up, measures greedy
-accuracy on held-out problems and saves the folder. Warm-ups are cached under
+accuracy on the held-out problems (`envs/splits.py`) and saves the folder. Warm-ups are cached under
 `cache_root/<key>/`, keyed by everything that determines the weights, so reruns and tests skip
 minutes of SFT. For `hf_local` the given folder is copied as is (no SFT).
 """
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from libra_core.config.models import ArithmeticEnvConfig, HFLocalModelConfig, LibraConfig
 from libra_core.config.pretrained import SmolLM2ModelConfig
 from libra_core.envs.registry import build_environment
+from libra_core.envs.splits import eval_problems
 from libra_core.model.policy import build_tiny_policy, count_parameters, replace_dir, save_policy
 from libra_core.model.sft import ProgressFn, greedy_accuracy, sft_warmup
 from libra_core.model.tokenizer import train_tokenizer
@@ -35,7 +36,6 @@ logger = logging.getLogger(__name__)
 RECIPE_VERSION = 2
 """Bump when tokenizer, model or SFT code changes what a given config produces (invalidates caches)."""
 CORPUS_SIZE = 2000  # demonstrations the tokenizer is trained on
-EVAL_SEED_OFFSET = 1_000_003  # held-out problems: seed + offset (SFT draws from hashed seeds)
 LOSS_TAIL = 50  # how many of the last SFT losses PreparedPolicy carries
 META_FILE = "libra_warmup.json"  # written next to the HF files; HF and vLLM ignore it
 
@@ -150,12 +150,13 @@ def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: Progress
     sft_s = time.perf_counter() - start
     accuracy = None
     if n_eval > 0:
-        problems = env.sample_problems(n_eval, seed + EVAL_SEED_OFFSET)
+        problems = eval_problems(env, seed, n_eval)  # the set every later evaluation uses
         accuracy = greedy_accuracy(  # under the rollout's limits, as the iterations' evaluations run
             model,
             tokenizer,
             env,
             problems,
+            correct_reward=cfg.environment.reward.correct,
             max_new_tokens=cfg.rollout.max_tokens_per_turn,
             max_turns=env.max_turns,
             max_total_tokens=cfg.rollout.max_total_tokens,

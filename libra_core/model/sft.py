@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from libra_core.config.training import WarmupConfig
 from libra_core.envs.base import Environment, Problem, Segment
+from libra_core.envs.splits import sample_split
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +112,7 @@ def lr_at(step: int, total_steps: int, peak_lr: float) -> float:
 
 
 def _step_seed(seed: int, step: int) -> int:
-    # Distinct, reproducible problem stream per (seed, step); held-out evaluation uses other seeds.
+    # Distinct, reproducible problem stream per (seed, step), from the train split only.
     return random.Random(f"sft:{seed}:{step}").getrandbits(63)
 
 
@@ -122,7 +123,7 @@ def warmup_batch(env: Environment, seed: int, step: int, batch_size: int) -> lis
     arithmetic task mixes in premature answers); otherwise its `demonstration` is used.
     """
     step_seed = _step_seed(seed, step)
-    problems = env.sample_problems(batch_size, step_seed)
+    problems = sample_split(env, batch_size, step_seed, "train")
     varied = getattr(env, "warmup_demonstration", None)
     if varied is None:
         return [env.demonstration(p) for p in problems]
@@ -292,12 +293,14 @@ def greedy_accuracy(
     env: Environment,
     problems: Sequence[Problem],
     *,
+    correct_reward: float,
     max_new_tokens: int = 48,
     max_turns: int = 8,
     max_total_tokens: int | None = None,
     batch_size: int = 64,
 ) -> float:
-    """Share of `problems` whose greedy final answer earns the full reward (exact answer).
+    """Share of `problems` whose greedy final answer earns `correct_reward` (the environment's
+    `reward.correct`: an exact answer, all tests passed), as the iterations' evaluations count.
 
     The limits are those of `greedy_answers`; pass the rollout's to score what rollouts can reach.
     """
@@ -313,8 +316,9 @@ def greedy_accuracy(
         max_total_tokens=max_total_tokens,
         batch_size=batch_size,
     )
+    # Not `reward(ref, ref)`: a code problem's reference is its tests (JSON), and code that is not a
+    # solution scores `well_formed` (0.1) against them, so any code at all would count as solved.
     solved = sum(
-        env.reward(p.reference_answer, a) >= env.reward(p.reference_answer, p.reference_answer)
-        for p, a in zip(problems, answers, strict=True)
+        env.reward(p.reference_answer, a) >= correct_reward for p, a in zip(problems, answers, strict=True)
     )
     return solved / len(problems)

@@ -14,8 +14,9 @@ from libra_core.config import LibraConfig
 from libra_core.data.history import read_history
 from libra_core.data.io import write_ipc
 from libra_core.data.schema import table_from_rows
-from libra_core.envs.base import Environment, Problem
+from libra_core.envs.base import Environment
 from libra_core.envs.registry import build_environment
+from libra_core.envs.splits import eval_problems, sample_split
 from libra_core.observability.progress import report
 from libra_core.pipeline.run_dir import RunLayout, load_run_config
 from libra_core.rollout.agent_loop import AgentLoop, RolloutRequest, make_requests
@@ -25,8 +26,6 @@ from libra_core.scheduling.base import Scheduler
 from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.scheduling.registry import build_scheduler
 from libra_core.scheduling.tree_io import load_tree, save_tree
-
-EVAL_SEED_OFFSET = 1_000_000_007
 
 
 @dataclass(frozen=True)
@@ -134,8 +133,12 @@ def run_rollout(
     cfg = load_run_config(run_dir)
     env = build_environment(cfg.environment)
     seed = cfg.experiment.seed * 100_003 + iteration
-    problems = env.sample_problems(
-        prompts_to_sample(cfg, run_dir, iteration), seed, min_difficulty=cfg.rollout.min_difficulty
+    problems = sample_split(
+        env,
+        prompts_to_sample(cfg, run_dir, iteration),
+        seed,
+        "train",
+        min_difficulty=cfg.rollout.min_difficulty,
     )
     requests = make_requests(problems, cfg.training.grpo.group_size, iteration)
     rows, routing, served, scheduler = _run_loop(
@@ -169,10 +172,6 @@ def run_rollout(
         started_at=started_at,
         requests_served=tuple(served),
     )
-
-
-def eval_problems(env: Environment, seed: int, n: int) -> list[Problem]:
-    return env.sample_problems(n, seed + EVAL_SEED_OFFSET)
 
 
 def run_greedy_eval(

@@ -178,4 +178,4 @@ def test_the_reported_accuracy_runs_under_the_runs_limits(monkeypatch, tmp_path:
     )
     prepared = prepare_initial_policy(cfg, tmp_path / "policy", None, num_eval_problems=2)
     assert prepared.greedy_accuracy == 0.5
-    assert seen == {"max_new_tokens": 20, "max_turns": 3, "max_total_tokens": 300}
+    assert seen == {"correct_reward": 1.0, "max_new_tokens": 20, "max_turns": 3, "max_total_tokens": 300}

@@ -127,7 +127,7 @@ def test_greedy_loop_batched_equals_one_by_one(trained, env: ArithmeticEnv, tok)
     batched = greedy_answers(model, tok, env, problems, max_new_tokens=24, max_turns=5, batch_size=6)
     single = greedy_answers(model, tok, env, problems, max_new_tokens=24, max_turns=5, batch_size=1)
     assert batched == single
-    accuracy = greedy_accuracy(model, tok, env, problems, max_new_tokens=24, max_turns=5)
+    accuracy = greedy_accuracy(model, tok, env, problems, correct_reward=1.0, max_new_tokens=24, max_turns=5)
     expected = sum(a == p.reference_answer for a, p in zip(batched, problems, strict=True)) / len(problems)
     assert accuracy == expected
 

@@ -1,0 +1,71 @@
+"""Train and held-out problems: every problem belongs to one split, fixed by a hash of its id.
+
+The SFT warm-up and the RL rollouts draw from the `train` split; the greedy accuracy measured
+after the warm-up and every `eval.every` iterations draws from `eval`. (The tokenizer's corpus is
+drawn by the environment itself: held-out text may shape the vocabulary, never a training target.) Different
+seeds alone do not hold a set out: GSM8K's 7,473 problems are nearly all seen by a 350-step warm-up
+of 64 demonstrations, and the arithmetic task has only 243 one-operation problems.
+
+The split is a property of the problem (its `prompt_id`), not of the seed or the environment's
+sampler, so it holds for every environment without changing how each one samples: problems are
+drawn from the environment and those of the other split are dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from typing import Literal
+
+from libra_core.envs.base import Environment, Problem
+
+log = logging.getLogger(__name__)
+
+Split = Literal["train", "eval"]
+EVAL_SHARE = 8  # one problem in eight is held out
+MAX_ROUNDS = 64  # draws before giving up on filling a split (an environment with too few problems)
+EVAL_SEED_OFFSET = 1_000_003  # the eval set's seed: the run's seed + this
+
+
+def split_of(prompt_id: str) -> Split:
+    """The split a problem belongs to, the same in every run and process."""
+    digest = hashlib.sha256(prompt_id.encode()).digest()
+    return "eval" if int.from_bytes(digest[:8], "big") % EVAL_SHARE == 0 else "train"
+
+
+def sample_split(
+    env: Environment, n: int, seed: int, split: Split, *, min_difficulty: int | None = None
+) -> list[Problem]:
+    """`n` problems of `split`, reproducible from `seed`, in the environment's sampling order.
+
+    Draws from `env.sample_problems` (the first draw with `seed` itself, so the train split keeps
+    most of an environment's own stream) and keeps the problems of `split`. An environment with
+    too few distinct problems to fill the split in `MAX_ROUNDS` draws (a one-problem test
+    dataset, say) is filled from the other split, with a warning: the set is then not held out.
+    """
+    if n <= 0:
+        return []
+    kept: list[Problem] = []
+    others: list[Problem] = []
+    per_round = n if split == "train" else n * EVAL_SHARE
+    for round_ in range(MAX_ROUNDS):
+        round_seed = seed if round_ == 0 else random.Random(f"split:{seed}:{round_}").getrandbits(63)
+        for problem in env.sample_problems(per_round, round_seed, min_difficulty=min_difficulty):
+            (kept if split_of(problem.prompt_id) == split else others).append(problem)
+        if len(kept) >= n:
+            return kept[:n]
+    log.warning(
+        "environment %s has too few %s problems for %d draws; %d of the set come from the other "
+        "split, so it is not held out",
+        env.name,
+        split,
+        n,
+        n - len(kept),
+    )
+    return kept + others[: n - len(kept)]
+
+
+def eval_problems(env: Environment, seed: int, n: int) -> list[Problem]:
+    """The run's held-out set: the same `n` problems after the warm-up and at every evaluation."""
+    return sample_split(env, n, seed + EVAL_SEED_OFFSET, "eval")

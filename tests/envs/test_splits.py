@@ -1,0 +1,73 @@
+"""Held-out problems: the accuracy after the warm-up and at every evaluation is measured on
+problems that neither the warm-up nor the rollouts ever draw."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from libra_core.config.environments import MathToolsEnvConfig
+from libra_core.config.models import ArithmeticEnvConfig
+from libra_core.config.training import WarmupConfig
+from libra_core.envs.arithmetic import ArithmeticEnv
+from libra_core.envs.base import Problem
+from libra_core.envs.registry import build_environment
+from libra_core.envs.splits import EVAL_SHARE, eval_problems, sample_split, split_of
+from libra_core.model.sft import warmup_batch
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def test_a_problem_has_one_split_and_one_in_eight_is_held_out() -> None:
+    ids = [f"p{i}" for i in range(8000)]
+    assert [split_of(i) for i in ids] == [split_of(i) for i in ids]
+    held_out = sum(split_of(i) == "eval" for i in ids) / len(ids)
+    assert abs(held_out - 1 / EVAL_SHARE) < 0.01, held_out
+
+
+def test_the_warm_up_never_sees_an_arithmetic_eval_problem() -> None:
+    # One-operation problems are few (243 here), so seeds alone put them in both sets.
+    env = ArithmeticEnv(ArithmeticEnvConfig())
+    held_out = eval_problems(env, seed=0, n=64)
+    assert len(held_out) == 64 and all(split_of(p.prompt_id) == "eval" for p in held_out)
+    assert {p.difficulty for p in held_out} == {1, 2, 3, 4}  # still spans the difficulties
+    steps = WarmupConfig().steps
+    seen = {p.question for step in range(steps) for p in _questions(warmup_batch(env, 0, step, 64))}
+    assert len(seen) > 5000  # the warm-up covers the small problems many times over
+    assert not seen & {p.question for p in held_out}
+
+
+def _questions(demos: list) -> list[Problem]:
+    # a demonstration's first segment is the prompt: <|user|>QUESTION<|assistant|>
+    return [Problem("", demo[0].text.split("<|user|>")[1].split("<|assistant|>")[0], "", 0) for demo in demos]
+
+
+def test_rollout_problems_come_from_the_train_split_and_are_reproducible() -> None:
+    env = ArithmeticEnv(ArithmeticEnvConfig())
+    drawn = sample_split(env, 16, 12345, "train", min_difficulty=3)
+    assert drawn == sample_split(env, 16, 12345, "train", min_difficulty=3)
+    assert len(drawn) == 16 and all(split_of(p.prompt_id) == "train" and p.difficulty >= 3 for p in drawn)
+    # the train split keeps most of the environment's own stream
+    own = env.sample_problems(16, 12345, min_difficulty=3)
+    assert sum(p in own for p in drawn) >= 12
+
+
+def test_an_environment_too_small_to_hold_a_set_out_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    env = ArithmeticEnv(ArithmeticEnvConfig(max_ops=1, max_operand=1, operators=("+",)))  # only (1+1)
+    split = split_of(env.sample_problems(1, 0)[0].prompt_id)
+    other = "train" if split == "eval" else "eval"
+    with caplog.at_level(logging.WARNING, logger="libra_core.envs.splits"):
+        drawn = sample_split(env, 3, 0, other)
+    assert [p.question for p in drawn] == ["(1+1)"] * 3
+    assert "not held out" in caplog.text
+
+
+@pytest.mark.skipif(not (DATA / "gsm8k").is_dir(), reason=f"shared data folder {DATA} is absent")
+def test_gsm8k_eval_problems_are_outside_the_warm_ups_draws() -> None:
+    env = build_environment(MathToolsEnvConfig(type="math_tools"))
+    held_out = {p.prompt_id for p in eval_problems(env, seed=0, n=64)}
+    assert len(held_out) == 64
+    trained = {p.prompt_id for step in range(200) for p in sample_split(env, 64, step, "train")}
+    assert len(trained) > 5000 and not trained & held_out

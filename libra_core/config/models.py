@@ -122,6 +122,23 @@ class ArithmeticEnvConfig(Frozen):
     def _ops_order(self) -> ArithmeticEnvConfig:
         if self.min_ops > self.max_ops:
             raise ValueError(f"min_ops ({self.min_ops}) must not exceed max_ops ({self.max_ops})")
+        from libra_core.envs.calculator import MAX_OPERAND
+
+        # Every operand of a solution's calls is a subexpression of at most max_ops operands; the
+        # calculator refuses operands over MAX_OPERAND, so its largest possible value must fit.
+        # (With "*": max_operand ** max_ops; max(.., 2) covers max_operand 1, where sums of products
+        # grow instead. The final result is no operand and may be larger.)
+        largest = (
+            max(self.max_operand, 2) ** self.max_ops
+            if "*" in self.operators
+            else self.max_ops * self.max_operand
+        )
+        if largest > MAX_OPERAND:
+            raise ValueError(
+                f"max_operand ({self.max_operand}) and max_ops ({self.max_ops}) with operators "
+                f"{''.join(self.operators)!r} give call operands up to {largest}, over the calculator's "
+                f"limit of {MAX_OPERAND} ({len(str(MAX_OPERAND))} digits): lower max_operand or max_ops"
+            )
         return self
 
 

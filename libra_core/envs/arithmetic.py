@@ -31,6 +31,7 @@ SPECIAL_TOKENS = (PAD, EOS, USER, ASSISTANT, CALL, END_CALL, RESULT, END_RESULT,
 _CALL_TURN = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.S)
 _ANSWER_TURN = re.compile(re.escape(ANSWER) + r"(.*?)" + re.escape(EOS), re.S)
 _INT = re.compile(r"^-?\d+$")
+_MAX_ANSWER_CHARS = 1000  # a reference is one operation on operands of at most 9 digits: <= 19 chars
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,9 @@ class ArithmeticEnv:
         weights = self.cfg.reward
         if final_answer is None or not _INT.match(final_answer.strip()):
             return weights.malformed
+        if len(final_answer.strip()) > _MAX_ANSWER_CHARS:
+            # An integer, but far longer than any reference (int() refuses over 4,300 digits): wrong.
+            return weights.well_formed
         return weights.correct if int(final_answer) == int(reference_answer) else weights.well_formed
 
     # -- supervision ----------------------------------------------------------------------------

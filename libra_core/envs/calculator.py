@@ -12,7 +12,10 @@ import time
 
 from libra_core.envs.base import ToolResult
 
-_CALL = re.compile(r"^\s*(-?\d{1,9})\s*([+\-*])\s*(-?\d{1,9})\s*$")
+MAX_OPERAND_DIGITS = 9
+MAX_OPERAND = 10**MAX_OPERAND_DIGITS - 1  # largest operand magnitude a call may use
+_OPERAND = rf"-?\d{{1,{MAX_OPERAND_DIGITS}}}"
+_CALL = re.compile(rf"^\s*({_OPERAND})\s*([+\-*])\s*({_OPERAND})\s*$")
 USAGE = "error: expected one operation a+b, a-b or a*b on integers"
 
 

@@ -7,6 +7,9 @@ an assertion (`failure`) or hit a limit (`timeout`). The final answer is the sol
 (markers: the text after `<|answer|>`; chatml: the last fenced code block of the answer turn).
 Reward: the answer plus *all* the problem's tests run in the sandbox; every test passes ->
 `correct`, the program runs but a test fails -> `well_formed`, nothing to run -> `malformed`.
+"Every test passes" means the program exits with status 0 *and* a per-check random marker printed
+after the last test appears in its stdout: an answer that exits early (`sys.exit(0)`,
+`os._exit(0)`, `raise SystemExit`) skips the tests and the marker, so it is not `correct`.
 
 The reference answer of a problem is JSON {"tests": ...}: the reward stage gets only the
 reference string and the final answer, so the tests travel with the trajectory.
@@ -15,6 +18,7 @@ reference string and the final answer, so the tests travel with the trajectory.
 from __future__ import annotations
 
 import json
+import secrets
 
 from libra_core.config.environments import CodeEnvConfig
 from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, unknown_tool
@@ -63,24 +67,35 @@ class CodeEnv:
     def format_observation(self, result: ToolResult) -> str:
         return self.format.observation(result.observation)
 
-    def run_tests(self, reference_answer: str, final_answer: str) -> ExecutionResult:
-        """The answer's code followed by the problem's tests, run once in the sandbox."""
+    def run_tests(self, reference_answer: str, final_answer: str, marker: str = "") -> ExecutionResult:
+        """The answer's code followed by the problem's tests, run once in the sandbox; with a
+        `marker`, a last line prints it - it reaches stdout only if the tests ran to the end."""
         tests = json.loads(reference_answer)["tests"]
         program = f"{extract_code(final_answer)}\n\n{tests}\n"
+        if marker:
+            program += _completion_line(marker)
         return self.python.sandbox.run_python(program)
+
+    def tests_pass(self, reference_answer: str, final_answer: str) -> bool:
+        """Whether every test ran and passed: exit status 0 alone is not enough (an answer may exit
+        with 0 before the tests run), so a fresh random marker must also reach stdout."""
+        marker = f"libra-tests-done-{secrets.token_hex(16)}"
+        result = self.run_tests(reference_answer, final_answer, marker)
+        return result.status == "success" and marker in result.stdout
 
     def reward(self, reference_answer: str, final_answer: str | None) -> float:
         weights = self.cfg.reward
         if final_answer is None or not extract_code(final_answer).strip():
             return weights.malformed
-        result = self.run_tests(reference_answer, final_answer)
-        return weights.correct if result.status == "success" else weights.well_formed
+        return weights.correct if self.tests_pass(reference_answer, final_answer) else weights.well_formed
 
     # -- supervision ----------------------------------------------------------------------------
     def demonstration(self, problem: Problem) -> list[Segment]:
         record = self._by_id[problem.prompt_id]
         solution = record.solution.strip("\n")
-        trial = f"{solution}\n{record.visible_test}\nprint('ok')" if record.visible_test else solution
+        # The observation shown is "ok": the trial prints it (the visible test, when the record has
+        # one, passes against the reference solution).
+        trial = "\n".join(t for t in (solution, record.visible_test, "print('ok')") if t)
         final = solution if self.format.name == "markers" else f"```python\n{solution}\n```"
         return [
             Segment(self.render_prompt(problem), trainable=False),
@@ -98,6 +113,21 @@ class CodeEnv:
             )
         )
         return texts
+
+
+def _completion_line(marker: str) -> str:
+    """Source that writes `marker` to stdout, run after the last test. It flushes what the code
+    printed first, then writes to file descriptor 1 directly (the answer may have replaced
+    `sys.stdout`), under names the answer cannot have shadowed. The sandbox keeps stdout's first
+    `max_output_bytes` and refuses writes past them (RLIMIT_FSIZE): an answer that fills stdout
+    makes the flush or the write fail, so it does not pass - acceptable, tests print little.
+    An answer that goes out of its way to read this program's source could still forge the marker;
+    the check stops early exits, not a deliberate attack on the harness."""
+    return (
+        "import os as _libra_os, sys as _libra_sys\n"
+        "_libra_sys.stdout.flush()\n"
+        f"_libra_os.write(1, b'\\n{marker}\\n')\n"
+    )
 
 
 def _problem(record: CodeRecord) -> Problem:

@@ -12,12 +12,17 @@ the default `../shared/data` finds the shared data folder beside the checkout fr
 
 from __future__ import annotations
 
+import ast
+import builtins
 import gzip
 import hashlib
+import io
 import json
 import random
 import re
-from collections.abc import Iterator, Sequence
+import tokenize
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +30,8 @@ from typing import Any, Protocol, TypeVar
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _GSM8K_CALL = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
+_LEVEL = re.compile(r"\d+")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -80,14 +87,54 @@ def resolve_data_path(data_dir: str, file: str) -> Path:
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a plain or .gz JSONL file, blank lines skipped. A damaged file (invalid
+    JSON, not UTF-8, a truncated or corrupt .gz) raises ValueError naming `path:line`."""
+    for _, record in _numbered_records(path):
+        yield record
+
+
+def _numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, JSON object) per non-blank line of `path`; see `read_jsonl`."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if line.strip():
-                record = json.loads(line)
+    line_no = 0
+    try:
+        with opener(path, "rb") as f:
+            for line_no, raw_line in enumerate(f, 1):
+                try:
+                    line = raw_line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise ValueError(
+                        f"{path}:{line_no}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                    ) from exc
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(
+                        f"{path}:{line_no}: invalid JSON ({exc.msg} at column {exc.colno})"
+                    ) from exc
                 if not isinstance(record, dict):
                     raise ValueError(f"{path}:{line_no}: expected a JSON object per line")
-                yield record
+                yield line_no, record
+    except (EOFError, OSError, zlib.error) as exc:  # truncated or corrupt .gz, unreadable file
+        raise ValueError(f"{path}:{line_no + 1}: cannot read the file ({type(exc).__name__}: {exc})") from exc
+
+
+def _parse_file(path: Path, kind: str, parse: Callable[[dict[str, Any], str, int], R]) -> list[R]:
+    """`parse(record, "path:line", record index)` for every record of `path`. A record `parse` cannot
+    read (a missing field, a value of the wrong type) raises ValueError naming `path:line`."""
+    out: list[R] = []
+    for index, (line_no, raw) in enumerate(_numbered_records(path)):
+        where = f"{path}:{line_no}"
+        try:
+            out.append(parse(raw, where, index))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, ValueError) and str(exc).startswith(where):  # located by `parse`
+                raise
+            problem = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise ValueError(f"{where}: not a valid {kind} record ({problem}); keys {sorted(raw)}") from exc
+    return out
 
 
 def stable_id(prefix: str, text: str) -> str:
@@ -95,10 +142,18 @@ def stable_id(prefix: str, text: str) -> str:
 
 
 # -- math -----------------------------------------------------------------------------------------
-def _math_record(raw: dict[str, Any], where: str) -> MathRecord:
+def _level(value: object) -> int:
+    """A MATH difficulty: an int, or the original dataset's "Level 5" ("Level ?" and absent: 1)."""
+    if isinstance(value, int):
+        return value
+    found = _LEVEL.search(str(value))
+    return int(found.group()) if found else 1
+
+
+def _math_record(raw: dict[str, Any], where: str, index: int = 0) -> MathRecord:
     if "problem" in raw:  # MATH / MATH-500: problem, solution, answer, level
         question, answer = raw["problem"], str(raw["answer"])
-        return MathRecord(stable_id("math", question), question, answer, int(raw.get("level", 1)), ())
+        return MathRecord(stable_id("math", question), question, answer, _level(raw.get("level", 1)), ())
     question = raw.get("question")
     if not isinstance(question, str) or "answer" not in raw:
         raise ValueError(
@@ -116,64 +171,173 @@ def _math_record(raw: dict[str, Any], where: str) -> MathRecord:
 
 @lru_cache(maxsize=8)
 def load_math(data_dir: str, files: tuple[str, ...]) -> tuple[MathRecord, ...]:
-    out = []
+    out: list[MathRecord] = []
     for file in files:
-        path = resolve_data_path(data_dir, file)
-        out += [_math_record(r, f"{path}:{i + 1}") for i, r in enumerate(read_jsonl(path))]
+        out += _parse_file(resolve_data_path(data_dir, file), "math", _math_record)
     return tuple(out)
 
 
 # -- search ---------------------------------------------------------------------------------------
+def _passage(raw: dict[str, Any], where: str, index: int) -> Passage:
+    rid = str(raw.get("id", index))
+    if "contents" in raw:  # FlashRAG: '"Title"\ntext'
+        title, _, text = str(raw["contents"]).partition("\n")
+        return Passage(rid, title.strip().strip('"'), text.strip())
+    if "text" not in raw:
+        raise ValueError(f"{where}: a passage needs text (or FlashRAG contents); got {sorted(raw)}")
+    return Passage(rid, str(raw.get("title", "")), str(raw["text"]))
+
+
+def _question(raw: dict[str, Any], where: str, index: int) -> QARecord:
+    if "question" not in raw:
+        raise ValueError(f"{where}: a question record needs question; got {sorted(raw)}")
+    golds = raw.get("golden_answers", raw.get("answers", raw.get("answer")))
+    golds = [golds] if isinstance(golds, str) else list(golds or [])
+    if not golds:
+        raise ValueError(f"{where}: a question needs golden_answers (or answers/answer)")
+    return QARecord(str(raw.get("id", index)), str(raw["question"]), tuple(str(g) for g in golds))
+
+
 @lru_cache(maxsize=4)
 def load_passages(data_dir: str, file: str) -> tuple[Passage, ...]:
-    out = []
-    for i, raw in enumerate(read_jsonl(resolve_data_path(data_dir, file))):
-        if "contents" in raw:  # FlashRAG: '"Title"\ntext'
-            title, _, text = str(raw["contents"]).partition("\n")
-            out.append(Passage(str(raw.get("id", i)), title.strip().strip('"'), text.strip()))
-        else:
-            out.append(Passage(str(raw.get("id", i)), str(raw.get("title", "")), str(raw["text"])))
-    return tuple(out)
+    return tuple(_parse_file(resolve_data_path(data_dir, file), "passage", _passage))
 
 
 @lru_cache(maxsize=4)
 def load_questions(data_dir: str, file: str) -> tuple[QARecord, ...]:
-    out = []
-    for i, raw in enumerate(read_jsonl(resolve_data_path(data_dir, file))):
-        golds = raw.get("golden_answers", raw.get("answers", raw.get("answer")))
-        golds = [golds] if isinstance(golds, str) else list(golds or [])
-        if not golds:
-            raise ValueError(f"{file}:{i + 1}: a question needs golden_answers (or answers/answer)")
-        out.append(QARecord(str(raw.get("id", i)), str(raw["question"]), tuple(str(g) for g in golds)))
-    return tuple(out)
+    return tuple(_parse_file(resolve_data_path(data_dir, file), "question", _question))
 
 
 # -- code -----------------------------------------------------------------------------------------
-def _code_record(raw: dict[str, Any], where: str) -> CodeRecord:
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Every name `tree` binds anywhere: targets, imports, defs, classes, arguments, handlers."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _top_level_names(code: str) -> set[str]:
+    """Names a module defines at top level (functions, classes, imports, globals); empty if it does
+    not parse."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(stmt.name)
+        else:
+            names |= _bound_names(stmt)
+    return names
+
+
+def _free_names(node: ast.AST) -> set[str]:
+    """Names `node` reads that it does not bind itself (a comprehension's variables are bound)."""
+    loaded = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return loaded - _bound_names(node)
+
+
+def _rename(code: str, old: str, new: str) -> str:
+    """`code` with the identifier `old` (not strings or comments containing it) renamed to `new`."""
+    tokens = tokenize.generate_tokens(io.StringIO(code).readline)
+    renamed = [t._replace(string=new) if t.type == tokenize.NAME and t.string == old else t for t in tokens]
+    return tokenize.untokenize(renamed)
+
+
+def _humaneval_visible(test: str, entry: str, solution: str) -> str:
+    """The first assert of a HumanEval `check` that calls `candidate` and stands on its own, renamed
+    to the entry point: a complete statement (asserts span several lines: HumanEval/1, /87) using only
+    builtins and names the solution (prompt + reference) defines - not the test's own variables
+    (HumanEval/38 asserts on loop variables). "" if there is none."""
+    try:
+        tree = ast.parse(test)
+    except (SyntaxError, ValueError):
+        return ""
+    test_names = _bound_names(tree) - {"candidate"}  # check's locals, METADATA, test helpers
+    known = set(dir(builtins)) | _top_level_names(solution) | {"candidate"}
+    asserts = sorted(
+        (n for n in ast.walk(tree) if isinstance(n, ast.Assert)), key=lambda n: (n.lineno, n.col_offset)
+    )
+    for node in asserts:
+        free = _free_names(node)
+        segment = ast.get_source_segment(test, node)
+        if segment is None or "candidate" not in free or free & test_names or not free <= known:
+            continue  # skips `assert True, "..."` too: a visible test must call the function
+        visible = _rename(segment, "candidate", entry).strip()
+        if _parses(visible):
+            return visible
+    return ""
+
+
+def _mbpp_visible(test_list: list[str], setup: str) -> str:
+    """The first MBPP test that parses, preceded by the test setup code when it uses names the
+    setup defines (mbpp-367 and -927 assert on a tree `root` built there). "" if there is none."""
+    setup = "\n".join(line.rstrip() for line in setup.replace("\r\n", "\n").splitlines()).strip()
+    for test in test_list:
+        try:
+            tree = ast.parse(test)
+        except (SyntaxError, ValueError):
+            continue
+        if setup and _free_names(tree) & _top_level_names(setup):
+            return f"{setup}\n{test}"
+        return test
+    return ""
+
+
+def _through_first_assert(tests: str) -> str:
+    """The statements of `tests` up to and including its first top-level assert (so the setup
+    lines it needs come with it); the first line if it has none or does not parse."""
+    first_line = tests.strip().splitlines()[0] if tests.strip() else ""
+    try:
+        tree = ast.parse(tests)
+    except (SyntaxError, ValueError):
+        return first_line
+    for i, stmt in enumerate(tree.body):
+        if isinstance(stmt, ast.Assert):
+            segments = [ast.get_source_segment(tests, s) for s in tree.body[: i + 1]]
+            return "\n".join(s for s in segments if s is not None)
+    return first_line
+
+
+def _code_record(raw: dict[str, Any], where: str, index: int = 0) -> CodeRecord:
     if "entry_point" in raw and "prompt" in raw and "test" in raw:  # HumanEval
-        entry, test = raw["entry_point"], raw["test"]
+        entry, test = str(raw["entry_point"]), str(raw["test"])
         asserts = [ln.strip() for ln in test.splitlines() if ln.strip().startswith("assert candidate")]
-        visible = asserts[0].replace("candidate", entry, 1) if asserts else ""
         solution = raw["prompt"] + raw.get("canonical_solution", "")
+        visible = _humaneval_visible(test, entry, solution)
         tests = f"{test}\n\ncheck({entry})\n"
         return CodeRecord(str(raw["task_id"]), raw["prompt"], tests, visible, solution, max(len(asserts), 1))
     if "test_list" in raw:  # MBPP
         test_list = [str(t) for t in raw["test_list"]]
         setup = str(raw.get("test_setup_code") or "")
-        prompt = f"{raw['text']}\nYour code should pass: {test_list[0]}" if test_list else str(raw["text"])
+        visible = _mbpp_visible(test_list, setup)
+        shown = f"\n{visible}" if "\n" in visible else f" {visible}"
+        prompt = f"{raw['text']}\nYour code should pass:{shown}" if visible else str(raw["text"])
         tests = "\n".join([setup, *test_list]).strip() + "\n"
         solution = str(raw.get("code", "")).replace("\r\n", "\n")
-        return CodeRecord(
-            f"mbpp-{raw['task_id']}",
-            prompt,
-            tests,
-            test_list[0] if test_list else "",
-            solution,
-            len(test_list),
-        )
+        return CodeRecord(f"mbpp-{raw['task_id']}", prompt, tests, visible, solution, len(test_list))
     if "question" in raw and "tests" in raw:  # Libra code format
         tests = raw["tests"] if isinstance(raw["tests"], str) else "\n".join(raw["tests"])
-        visible = str(raw.get("visible_test", tests.strip().splitlines()[0] if tests.strip() else ""))
+        visible = str(raw.get("visible_test", _through_first_assert(tests)))
         rid = str(raw.get("id") or stable_id("code", raw["question"]))
         n_asserts = max(tests.count("assert"), 1)
         return CodeRecord(rid, raw["question"], tests, visible, str(raw.get("solution", "")), n_asserts)
@@ -182,10 +346,9 @@ def _code_record(raw: dict[str, Any], where: str) -> CodeRecord:
 
 @lru_cache(maxsize=8)
 def load_code(data_dir: str, files: tuple[str, ...]) -> tuple[CodeRecord, ...]:
-    out = []
+    out: list[CodeRecord] = []
     for file in files:
-        path = resolve_data_path(data_dir, file)
-        out += [_code_record(r, f"{path}:{i + 1}") for i, r in enumerate(read_jsonl(path))]
+        out += _parse_file(resolve_data_path(data_dir, file), "code", _code_record)
     return tuple(out)
 
 

@@ -43,6 +43,7 @@ SYSTEM_PROMPT = (
 )
 MAX_QUERY_CHARS = 2000  # a query is a question's worth of text; a longer one cannot go in a URL
 _K_SUFFIX = re.compile(r"^(.*?)\s*\|\s*k\s*=\s*(\d+)\s*$", re.S)
+_MAX_K_DIGITS = 9
 _ANSWER_LINE = re.compile(r"(?:answer is|answer:)\s*(.+)", re.I | re.S)
 _SENTENCE = re.compile(r"(?:^|(?<=[.!?] ))[A-Z][^.!?]{40,160}[.!?]")  # whole sentences only
 
@@ -120,7 +121,11 @@ class SearchEnv:
         query, k = action.arguments.strip(), self.cfg.top_k
         suffix = _K_SUFFIX.match(query)
         if suffix is not None:
-            query, k = suffix.group(1).strip(), max(1, min(int(suffix.group(2)), self.cfg.max_top_k))
+            # More digits than any useful k means "as many as allowed": int() of a huge string would
+            # raise (Python's 4,300-digit limit), and a tool must never raise.
+            digits = suffix.group(2).lstrip("0") or "0"
+            wanted = int(digits) if len(digits) <= _MAX_K_DIGITS else self.cfg.max_top_k
+            query, k = suffix.group(1).strip(), max(1, min(wanted, self.cfg.max_top_k))
         if not query:
             return ToolResult("search", "failure", "error: empty query", time.perf_counter() - start)
         if len(query) > MAX_QUERY_CHARS:

@@ -75,3 +75,9 @@ def test_min_difficulty_restricts_rl_problems() -> None:
     assert sorted(counts) == [3] * 8 + [4] * 8
     with pytest.raises(ValueError, match="exceeds environment.max_ops"):
         env.sample_problems(4, 0, min_difficulty=5)
+
+
+@pytest.mark.parametrize("answer", ["1" * 5000, "-" + "9" * 4301])
+def test_reward_of_a_huge_integer_is_wrong_not_an_error(answer: str) -> None:
+    env = ArithmeticEnv()
+    assert env.reward("35", answer) == env.cfg.reward.well_formed

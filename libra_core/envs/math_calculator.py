@@ -4,8 +4,9 @@ The `math_tools` environment's light tool (the sandboxed Python tool is the heav
 what GSM8K's `<<48/2=24>>` annotations contain: numbers, + - * / // % **, parentheses and unary
 minus, evaluated on the parsed syntax tree (no `eval`), with bounded exponents and magnitudes so a
 call can never hang. Results are written the way GSM8K writes them: integers without a decimal
-point, other values rounded to 6 significant decimals. Errors are `failure` observations that
-explain the accepted form, so failed calls return longer payloads than successful ones.
+point, other values with up to 12 significant digits (0.3, 1e-7, 1e15). A comma is read only as a
+thousands separator (1,000*3). Errors are `failure` observations that explain the accepted form, so
+failed calls return longer payloads than successful ones.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 import time
 from collections.abc import Callable
 
@@ -22,6 +24,9 @@ USAGE = "error: expected one arithmetic expression on numbers, e.g. (48+24)/2 or
 MAX_CHARS = 200
 MAX_EXPONENT = 64
 MAX_MAGNITUDE = 1e30
+SIGNIFICANT_DIGITS = 12  # float results: 0.1+0.2 is 0.3, 1e15+0.3 is 1e15, not 1000000000000000.25
+COMMA = "error: a comma is read only as a thousands separator (1,000); give one expression, e.g. (48+24)/2"
+_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d,])")
 
 _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -67,22 +72,27 @@ def _eval(node: ast.AST) -> float:
 
 
 def format_number(value: float) -> str:
-    """GSM8K style: 24 not 24.0; 0.2 not 0.20000000000000001."""
+    """GSM8K style: 24 not 24.0; 0.2 not 0.20000000000000001; 1e-07 is 1e-7, not 0."""
     if isinstance(value, int):
         return str(value)
-    if math.isfinite(value) and value == int(value):
+    if math.isfinite(value) and value == int(value) and abs(value) < 2**53:  # exact as an integer
         return str(int(value))
-    return f"{round(value, 6):.6f}".rstrip("0").rstrip(".")
+    text = f"{value:.{SIGNIFICANT_DIGITS}g}"  # no trailing zeros; exponent form below 1e-4, from 1e12
+    mantissa, _, exponent = text.partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else text
 
 
 def evaluate(expression: str) -> str:
     """Value of `expression` as text; raises CalculatorError (message = observation) otherwise."""
-    text = expression.strip().replace(",", "").replace("$", "").replace("×", "*").replace("^", "**")
+    text = expression.strip().replace("$", "").replace("×", "*").replace("^", "**")
+    text = _THOUSANDS.sub(lambda m: m.group().replace(",", ""), text)
     if not text or len(text) > MAX_CHARS:
         raise CalculatorError(USAGE)
+    if "," in text:  # (1,2) or 3,5: a tuple or a decimal comma, not one number
+        raise CalculatorError(COMMA)
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError):  # ValueError: a lone surrogate ("\ud800") cannot be encoded
         raise CalculatorError(USAGE) from None
     return format_number(_eval(tree))
 

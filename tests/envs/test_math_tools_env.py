@@ -99,6 +99,23 @@ def test_chatml_format_reads_tool_calls_code_blocks_and_answers() -> None:
     assert env.stop_tokens == ("<|im_end|>", "<|endoftext|>")
 
 
+def test_chatml_reward_reads_the_final_box_after_long_reasoning() -> None:
+    # The chatml answer is the whole turn; the box comes last, after the reasoning's own numbers.
+    env = build_environment(
+        MathToolsEnvConfig(type="math_tools", prompt_format="chatml", files=("gsm8k/test.jsonl",))
+    )
+    reasoning = (
+        "Natalia sold 48 clips in April. In May she sold half as many, 48/2 = 24 clips. "
+        "Altogether she sold 48 + 24 clips. Let me double check each step carefully. "
+    ) * 3
+    right = env.parse_turn(reasoning + "So the final answer is \\boxed{72}.<|im_end|>")
+    wrong = env.parse_turn(reasoning + "So the final answer is \\boxed{99}.<|im_end|>")
+    assert right.kind == wrong.kind == "answer" and len(right.answer or "") > 400
+    assert env.reward("72", right.answer) == 1.0  # was 0.1: the answer was cut to its first 400 chars
+    assert env.reward("24", wrong.answer) == 0.1  # was 1.0: matched an intermediate value
+    assert env.reward("72", "The answer is 72") == 1.0
+
+
 def test_tiny_tokenizer_covers_the_corpus_and_maps_unseen_characters_to_unk(env) -> None:  # noqa: ANN001
     from libra_core.model.tokenizer import UNK_TOKEN, train_tokenizer
 

@@ -44,6 +44,12 @@ def test_calculator_literals_are_bounded_too() -> None:
     assert calc("2**10").observation == "1024"
 
 
+def test_calculator_fails_a_lone_surrogate_instead_of_raising() -> None:
+    # Found by fuzzing chatml turns: ast.parse raised UnicodeEncodeError out of the tool.
+    result = MathCalculator()("48/2\ud800")
+    assert result.status == "failure" and "expected one arithmetic expression" in result.observation
+
+
 class _Exploding:
     name = "exploding"
 
@@ -81,3 +87,37 @@ def test_a_raising_tool_records_the_time_it_took() -> None:
         RolloutRequest(Problem("p", "q", "a", 1), "g0", 0),
     )
     assert result.status == "failure" and 0.05 <= result.latency_s < 5.0
+
+
+def test_calculator_keeps_significant_digits_of_small_and_large_results() -> None:
+    calc = MathCalculator()
+    results = {
+        expr: calc(expr)
+        for expr in ("1e-7", "2 ** -64", "1e15+0.3", "1e30", "0.1+0.2", "1/3", "100 * 1.1", "2**64", "-0.0")
+    }
+    assert all(r.status == "success" for r in results.values())
+    assert {expr: r.observation for expr, r in results.items()} == {
+        "1e-7": "1e-7",  # was "0"
+        "2 ** -64": "5.42101086243e-20",  # was "0"
+        "1e15+0.3": "1e15",  # was "1000000000000000.25"
+        "1e30": "1e30",  # was "1000000000000000019884624838656"
+        "0.1+0.2": "0.3",
+        "1/3": "0.333333333333",
+        "100 * 1.1": "110",
+        "2**64": "18446744073709551616",  # integer arithmetic stays exact
+        "-0.0": "0",
+    }
+
+
+def test_calculator_reads_a_comma_only_as_a_thousands_separator() -> None:
+    calc = MathCalculator()
+    for expr, value in (
+        ("1,000*3", "3000"),
+        ("$1,000 * 2", "2000"),
+        ("1,000,000/4", "250000"),
+        ("-1,000.5*2", "-2001"),
+    ):
+        assert (calc(expr).status, calc(expr).observation) == ("success", value), expr
+    for expr in ("(1,2)", "3,5", "1,000,2", "12,3456"):
+        result = calc(expr)
+        assert result.status == "failure" and "thousands separator" in result.observation, expr

@@ -80,7 +80,12 @@ def cmd_serve(
     try:
         from flows.serve import build_deployments, serve_forever
 
-        deployments = build_deployments(config_path, list(args.overrides), cfg)
+        try:
+            deployments = build_deployments(config_path, list(args.overrides), cfg)
+        except ValueError as err:  # Prefect's cron and time-zone checks are stricter than the config's
+            return fail(
+                f"schedule (cron {cfg.schedule.cron!r}, {cfg.schedule.timezone}): {err}", EXIT_CONFIG_ERROR
+            )
         sched = cfg.schedule
         when = (
             f"cron {sched.cron!r} ({sched.timezone}{'' if sched.active else ', paused'})"

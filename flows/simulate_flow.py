@@ -16,6 +16,7 @@ from uuid import UUID
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 
+from flows.cli_common import output_problem
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim import SimReport, SimSettings, format_table, resolve_policies, simulate
 from libra_core.sim.overrides import parse_overrides
@@ -103,6 +104,9 @@ def simulate_flow(
     knobs = parse_overrides(settings or [], SimSettings, "settings")
     SimSettings(**knobs)  # range checks
     shape = parse_overrides(spec or [], spec_class(scenario), "spec")  # ranges: checked as the task loads it
+    problem = out_dir is not None and output_problem(out_dir, folder=True)
+    if problem:  # before the simulation, not after it
+        raise ValueError(f"out_dir: {problem}")
     report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape, jobs, model)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out_dir) if out_dir else Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"

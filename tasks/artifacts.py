@@ -56,7 +56,7 @@ def artifact_key(name: str, suffix: str) -> str:
 def _iteration_artifacts(run_dir: str, iteration: int) -> None:
     row = next(r for r in read_history(run_dir) if r["iteration"] == iteration)
     total = row["iteration_s"] or 1.0
-    stages = [*STAGES, "eval"]
+    stages = [*STAGES, *(["eval"] if row["eval_s"] is not None else [])]  # no eval ran: no row
     create_table_artifact(
         table=[
             {

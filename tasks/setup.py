@@ -44,6 +44,12 @@ def create_run_task(config_path: str | None, overrides: list[str], resume: str |
             raise
         return RunStart(str(root), state.completed_iterations + 1, state.policy_version, True)
     cfg = load_config(config_path, overrides)
+    if cfg.planner.type == "libra":
+        # As `libra run` does: a wrong model, GPU or workload name (say, edited in the UI) fails
+        # here, not after the warm-up at the first plan stage, and leaves no run folder behind.
+        from libra_core.planner.service import LibraPlanner
+
+        LibraPlanner.resolve_specs(cfg)
     root = new_run_dir(cfg)
     root.mkdir(parents=True)
     lock_run(root)

@@ -51,6 +51,20 @@ def test_simulate_flow_rejects_unknown_policy(prefect_quiet) -> None:
         simulate_flow("tiny", "8xA800", 2, "nope")
 
 
+def test_simulate_flow_checks_its_output_folder_before_simulating(
+    prefect_quiet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flows.simulate_flow as module
+
+    def must_not_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("simulated before the output folder was checked")
+
+    monkeypatch.setattr(module, "simulate_task", must_not_run)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ValueError, match=r"out_dir: .*afile.* not a folder"):
+        module.simulate_flow("tiny", "8xA800", 2, "greedy", out_dir=str(tmp_path / "afile" / "out"))
+
+
 def test_simulate_flow_what_ifs_match_the_library(prefect_quiet, tmp_path: Path) -> None:
     from flows.simulate_flow import simulate_flow
     from libra_core.sim import SimSettings

@@ -1,0 +1,112 @@
+"""What a run started from the Prefect UI is checked for, and the per-iteration stage table it publishes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import tasks.artifacts as artifacts
+from libra_core.data.history import STAGES
+
+
+def _row(eval_s: float | None) -> dict[str, Any]:
+    return {
+        "iteration": 2,
+        "iteration_s": 4.0,
+        **{f"{s}_s": 0.5 for s in STAGES},
+        "eval_s": eval_s,
+        "reward_mean": 0.3,
+        "accuracy": 0.2,
+        "tokens_generated": 100,
+        "rollout_tokens_per_s": 50.0,
+        "policy_version": 2,
+        "routing_moves": 0,
+        "routing_migrations": 0,
+        "migrated_tokens": 0,
+        "rollout_instances": 1,
+        "routing_class_accuracy": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("eval_s", "eval_rows"), [(None, []), (1.0, [{"stage": "eval", "seconds": 1.0, "share": "25%"}])]
+)
+def test_the_stage_table_shows_eval_only_when_it_ran(monkeypatch, eval_s, eval_rows) -> None:
+    # An iteration without an evaluation used to show "eval 0.0 s, 0%", as if it had run for nothing.
+    tables: list[list[dict[str, Any]]] = []
+    monkeypatch.setattr(artifacts, "read_history", lambda run_dir: [_row(eval_s)])
+    monkeypatch.setattr(artifacts, "read_timeline", lambda run_dir: [])
+    monkeypatch.setattr(artifacts, "planner_rows", lambda run_dir: [])
+    monkeypatch.setattr(artifacts, "create_table_artifact", lambda table, **kw: tables.append(table))
+    monkeypatch.setattr(artifacts, "create_markdown_artifact", lambda **kw: None)
+    artifacts._iteration_artifacts("unused", 2)
+    (table,) = tables
+    assert [r for r in table if r["stage"] == "eval"] == eval_rows
+    assert [r["stage"] for r in table] == [*STAGES, *(["eval"] if eval_rows else []), "iteration"]
+
+
+def test_a_run_started_from_the_ui_checks_the_planners_specs_before_making_its_folder(tmp_path) -> None:
+    # The deployment's path: `libra run` checked these, the flow's first task did not, so a wrong
+    # spec failed only at the first plan stage, after the warm-up.
+    from tasks.setup import create_run_task
+
+    overrides = [
+        f"experiment.output_dir={tmp_path / 'runs'}",
+        "planner.type=libra",
+        f"planner.model_spec={tmp_path / 'nope' / 'config.json'}",
+    ]
+    with pytest.raises(
+        ValueError, match=r"planner.model_spec: .*neither a built-in model name nor an existing file"
+    ):
+        create_run_task.fn(None, overrides, None)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_serve_refuses_a_cron_prefect_cannot_schedule_with_exit_2(tmp_path) -> None:
+    # `5L` (last Friday) passes the config's cron check but not Prefect's: it used to escape as a
+    # traceback with exit 1 once the server was up.
+    import http.server
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"true")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flows.cli",
+                "serve",
+                "--api-url",
+                f"http://127.0.0.1:{srv.server_address[1]}/api",
+            ]
+            + ["--set", "schedule.cron=0 2 * * 5L", "--set", f"experiment.output_dir={tmp_path / 'runs'}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
+    finally:
+        srv.shutdown()
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "schedule (cron '0 2 * * 5L'" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr

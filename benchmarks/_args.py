@@ -156,7 +156,12 @@ def add_overrides(ap: argparse.ArgumentParser, *, spec: bool = True) -> None:
     """`--setting FIELD=VALUE ...` (SimSettings) and, with `spec`, `--spec FIELD=VALUE ...` (the
     scenario's generator); repeated flags accumulate, as in `libra simulate`."""
     ap.add_argument(
-        "--setting", nargs="+", action="extend", default=[], help="FIELD=VALUE changes to SimSettings"
+        "--setting",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="changes to SimSettings",
     )
     if spec:
         ap.add_argument(
@@ -164,5 +169,6 @@ def add_overrides(ap: argparse.ArgumentParser, *, spec: bool = True) -> None:
             nargs="+",
             action="extend",
             default=[],
-            help="FIELD=VALUE changes to the scenario's generator",
+            metavar="FIELD=VALUE",
+            help="changes to the scenario's generator",
         )

@@ -33,7 +33,7 @@ from libra_core.sim.settings import SimSettings
 from libra_core.sim.simulate import SimRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, positive_int  # noqa: E402
+from _args import ExtendList, add_overrides, positive_int  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict, SimSettings]:
@@ -55,22 +55,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict,
         help="several seeds, summarised (not with --seed)",
     )
     ap.add_argument("--out", type=Path, default=None, help="folder for summary.json and CSVs per scenario")
-    ap.add_argument(
-        "--spec",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="changes to the scenarios' generator",
-    )
-    ap.add_argument(
-        "--setting",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="changes to SimSettings",
-    )
+    add_overrides(ap)
     ap.add_argument(
         "--policies", nargs="+", action="extend", default=None, help="policy names (default: all)"
     )

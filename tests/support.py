@@ -1,4 +1,9 @@
-"""Shared test settings (importable from tests as `tests.support`)."""
+"""Shared test settings and helpers (importable from tests as `tests.support`)."""
+
+import http.server
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 # A small but learnable setup: short SFT so tests start from a policy that sometimes succeeds.
 TEST_OVERRIDES = [
@@ -18,3 +23,25 @@ TEST_OVERRIDES = [
     "eval.num_prompts=8",
     "eval.every=2",
 ]
+
+
+@contextmanager
+def fake_prefect_api() -> Iterator[str]:
+    """An `/api` URL whose `/health` answers 200, as a running Prefect server's does (and nothing
+    else: what a test needs to get past `api_healthy`)."""
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"true")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/api"
+    finally:
+        srv.shutdown()

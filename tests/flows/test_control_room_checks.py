@@ -8,6 +8,7 @@ import pytest
 
 import tasks.artifacts as artifacts
 from libra_core.data.history import STAGES
+from tests.support import fake_prefect_api
 
 
 def _row(eval_s: float | None) -> dict[str, Any]:
@@ -66,38 +67,18 @@ def test_a_run_started_from_the_ui_checks_the_planners_specs_before_making_its_f
 def test_serve_refuses_a_cron_prefect_cannot_schedule_with_exit_2(tmp_path) -> None:
     # `5L` (last Friday) passes the config's cron check but not Prefect's: it used to escape as a
     # traceback with exit 1 once the server was up.
-    import http.server
     import os
     import subprocess
     import sys
-    import threading
 
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"true")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = http.server.HTTPServer(("127.0.0.1", 0), Health)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     env = {
         **os.environ,
         "PREFECT_HOME": str(tmp_path / "prefect"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
-    try:
+    with fake_prefect_api() as api_url:
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "flows.cli",
-                "serve",
-                "--api-url",
-                f"http://127.0.0.1:{srv.server_address[1]}/api",
-            ]
+            [sys.executable, "-m", "flows.cli", "serve", "--api-url", api_url]
             + ["--set", "schedule.cron=0 2 * * 5L", "--set", f"experiment.output_dir={tmp_path / 'runs'}"],
             capture_output=True,
             text=True,
@@ -105,8 +86,6 @@ def test_serve_refuses_a_cron_prefect_cannot_schedule_with_exit_2(tmp_path) -> N
             env=env,
             check=False,
         )
-    finally:
-        srv.shutdown()
     assert done.returncode == 2, done.stderr[-2000:]
     assert "schedule (cron '0 2 * * 5L'" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr

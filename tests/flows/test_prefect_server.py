@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from flows.prefect_server import api_healthy, choose_api_for_run, free_port, start_server
+from tests.support import fake_prefect_api
 
 
 def test_unreachable_server_falls_back_to_ephemeral(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,24 +26,8 @@ def test_no_server_configured_says_nothing(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_start_server_refuses_a_port_in_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import http.server
-    import threading
-
-    class Health(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"true")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = http.server.HTTPServer(("127.0.0.1", 0), Health)
-    port = srv.server_address[1]
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        assert api_healthy(f"http://127.0.0.1:{port}/api")
+    with fake_prefect_api() as api_url:
+        port = int(api_url.rsplit(":", 1)[1].removesuffix("/api"))
+        assert api_healthy(api_url)
         with pytest.raises(RuntimeError, match="already answers"):
             start_server("127.0.0.1", port, tmp_path / "server.log")
-    finally:
-        srv.shutdown()

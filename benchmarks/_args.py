@@ -55,6 +55,14 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """An argparse `type=`: a finite number > 0."""
+    value = non_negative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def comma_list(item: Callable[[str], Any]) -> Callable[[str], list[Any]]:
     """An argparse `type=`: comma-separated values, each parsed by `item` (an argparse type)."""
 

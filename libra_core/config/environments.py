@@ -73,6 +73,13 @@ class MathToolsEnvConfig(Frozen):
     tool_timeout_s: float = Field(2.0, gt=0, description="Calculator calls slower than this return timeout.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Limits of the Python tool.")
     reward: EnvRewardWeights = Field(default_factory=EnvRewardWeights, description="Reward levels.")
+    answer_check_timeout_s: float | None = Field(
+        10.0,
+        gt=0,
+        description="Deadline of one final-answer check, run in a worker process "
+        "(libra_core/envs/answer_worker.py); a slower check counts as a well-formed wrong answer. "
+        "null: check in-process, with only the lexical screen against huge expressions.",
+    )
 
     def data_files(self) -> tuple[str, ...]:
         """The files (relative to `data_dir`) the environment reads; their contents shape a warm-up."""

@@ -4,7 +4,9 @@ Problems come from JSONL files (libra_core/envs/datasets.py). Two tools: `calcul
 arithmetic expression, in-process, microseconds) and `python` (arbitrary code in the sandbox,
 ~0.1 s, can fail or time out), so tool returns differ in latency, payload size and status.
 Reward: math-verify equivalence of the final answer with the reference (libra_core/envs/
-answer_check.py); `reward.well_formed` for a parseable wrong answer, `reward.malformed` for none.
+answer_check.py), checked in a worker process under `answer_check_timeout_s` (answer_worker.py);
+`reward.well_formed` for a parseable wrong answer (or a check past the deadline), `reward.malformed`
+for none.
 Demonstrations for the SFT warm-up replay GSM8K's `<<48/2=24>>` annotations as calculator calls;
 MATH records (no annotations) demonstrate the answer alone. Text protocol: libra_core/envs/protocol.py.
 """
@@ -63,15 +65,23 @@ class MathToolsEnv:
         return self.format.observation(result.observation)
 
     def reward(self, reference_answer: str, final_answer: str | None) -> float:
-        from libra_core.envs.answer_check import math_equivalent
-
         weights = self.cfg.reward
         if final_answer is None:
             return weights.malformed
-        verdict = math_equivalent(reference_answer, final_answer)
+        verdict = self._math_equivalent(reference_answer, final_answer)
         if verdict is None:
             return weights.malformed
         return weights.correct if verdict else weights.well_formed
+
+    def _math_equivalent(self, reference_answer: str, final_answer: str) -> bool | None:
+        timeout_s = self.cfg.answer_check_timeout_s
+        if timeout_s is None:
+            from libra_core.envs.answer_check import math_equivalent
+
+            return math_equivalent(reference_answer, final_answer)
+        from libra_core.envs.answer_worker import shared_worker
+
+        return shared_worker(timeout_s).math_equivalent(reference_answer, final_answer)
 
     # -- supervision ----------------------------------------------------------------------------
     def demonstration(self, problem: Problem) -> list[Segment]:

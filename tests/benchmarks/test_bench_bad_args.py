@@ -37,6 +37,8 @@ CASES = [
     ("rollout_throughput.py", ["/nonexistent"], "/nonexistent"),
     ("trace_eval_table.py", [], "--run"),  # its old default named a run that does not exist
     ("trace_eval_table.py", ["--run", "/nonexistent"], "/nonexistent"),
+    ("answer_check_cost.py", ["--timeout-s", "0"], "--timeout-s"),
+    ("answer_check_cost.py", ["--data", "/nonexistent"], "/nonexistent"),
 ]
 
 

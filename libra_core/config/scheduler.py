@@ -38,8 +38,9 @@ class SchedulerConfig(Frozen):
     min_support: float = Field(
         4.0,
         ge=0,
-        description="C-MLFQ: aged samples the tree needs at the exact tool-return path before the "
-        "estimate may place or move a request.",
+        description="C-MLFQ: aged samples that saw the request's depth and last tool return (the "
+        "most of its prompt's node, the global node at its exact path, and the Markov node of its "
+        "depth and last return) before the estimate may place or move a request.",
     )
     backoff_pseudocount: float = Field(
         8.0,

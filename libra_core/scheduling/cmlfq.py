@@ -136,15 +136,17 @@ class CMLFQScheduler:
         return Move(target)
 
     def on_finish(self, trajectory: FinishedTrajectory) -> None:
-        self.tree.insert(
-            trajectory.prompt_id,
-            trajectory.turns,
-            trajectory.policy_version,
-            prompt_tokens=trajectory.prompt_tokens,
-        )
-        with self.tracker.lock:
-            self._progress.pop(trajectory.request_id, None)
-        self.tracker.release(trajectory.request_id)
+        try:
+            self.tree.insert(
+                trajectory.prompt_id,
+                trajectory.turns,
+                trajectory.policy_version,
+                prompt_tokens=trajectory.prompt_tokens,
+            )
+        finally:  # a trajectory the tree refuses has still left its instance
+            with self.tracker.lock:
+                self._progress.pop(trajectory.request_id, None)
+            self.tracker.release(trajectory.request_id)
 
     def on_policy_version(self, version: int) -> None:
         self.tree.set_version(version)

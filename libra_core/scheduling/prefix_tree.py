@@ -50,6 +50,7 @@ MARKOV_MAX_DEPTH = 16
 # Size-class paths stop after this many tool returns: the prompt size matters most before the tool
 # returns have said much, and deeper levels would replicate the global tree once per size class.
 SIZE_CLASS_MAX_DEPTH = 4
+MAX_SAMPLE_TOKENS = 2**31 - 1  # samples are 32-bit ints (tree_node.Node.samples)
 
 
 class PrefixTree:
@@ -211,6 +212,13 @@ class PrefixTree:
         advance the pruning pass by `prune_nodes_per_insert` checks."""
         remaining = sum(t.gen_tokens + t.payload_tokens for t in turns)
         remaining_gen = sum(t.gen_tokens for t in turns)
+        if remaining > MAX_SAMPLE_TOKENS or version > MAX_SAMPLE_TOKENS:
+            # Checked before anything changes: the samples are 32-bit, and a write that overflowed
+            # halfway would leave the prompt's node recorded and the path's nodes not.
+            raise ValueError(
+                f"trajectory of {prompt_id!r} has {remaining} tokens (version {version}); the tree "
+                f"stores at most {MAX_SAMPLE_TOKENS} per sample"
+            )
         codes, raw_codes = [], self._raw_codes
         for i, t in enumerate(turns[:-1]):
             assert t.tool is not None and t.status is not None, (

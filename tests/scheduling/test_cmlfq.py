@@ -207,3 +207,17 @@ def test_a_loaded_tree_follows_the_run_config_but_keeps_its_keys() -> None:
         ValueError, match=r"built with payload_class_edges=\[16, 256, 2048\], the config asks for \[8, 64\]"
     ):
         CMLFQScheduler(SchedulerConfig(type="cmlfq", payload_class_edges=[8, 64]), PrefixTree())
+
+
+def test_a_trajectory_too_long_for_the_tree_is_refused_whole_and_still_released() -> None:
+    s = CMLFQScheduler(SchedulerConfig(type="cmlfq", buckets=(100,), min_support=1))
+    s.admit(SchedRequest("huge", "p", 10, 0))
+    pay = 2**31 - 100  # two such payloads overflow the tree's 32-bit samples
+    turns = (Turn(10, "calc", pay, "success"), Turn(10, "calc", pay, "success"), Turn(5, None, 0, None))
+    with pytest.raises(ValueError, match="at most 2147483647"):
+        finish(s, "huge", "p", turns, 0)
+    assert s.in_flight() == 0  # the request left its instance
+    assert s.tree.prompts == {}  # nothing half written
+    s.admit(SchedRequest("next", "p", 10, 0))
+    finish(s, "next", "p", long(), 0)
+    assert s.admit(SchedRequest("probe", "p", 10, 0)) == 1

@@ -71,6 +71,14 @@ class PlannerConfig(Frozen):
         "one-degree layout only when priced faster by more than this share (0: by price alone; "
         "docs/planner.md).",
     )
+    reprefill_fraction: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of a trajectory's context prefilled again after each tool return in the "
+        "rollout price: 1 when the paused trajectory's KV is evicted while its tool runs, 0 when "
+        "vLLM's prefix cache (on in Libra's engines) still holds it (docs/planner.md).",
+    )
     two_phase_path: bool = Field(
         True,
         description="Price a rollout range's critical path in two phases: at the loaded pace while "

@@ -56,6 +56,7 @@ class LibraPlanner:
         mixed_margin: float = 0.0,
         two_phase_path: bool = True,
         total_iterations: int | None = None,
+        reprefill_fraction: float | None = None,
     ) -> None:
         self.cluster = cluster
         self.total_iterations = total_iterations  # the run's length: a move amortises over what is left
@@ -66,6 +67,9 @@ class LibraPlanner:
         self.plan_for_spread = plan_for_spread
         self.mixed_margin = mixed_margin
         self.two_phase_path = two_phase_path
+        # Set on the measured trajectories' workloads (None: the default of Workload); a Workload
+        # given to `observe` keeps its own.
+        self.reprefill_fraction = reprefill_fraction
         self.num_gpus = min(gpu_budget, cluster.num_gpus) if gpu_budget else cluster.num_gpus
         self.window = TrajectoryWindow(window_iterations)
         self.corrections = StageCorrection()
@@ -114,6 +118,7 @@ class LibraPlanner:
             prompts_per_iteration=cfg.rollout.prompts_per_iteration,
             group_size=cfg.training.grpo.group_size,
             minibatches=cfg.training.grpo.minibatches,
+            reprefill_fraction=p.reprefill_fraction,
         )
         policy = ReplanPolicy(p.min_gain_fraction, p.expected_iterations, p.move_cost_s)
         return cls(
@@ -130,6 +135,7 @@ class LibraPlanner:
             p.mixed_margin,
             p.two_phase_path,
             cfg.experiment.iterations,
+            p.reprefill_fraction,
         )
 
     @property
@@ -165,11 +171,12 @@ class LibraPlanner:
     ) -> None:
         """Feed one finished iteration: its trajectories and measured seconds per stage. With its
         `iteration` number, its throughput (tokens over the stages' seconds) feeds the move audit."""
-        w = (
-            trajectories
-            if isinstance(trajectories, Workload)
-            else workload_from_trajectory_table(trajectories, group_size)
-        )
+        if isinstance(trajectories, Workload):
+            w = trajectories
+        else:
+            w = workload_from_trajectory_table(trajectories, group_size)
+            if self.reprefill_fraction is not None:
+                w = replace(w, reprefill_fraction=self.reprefill_fraction)
         self.window.add(w)
         if iteration is not None:
             tokens = float(w.total_tokens.sum()) * w.weight

@@ -158,3 +158,37 @@ def test_service_for_the_local_tiny_model() -> None:
     planner = LibraPlanner.from_config(LibraConfig.model_validate({"planner": {"type": "libra"}}))
     plan, _ = planner.step(0)
     assert plan.colocated and plan.t_iter_s > 0
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.5])
+def test_the_configured_reprefill_fraction_prices_the_prior_and_the_measured_trajectories(
+    fraction: float,
+) -> None:
+    import pyarrow as pa
+
+    cfg = LibraConfig.model_validate(
+        {
+            "planner": {
+                "type": "libra",
+                "hardware": "8xH100",
+                "model_spec": "qwen3-4b",
+                "initial_workload": "math-short",
+                "reprefill_fraction": fraction,
+            }
+        }
+    )
+    planner = LibraPlanner.from_config(cfg)
+    assert planner._prior.reprefill_fraction == fraction
+    row = {  # 10 prompt tokens, 4 generated, a 3-token tool return, 20 generated
+        "iteration": 0,
+        "prompt_id": "p0",
+        "group_id": "g0",
+        "prompt_ids": [1] * 10,
+        "loss_mask": [1] * 4 + [0] * 3 + [1] * 20,
+        "tool_events": [{"turn": 0, "payload_tokens": 3}],
+        "tool_latency_s": 0.5,
+    }
+    planner.observe(pa.Table.from_pylist([row]), group_size=1, measured_s={})
+    pooled = planner.window.pooled()
+    # prompt + payload + fraction x the 14-token context at the call
+    assert pooled.prefill_tokens.tolist() == [10 + 3 + fraction * 14]

@@ -10,6 +10,7 @@ go to the history, so the bias of what was trained on against what was generated
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ from libra_core.pipeline.run_dir import RunLayout, load_run_config
 from libra_core.training.advantages import mixed_group_share
 from libra_core.training.selection import SelectionStats, select_for_update
 from libra_core.training.update import UpdateResult, run_grpo_update
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,13 @@ def run_update(run_dir: str, rewarded_path: str, *, iteration: int, version: int
     pipeline = cfg.pipeline
     max_groups = cfg.rollout.prompts_per_iteration if pipeline.dynamic_sampling.enabled else None
     chosen = select_for_update(table, version=version, pipeline=pipeline, max_groups=max_groups)
+    if chosen.stats.groups_over_cap:
+        log.info(
+            "iteration %d: %d groups with reward signal left out over the cap of %s (over-sampled)",
+            iteration,
+            chosen.stats.groups_over_cap,
+            max_groups,
+        )
     if chosen.table.num_rows == 0:
         rewards = np.asarray(table.column("reward").to_numpy(zero_copy_only=False), dtype=np.float64)
         skipped = _skipped(

@@ -9,7 +9,8 @@ training set (long trajectories are the ones that arrive late, and the ones that
   recomputed by the current policy (`stale: recompute`); whole groups are dropped so GRPO's
   group-relative advantages stay defined on complete groups;
 - dynamic sampling: groups whose rewards are all equal carry no GRPO signal and are dropped; at most
-  `max_groups` of the remaining groups are kept (the rollout over-sampled to fill them).
+  `max_groups` of the remaining groups are kept (the rollout over-sampled to fill them; the surplus
+  is counted in `groups_over_cap`, which the update stage logs but the history does not keep).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class SelectionStats:
     stale_dropped: int  # trajectories dropped for staleness (with their whole group)
     stale_recomputed: int  # stale trajectories kept with recomputed behaviour log-probs
     groups_filtered: int  # groups dropped because every reward in them was equal
+    groups_over_cap: int  # groups with signal left out because `max_groups` were already kept
     max_staleness_seen: int  # largest (update version - min_version) among trained trajectories
     all_reward_mean: float
     train_reward_mean: float
@@ -75,7 +77,7 @@ def select_for_update(
     for i, g in enumerate(group_ids):
         order.setdefault(g, []).append(i)
     keep: list[int] = []
-    stale_dropped = stale_recomputed = filtered = kept_groups = 0
+    stale_dropped = stale_recomputed = filtered = kept_groups = over_cap = 0
     for rows in order.values():
         if pipeline.stale == "drop" and stale[rows].any():
             stale_dropped += len(rows)
@@ -85,6 +87,7 @@ def select_for_update(
                 filtered += 1
                 continue
             if max_groups is not None and kept_groups >= max_groups:
+                over_cap += 1
                 continue
         kept_groups += 1
         stale_recomputed += int(stale[rows].sum())
@@ -96,6 +99,7 @@ def select_for_update(
         stale_dropped=stale_dropped,
         stale_recomputed=stale_recomputed if pipeline.stale == "recompute" else 0,
         groups_filtered=filtered,
+        groups_over_cap=over_cap,
         max_staleness_seen=int(staleness[idx].max()) if len(idx) else 0,
         all_reward_mean=_mean(rewards),
         train_reward_mean=_mean(rewards[idx]),

@@ -51,7 +51,7 @@ def _fake_stages(monkeypatch: pytest.MonkeyPatch, *, update_fails_at: int | None
         result = UpdateResult(
             0.0, 0.0, 1, 1, 1, 0.0, 1.0, 0.0, None, 0.0, 0.5, 0.1, 0.5, version + 1, 1.0, 0.1
         )
-        return UpdateStageResult(result, SelectionStats(0, 0, 0, 0, 0.5, 0.5, 10.0, 10.0, 10.0, 10.0))
+        return UpdateStageResult(result, SelectionStats(0, 0, 0, 0, 0, 0.5, 0.5, 10.0, 10.0, 10.0, 10.0))
 
     def pool(run_dir: str, size: int, version: int) -> PoolInfo:
         return PoolInfo("p", tuple(f"u{i}" for i in range(size)), tuple(f"i{i}" for i in range(size)), 0.0)

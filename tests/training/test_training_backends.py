@@ -103,3 +103,28 @@ def test_a_second_backward_before_step_is_refused(name: str) -> None:
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
     backend.backward(problem.loss(model, 0, 1))  # the next step's backward is fine
     backend.close()
+
+
+@pytest.mark.parametrize("spec_world", [1, 2])
+def test_ddp_refuses_a_spec_that_disagrees_with_the_process_group(tmp_path, spec_world: int) -> None:  # noqa: ANN001
+    """A group of 2 with the default spec (world_size 1) skipped the all-reduce: each rank stepped
+    on its own gradient. Here a 1-rank group stands in for the launcher's group."""
+    import torch
+    import torch.distributed as dist
+
+    from libra_core.training.backends.base import DistSpec
+    from libra_core.training.backends.ddp import DDPBackend
+
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        model = torch.nn.Linear(2, 1)
+        backend = DDPBackend(DistSpec(rank=0, world_size=spec_world, init_method="tcp://127.0.0.1:1"))
+        if spec_world == 1:
+            backend.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))  # agrees: accepted
+        else:
+            match = "rank 0 of 1, but the ddp backend was built for rank 0 of 2"
+            with pytest.raises(ValueError, match=match):
+                backend.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    finally:
+        dist.destroy_process_group()

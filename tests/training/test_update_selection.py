@@ -70,11 +70,12 @@ def test_dynamic_sampling_filters_equal_reward_groups_and_caps_the_batch() -> No
     sel = select_for_update(table_from_rows(rows), version=3, pipeline=on, max_groups=1)
     assert sel.table.column("group_id").to_pylist() == ["mixed1", "mixed1"]  # first group with signal
     assert sel.stats.groups_filtered == 2
+    assert sel.stats.groups_over_cap == 1  # mixed2: signal, but the cap was reached
     # the bias report: trained trajectories are longer than the average generated one
     assert sel.stats.train_response_tokens_mean == 9.0
     assert sel.stats.all_response_tokens_mean == pytest.approx((6 * 5 + 2 * 9) / 8)
     off = select_for_update(table_from_rows(rows), version=3, pipeline=PipelineConfig())
-    assert off.table.num_rows == 8 and off.stats.groups_filtered == 0
+    assert off.table.num_rows == 8 and off.stats.groups_filtered == 0 and off.stats.groups_over_cap == 0
 
 
 def test_newer_than_the_update_is_a_bookkeeping_error() -> None:

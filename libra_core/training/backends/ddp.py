@@ -34,6 +34,16 @@ class DDPBackend(TrainingBackend):
                 world_size=self.dist.world_size,
             )
             self._owns_group = True
+        if dist.is_initialized():
+            # `reduce` all-reduces only for world_size > 1: a spec that disagrees with the group a
+            # launcher made would skip the all-reduce (or wait for ranks that never come) silently.
+            group = (dist.get_rank(), dist.get_world_size())
+            if group != (self.dist.rank, self.dist.world_size):
+                raise ValueError(
+                    f"the process group is rank {group[0]} of {group[1]}, but the ddp backend was "
+                    f"built for rank {self.dist.rank} of {self.dist.world_size}: build it with the "
+                    "launcher's rank and world size (DistSpec)"
+                )
 
     def backward(self, loss: torch.Tensor) -> None:
         self._begin_backward()

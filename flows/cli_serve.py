@@ -29,7 +29,9 @@ def add_parser(
 ) -> None:
     p = sub.add_parser("serve", help="start the Prefect UI and serve the experiment and simulate deployments")
     add_config_args(p)
-    p.add_argument("--host", default="127.0.0.1", help="address the started server listens on")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address the started server listens on (IPv4 or IPv6, e.g. ::1)"
+    )
     p.add_argument("--port", type=int, default=4200, help="port of the started server (0: a free one)")
     p.add_argument(
         "--api-url",
@@ -45,7 +47,7 @@ def cmd_serve(
 ) -> int:
     from rich.console import Console
 
-    from flows.prefect_server import api_healthy, free_port, start_server
+    from flows.prefect_server import api_healthy, free_port, http_url, start_server
 
     console = Console(stderr=True)
     cfg = load(args)  # exits 2 with one line per problem
@@ -65,11 +67,15 @@ def cmd_serve(
             return fail(f"no Prefect server answers at {api_url}", EXIT_SERVER_ERROR)
         ui_url = api_url.rstrip("/").removesuffix("/api")
     else:
-        port = args.port or free_port(args.host)
-        log = Path(cfg.experiment.output_dir) / ".prefect-server.log"
-        console.print(f"starting Prefect server on {args.host}:{port} (log: {log}) ...")
+        host = args.host.removeprefix("[").removesuffix("]")  # uvicorn takes `::1`, not `[::1]`
         try:
-            server = start_server(args.host, port, log)
+            port = args.port or free_port(host)
+        except OSError as err:  # a name that does not resolve, an address not on this machine
+            return fail(f"--host {args.host}: no free port to listen on ({err})", EXIT_SERVER_ERROR)
+        log = Path(cfg.experiment.output_dir) / ".prefect-server.log"
+        console.print(f"starting Prefect server on {http_url(host, port)} (log: {log}) ...", highlight=False)
+        try:
+            server = start_server(host, port, log)
         except RuntimeError as err:
             return fail(str(err), EXIT_SERVER_ERROR)
         except KeyboardInterrupt:  # the server it was starting is stopped

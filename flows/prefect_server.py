@@ -27,9 +27,22 @@ def api_healthy(api_url: str, timeout_s: float = 2.0) -> bool:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
+    """A port that is free on `host` now: an IPv4 or IPv6 address, or a name, bound in the family
+    it resolves to (`::1` needs an IPv6 socket). Raises OSError when `host` does not resolve or is
+    not an address of this machine."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    with socket.socket(family, kind, proto) as s:
+        s.bind(address)
         return int(s.getsockname()[1])
+
+
+def http_url(host: str, port: int) -> str:
+    """`http://host:port`, with an IPv6 literal in brackets (`http://[::1]:4200`, RFC 3986): without
+    them the port cannot be told from the address."""
+    bare = host.removeprefix("[").removesuffix("]")
+    return f"http://[{bare}]:{port}" if ":" in bare else f"http://{bare}:{port}"
 
 
 @dataclass
@@ -55,11 +68,15 @@ class LocalServer:
 def start_server(host: str, port: int, log_path: Path, timeout_s: float = 90.0) -> LocalServer:
     """Start `prefect server start` on host:port and wait until its API is healthy.
 
+    `host` is an address or name as uvicorn takes it (an IPv6 literal without brackets, `::1`);
+    the URLs built from it bracket IPv6 literals.
+
     The database is Prefect's default (SQLite under PREFECT_HOME) unless
     PREFECT_API_DATABASE_CONNECTION_URL says otherwise. Raises RuntimeError with the log's tail if
     the server exits or does not answer in time.
     """
-    api_url, ui_url = f"http://{host}:{port}/api", f"http://{host}:{port}"
+    ui_url = http_url(host, port)
+    api_url = f"{ui_url}/api"
     if api_healthy(api_url, 0.5):
         raise RuntimeError(f"something already answers on {ui_url}; pass --api-url {api_url} to use it")
     env = {

@@ -47,9 +47,22 @@ started_runs: list[str] = []  # run folders this process started or resumed, new
 
 @flow(name="rl-experiment", log_prints=False)
 def rl_experiment(
-    config_path: str | None = None, overrides: list[str] | None = None, resume: str | None = None
+    config_path: str | None = None,
+    overrides: list[str] | None = None,
+    resume: str | None = None,
+    base_dir: str | None = None,
 ) -> str:
-    start = create_run_task(config_path, list(overrides or []), resume)
+    """One experiment run, new or resumed; returns its run folder.
+
+    Args:
+        config_path: the experiment's YAML config (None: the defaults).
+        overrides: `key.path=value` changes to it, as `libra run --set` takes them.
+        resume: a run folder to continue from its last checkpoint instead of starting a new run.
+        base_dir: the folder that relative paths resolve against: `config_path`, `resume` and the
+            config's `experiment.output_dir`. `libra serve` sets it to its working folder at start;
+            None (`libra run`): this process's working folder.
+    """
+    start = create_run_task(config_path, list(overrides or []), resume, base_dir)
     run_dir = start.run_dir
     started_runs.append(run_dir)  # for `libra run`'s interrupt message
     cfg = load_run_config(run_dir)

@@ -21,13 +21,24 @@ EXPERIMENT_DEPLOYMENT = "experiment"
 SIMULATE_DEPLOYMENT = "simulate"
 
 
-def experiment_parameters(config_path: str | None, overrides: list[str], cfg: LibraConfig) -> dict[str, Any]:
-    """Default parameters of the experiment deployment: absolute paths, so runs started by the
-    server do not depend on its working directory."""
-    overrides = list(overrides)
-    if not Path(cfg.experiment.output_dir).is_absolute():
-        overrides.append(f"experiment.output_dir={Path(cfg.experiment.output_dir).resolve()}")
-    return {"config_path": str(Path(config_path).resolve()) if config_path else None, "overrides": overrides}
+def experiment_parameters(config_path: str | None, overrides: list[str]) -> dict[str, Any]:
+    """Default parameters of the experiment deployment. `base_dir`, this process's working folder
+    now, is where the run resolves relative paths (`config_path`, `resume`, and the
+    `experiment.output_dir` of whichever config a UI run loads), so runs started by the server do
+    not depend on its working folder when they run, and a run given another `config_path` in the
+    UI writes under that config's `output_dir`, not the served one's."""
+    return {
+        "config_path": str(Path(config_path).resolve()) if config_path else None,
+        "overrides": list(overrides),
+        "base_dir": str(Path.cwd()),
+    }
+
+
+def simulate_parameters() -> dict[str, Any]:
+    """Default parameters of the simulate deployment: its default `out_dir`,
+    `runs/simulate/SCENARIO-TIMESTAMP`, and a relative one given in the UI, land under this
+    process's working folder now (`base_dir`)."""
+    return {"out_dir": None, "base_dir": str(Path.cwd())}
 
 
 def build_deployments(config_path: str | None, overrides: list[str], cfg: LibraConfig) -> list[Any]:
@@ -35,14 +46,14 @@ def build_deployments(config_path: str | None, overrides: list[str], cfg: LibraC
     schedules = [Cron(sched.cron, timezone=sched.timezone, active=sched.active)] if sched.cron else []
     experiment = rl_experiment.to_deployment(
         name=EXPERIMENT_DEPLOYMENT,
-        parameters=experiment_parameters(config_path, overrides, cfg),
+        parameters=experiment_parameters(config_path, overrides),
         schedules=schedules,
         description=f"RL experiment {cfg.experiment.name!r} from {config_path or 'defaults'}",
         tags=["libra", cfg.experiment.name],
     )
     sim = simulate_flow.to_deployment(
         name=SIMULATE_DEPLOYMENT,
-        parameters={"out_dir": None},
+        parameters=simulate_parameters(),
         description="Cluster-scale what-if simulation of Libra and the baselines (docs/simulator.md)",
         tags=["libra", "simulate"],
     )

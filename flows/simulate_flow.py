@@ -73,6 +73,11 @@ def simulate_task(
     )
 
 
+def _under(base: Path, path: str) -> Path:
+    """`path` as an absolute folder, resolved against `base` when relative."""
+    return (base / Path(path).expanduser()).resolve()
+
+
 @flow(name="simulate", flow_run_name="simulate-{scenario}-{hardware}", log_prints=False)
 def simulate_flow(
     scenario: str = "r2e-gym",
@@ -85,6 +90,7 @@ def simulate_flow(
     spec: list[str] | None = None,
     jobs: int = 1,
     model: str | None = None,
+    base_dir: str | None = None,
 ) -> str:
     """Simulate each policy on the same seeded workload; returns the output folder.
 
@@ -92,7 +98,10 @@ def simulate_flow(
     scenario generator's `ScenarioSpec` (a trace's replay: `TraceSpec`), as `libra simulate
     --setting/--spec` takes them; `jobs`: policies simulated at once, each in its own process (the
     same numbers as one at a time); `model`: a model spec name, or a Hugging Face config.json or model
-    spec YAML file (None: the scenario's); `hardware`'s GPU may be a hardware spec YAML file."""
+    spec YAML file (None: the scenario's); `hardware`'s GPU may be a hardware spec YAML file.
+    `out_dir` (None: `runs/simulate/SCENARIO-TIMESTAMP`) is resolved against `base_dir` when
+    relative: `libra serve` sets that to its working folder at start, so where a served run writes
+    does not depend on the working folder at the time it runs; None: this process's."""
     names = [p for p in policies.split(",") if p]
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -104,21 +113,21 @@ def simulate_flow(
     knobs = parse_overrides(settings or [], SimSettings, "settings")
     SimSettings(**knobs)  # range checks
     shape = parse_overrides(spec or [], spec_class(scenario), "spec")  # ranges: checked as the task loads it
-    problem = out_dir is not None and output_problem(out_dir, folder=True)
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    # an empty out_dir is refused as such, not taken for base_dir itself
+    problem = out_dir is not None and output_problem(out_dir.strip() and _under(base, out_dir), folder=True)
     if problem:  # before the simulation, not after it
         raise ValueError(f"out_dir: {problem}")
     report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape, jobs, model)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(out_dir) if out_dir else Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"
-    report.write(out.resolve())
+    out = _under(base, out_dir or str(Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"))
+    report.write(out)
     images = [
         f"![{png.stem}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode('ascii')})"
-        for png in sorted(out.resolve().glob("*.png"))
+        for png in sorted(out.glob("*.png"))
     ]
     create_markdown_artifact(
-        markdown="\n\n".join(
-            [format_table(report), *format_verdicts(report), *images, f"Outputs: `{out.resolve()}`"]
-        ),
+        markdown="\n\n".join([format_table(report), *format_verdicts(report), *images, f"Outputs: `{out}`"]),
         description=f"Simulated {scenario} on {hardware}",
     )
-    return str(out.resolve())
+    return str(out)

@@ -11,6 +11,7 @@ here is logged and the run goes on.
 from __future__ import annotations
 
 import base64
+import hashlib
 import logging
 import re
 from pathlib import Path
@@ -48,8 +49,15 @@ def _fmt(value: float | None) -> str:
 
 
 def artifact_key(name: str, suffix: str) -> str:
-    """Prefect artifact keys allow lowercase letters, digits and dashes only."""
+    """The key under which runs of experiment `name` version one artifact: `libra-<name>-<suffix>`.
+
+    Prefect keys allow lowercase letters, digits and dashes only. A name that is not already such
+    a slug (`arith_grpo`, `Arith.GRPO`) keeps a readable slug plus 8 hex digits of its SHA-256, so
+    names that slug alike (`arith-grpo`, `arith_grpo`, `Arith.GRPO`) never share a key, while a name
+    that is a slug keeps its plain key."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "run"
+    if slug != name:
+        slug = f"{slug}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
     return f"libra-{slug}-{suffix}"
 
 

@@ -29,11 +29,33 @@ class RunStart:
     resumed: bool
 
 
+def anchor_paths(
+    config_path: str | None, overrides: list[str], resume: str | None, base_dir: str
+) -> tuple[str | None, list[str], str | None]:
+    """`config_path`, `overrides` and `resume` with their relative paths resolved against
+    `base_dir`: a relative `experiment.output_dir` of the config they load (its file's or the
+    overrides') becomes one more override, `base_dir/output_dir`. A resume keeps its run's folder."""
+    base = Path(base_dir)
+    if resume is not None:
+        return config_path, overrides, str((base / resume).resolve())
+    if config_path is not None:
+        config_path = str((base / config_path).resolve())
+    output_dir = Path(load_config(config_path, overrides).experiment.output_dir)
+    if not output_dir.is_absolute():
+        overrides = [*overrides, f"experiment.output_dir={(base / output_dir).resolve()}"]
+    return config_path, overrides, resume
+
+
 @task(name="create-run", **TASK_OPTIONS)
-def create_run_task(config_path: str | None, overrides: list[str], resume: str | None) -> RunStart:
+def create_run_task(
+    config_path: str | None, overrides: list[str], resume: str | None, base_dir: str | None = None
+) -> RunStart:
     """New run: validate config, make the folder, write the resolved config. Resume: check, then
     restore (pipeline/resume.py). Either way this process takes the folder's lock (run_lock.py),
-    which the experiment flow releases when the run ends."""
+    which the experiment flow releases when the run ends. `base_dir` (set by `libra serve`): the
+    folder relative paths resolve against (`anchor_paths`); None: this process's working folder."""
+    if base_dir is not None:
+        config_path, overrides, resume = anchor_paths(config_path, overrides, resume, base_dir)
     if resume:
         root = Path(resume).resolve()
         lock_run(root)

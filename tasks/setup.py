@@ -73,7 +73,6 @@ def create_run_task(
 
         LibraPlanner.resolve_specs(cfg)
     root = new_run_dir(cfg)
-    root.mkdir(parents=True)
     lock_run(root)
     write_resolved_config(cfg, root)
     write_state(root, RunState(status="running"))

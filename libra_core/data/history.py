@@ -71,9 +71,15 @@ def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     problems = parquet_schema_problems(path, HISTORY_SCHEMA)
-    if problems:
-        raise ValueError(f"run history {path}: " + "; ".join(problems))
-    return pq.read_table(path, schema=HISTORY_SCHEMA).to_pylist()
+    if not problems:
+        try:
+            return pq.read_table(path, schema=HISTORY_SCHEMA).to_pylist()
+        except (pa.ArrowException, OSError) as err:  # a footer that reads, a damaged page
+            problems = [f"cannot be read ({' '.join(str(err).split())})"]
+    raise ValueError(
+        f"run history {path}: {'; '.join(problems)}. Restore it, or delete it to record only the "
+        "iterations from now on"
+    )
 
 
 def append_history(run_dir: str | Path, row: dict[str, Any]) -> Path:

@@ -75,7 +75,13 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
         problems = parquet_schema_problems(p, TRAJECTORY_SCHEMA)
         if problems:
             raise TrajectorySchemaError(f"lake file {p}: " + "; ".join(problems))
-    tables = [pq.read_table(p, schema=TRAJECTORY_SCHEMA) for p in paths]
+    tables = []
+    for p in paths:
+        try:
+            tables.append(pq.read_table(p, schema=TRAJECTORY_SCHEMA))
+        except (pa.ArrowException, OSError) as err:  # a footer that reads, a damaged page
+            reason = " ".join(str(err).split())
+            raise TrajectorySchemaError(f"lake file {p}: cannot be read ({reason})") from err
     table = pa.concat_tables(tables)
     validate_trajectories(table, require_reward=True)
     return table

@@ -7,7 +7,8 @@ and one line; the plan's `note` is printed), and the create-run task calls `plan
 `apply_resume` writes, after every check has passed, so a refused resume leaves the folder as it
 was. Refused: a damaged `state.json` or resolved config, overrides that change the model or the
 tokenizer (the policy folder holds that model's weights) or what the C-MLFQ tree is keyed by, fewer
-iterations than the run completed, and a checkpoint with a file missing. A resume forgets what the
+iterations than the run completed, a checkpoint with a file missing, a history file that cannot be
+read, and turning the KL penalty on in a run that kept no reference policy. A resume forgets what the
 abandoned attempt recorded after the point it continues from: history rows, lake partitions and
 timeline spans of later iterations (the planner's log is trimmed by the plan stage).
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from libra_core.config import LibraConfig, load_config, write_resolved_config
 from libra_core.data.atomic import atomic_path
-from libra_core.data.history import drop_history_after
+from libra_core.data.history import drop_history_after, read_history
 from libra_core.data.io import drop_lake_after
 from libra_core.observability.timeline import drop_timeline_after
 from libra_core.pipeline.run_dir import (
@@ -84,6 +85,10 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
             "keyed by them); start a new run instead"
         )
     state = read_state(layout.root)
+    try:  # apply_resume rewrites it, after it has replaced the policy: a damaged one fails here
+        read_history(layout.root)
+    except ValueError as err:
+        raise ResumeError(f"{err}; nothing was changed") from err
     if cfg.experiment.iterations < state.completed_iterations:
         raise ResumeError(
             f"{layout.root}: experiment.iterations={cfg.experiment.iterations} is below the "
@@ -100,6 +105,14 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
         resumed = RunState(**json.loads((ckpt / "state.json").read_text()))
     else:
         resumed = RunState()
+    if resumed.completed_iterations and cfg.training.grpo.kl_coef > 0 and not layout.reference.is_dir():
+        # The frozen warm-up policy is copied by the prepare step, which a resume past iteration 1
+        # skips; the update would fail for want of it after this iteration's rollout.
+        raise ResumeError(
+            f"{layout.root}: training.grpo.kl_coef={cfg.training.grpo.kl_coef} needs the run's frozen "
+            "warm-up policy (reference/), which a run with kl_coef 0 does not keep; start a new run "
+            "instead"
+        )
     start, last = resumed.completed_iterations + 1, cfg.experiment.iterations
     if start > last:
         note = f"{layout.root.name}: all {last} iterations done; nothing to run"
@@ -152,6 +165,7 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
     # What the abandoned attempt recorded after the point the run continues from would otherwise
     # be read as this run's past (dynamic sampling, the report, trace exports, the timeline).
     kept = plan.state.completed_iterations
+    _remove_leftovers(layout)
     drop_history_after(layout.root, kept)
     drop_lake_after(layout.root, kept)
     drop_timeline_after(layout.root, kept)
@@ -160,3 +174,16 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
     state = RunState(plan.state.completed_iterations, plan.state.policy_version, "running")
     write_state(layout.root, state)
     return state
+
+
+def _remove_leftovers(layout: RunLayout) -> None:
+    """Delete what a process killed mid-write left: `atomic_path`'s `.NAME.tmp-PID` files and a
+    checkpoint's `.iter_N.staging` copy (a whole policy and optimizer state). Safe while the
+    resume holds the folder's lock: no other process is writing them."""
+    for tmp in layout.root.rglob(".*.tmp-*"):
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+    for staging in layout.checkpoints.glob(".iter_*.staging"):
+        shutil.rmtree(staging, ignore_errors=True)

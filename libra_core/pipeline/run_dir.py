@@ -97,14 +97,21 @@ def is_run_file(run_dir: str | Path, path: str | Path) -> bool:
 
 
 def new_run_dir(cfg: LibraConfig, now: datetime | None = None) -> Path:
+    """Make and return a new, empty run folder `<output_dir>/<name>-<stamp>[-N]`. Made here, by
+    one `mkdir` that fails if the folder exists, so two runs started in the same second (two
+    `libra run`, or a schedule and a UI click) never share one: the second takes the next N."""
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     root = Path(cfg.experiment.output_dir) / f"{cfg.experiment.name}-{stamp}"
-    suffix = 1
-    candidate = root
-    while candidate.exists():
-        suffix += 1
-        candidate = root.with_name(f"{root.name}-{suffix}")
-    return candidate.resolve()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    candidate, suffix = root, 1
+    while True:
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            suffix += 1
+            candidate = root.with_name(f"{root.name}-{suffix}")
+            continue
+        return candidate.resolve()
 
 
 @lru_cache(maxsize=8)

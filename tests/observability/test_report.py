@@ -53,7 +53,6 @@ def history_row(iteration: int, rng: random.Random) -> dict[str, Any]:
 def make_run(root: Path, *, history: bool = True, timeline: bool = True) -> Path:
     cfg = load_config(None, [f"experiment.output_dir={root}", "experiment.name=report-test"])
     run = new_run_dir(cfg)
-    run.mkdir(parents=True)
     write_resolved_config(cfg, run)
     if not history:
         return run

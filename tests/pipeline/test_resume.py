@@ -68,6 +68,10 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
             ["scheduler.payload_class_edges=[8,64]"],
             r"scheduler.payload_class_edges cannot change on resume \(the run's C-MLFQ tree is keyed by",
         ),
+        # Each used to pass the check, then fail after the policy and optimizer were overwritten.
+        ("history_truncated", [], r"history.parquet: not a Parquet file .*Restore it, or delete it"),
+        ("history_page", [], r"history.parquet: cannot be read .*Restore it, or delete it"),
+        (None, ["training.grpo.kl_coef=0.1"], r"kl_coef=0.1 needs the run's frozen warm-up policy"),
     ],
 )
 def test_a_refused_resume_changes_nothing(
@@ -84,6 +88,14 @@ def test_a_refused_resume_changes_nothing(
     elif damage == "tree":
         layout.scheduler_tree.parent.mkdir(parents=True)
         layout.scheduler_tree.write_text("{}")
+    elif damage is not None and damage.startswith("history"):
+        _write_history(layout.root, 4)
+        data = bytearray((layout.root / "history.parquet").read_bytes())
+        if damage == "history_truncated":
+            del data[-40:]
+        else:  # the footer still reads; the first data page does not
+            data[4:40] = b"\xff" * 36
+        (layout.root / "history.parquet").write_bytes(bytes(data))
     before = _snapshot(layout.root)
     with pytest.raises(ValueError, match=message):
         plan_resume(layout.root, overrides)
@@ -157,3 +169,30 @@ def test_a_resume_forgets_what_the_abandoned_attempt_recorded(tmp_path: Path) ->
     assert sorted({s.iteration for s in read_timeline(layout.root)}) == [1, 2, 3]
     trace = (layout.root / "timeline" / "trace.json").read_text()
     assert '"iteration 4"' not in trace and '"iteration 3"' in trace
+
+
+def _write_history(root: Path, iterations: int) -> None:
+    import random
+
+    from libra_core.data.history import append_history
+    from tests.observability.test_report import history_row
+
+    rng = random.Random(0)
+    for it in range(1, iterations + 1):
+        append_history(root, history_row(it, rng))
+
+
+def test_a_resume_removes_what_a_killed_write_left(tmp_path: Path) -> None:
+    layout = _run_with_checkpoint(tmp_path)  # 4 iterations completed, checkpoint at 3
+    leftovers = [
+        layout.root / ".history.parquet.tmp-16022",
+        layout.root / "lake" / ".iteration=4.parquet.tmp-16022",
+        layout.checkpoints / ".iter_00004.staging" / "policy" / "model.safetensors",
+    ]
+    for path in leftovers:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("half written")
+    apply_resume(layout.root, plan_resume(layout.root))
+    assert [p.exists() for p in leftovers] == [False, False, False]
+    assert not (layout.checkpoints / ".iter_00004.staging").exists()
+    assert (layout.checkpoint(3) / "state.json").is_file()  # the checkpoint itself is kept

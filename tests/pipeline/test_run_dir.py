@@ -21,7 +21,6 @@ from libra_core.pipeline.run_dir import (
 def make_run(tmp_path: Path) -> RunLayout:
     cfg = load_config(None, [f"experiment.output_dir={tmp_path}"])
     root = new_run_dir(cfg)
-    root.mkdir(parents=True)
     write_resolved_config(cfg, root)
     layout = RunLayout(root)
     layout.policy.mkdir()
@@ -72,3 +71,15 @@ def test_decoupled_ppo_runs_its_proximal_pass_only_when_async() -> None:
     assert uses_decoupled_ppo(PipelineConfig(mode="async", max_staleness=4, decoupled_ppo=True))
     assert not uses_decoupled_ppo(PipelineConfig(mode="async", max_staleness=4, decoupled_ppo=False))
     assert not uses_decoupled_ppo(PipelineConfig(mode="sync", decoupled_ppo=True))
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    cfg = load_config(None, [f"experiment.output_dir={tmp_path / 'runs'}"])
+    now = datetime(2026, 12, 6, 4, 45, 40)
+    # new_run_dir used to return a free name and leave the mkdir to its caller: two callers in one
+    # second both got ...-2 and the slower one failed with FileExistsError.
+    folders = [new_run_dir(cfg, now) for _ in range(3)]
+    assert [f.name for f in folders] == [f"arith-grpo-20261206-044540{s}" for s in ("", "-2", "-3")]
+    assert all(f.is_dir() and not any(f.iterdir()) for f in folders)

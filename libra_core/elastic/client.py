@@ -1,8 +1,11 @@
 """The hybrid's end of the side channel: one persistent, authenticated connection to the gateway.
 
-Used by the hybrid training loop (libra_core/elastic/replica.py) from a single thread; each method
-sends one frame and reads one reply frame, whose MAC is verified before its header or tensors are
-parsed (a reply that fails verification raises AuthError and nothing from it is used).
+Used by the hybrid training loop (libra_core/elastic/replica.py) from a single thread. Connecting
+says hello and adopts the session the gateway picks (libra_core/elastic/session.py); each method then
+sends one numbered frame and reads one reply frame, whose MAC is verified before its header or tensors
+are parsed (AuthError otherwise), and which must answer that request: the same kind, worker, session,
+sequence number and step, or ReplyMismatchError is raised and nothing from the reply is used (a
+recorded reply played back could otherwise make `run_hybrid` apply an update twice).
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING, Any
 
-from libra_core.elastic.wire import bytes_to_tensors, encode_frame, read_frame, tensors_to_bytes
+from libra_core.elastic.session import ClientSession
+from libra_core.elastic.wire import bytes_to_tensors, encode_frame, read_frame, send_frame, tensors_to_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -27,14 +31,26 @@ class GatewayClient:
         max_frame_bytes: int = 1 << 30,
     ) -> None:
         self.key, self.worker_id, self.max_frame_bytes = key, worker_id, max_frame_bytes
+        self._session = ClientSession(worker_id)
         self._sock = socket.create_connection(address, timeout=timeout_s)
+        try:
+            send_frame(self._sock, encode_frame(key, self._session.hello()))
+            reply, _ = read_frame(self._sock, key, 0)
+            self._session.bind(reply)
+        except BaseException:
+            self._sock.close()
+            raise
 
     def close(self) -> None:
         self._sock.close()
 
     def request(self, kind: str, body: bytes = b"", **fields: Any) -> tuple[dict[str, Any], bytes]:
-        self._sock.sendall(encode_frame(self.key, {"kind": kind, "worker": self.worker_id, **fields}, body))
-        return read_frame(self._sock, self.key, self.max_frame_bytes)
+        """Send one request and return the reply that answers it (ReplyMismatchError otherwise)."""
+        header = self._session.request(kind, fields)
+        send_frame(self._sock, encode_frame(self.key, header, body))
+        reply, reply_body = read_frame(self._sock, self.key, self.max_frame_bytes)
+        self._session.check_reply(header, reply)
+        return reply, reply_body
 
     def snapshot(self, wait_s: float = 60.0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         reply, body = self.request("snapshot", wait_s=wait_s)

@@ -7,12 +7,21 @@ their count to the divisor carried in the core all-reduce (libra_core/elastic/re
 core rank applies the same update without knowing hybrids exist.
 
 Call context: the core training loop on rank 0 calls `collect` then `publish` once per step, in that
-order; handler threads (one per hybrid connection) call into the coordinator under one lock. Message
-kinds and their checks (a failed check is a typed rejection, logged and counted, never a crash):
+order; handler threads (one per hybrid connection) call into the coordinator under one lock.
+
+Connections. At most `max_connections` are served at once (more are closed on accept). A connection's
+first frame must be a bodiless `hello` (libra_core/elastic/session.py), complete within
+`handshake_timeout_s` and at most `HELLO_MAX_HEADER_BYTES`, so a peer without the key holds a thread
+and a few KiB for a bounded time. After the hello each frame must carry the connection's session and
+next sequence number (a replayed or reordered frame is dropped with its connection, counted in
+`replayed`, before anything acts on it), and each read must make progress within `idle_timeout_s`.
+
+Message kinds and their checks (a failed check is a typed rejection, logged and counted, never a crash):
 
 - `push` (step, version, epoch, grad): accepted only for the open step, at its frozen version and
-  membership epoch, from an ACTIVE member, once, with the expected shape and dtype. A payload for a
-  step that has closed (late), a future step, an old version or epoch is rejected.
+  membership epoch, from an ACTIVE member, once, with a body that decodes as one finite tensor of the
+  expected size and dtype. A payload for a step that has closed (late), a future step, an old version
+  or epoch, or a body that is not safetensors, is rejected.
 - `pull` (step): blocks until update `step` is published; replies with the update and whether the
   worker is active in step+1. An update older than the log is `expired` (the join fails).
 - `snapshot`: the model + optimizer snapshot, for a worker whose join was requested.
@@ -31,13 +40,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from libra_core.elastic.membership import Coordinator, Membership
+from libra_core.elastic.session import ReplayError, ServerSession
 from libra_core.elastic.state_machine import HybridState, IllegalTransition
 from libra_core.elastic.wire import (
     AuthError,
+    BodyError,
     FrameError,
     bytes_to_tensors,
     encode_frame,
     read_frame,
+    send_frame,
     tensors_to_bytes,
 )
 
@@ -47,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_PULL_WAIT_S = 120.0
+HELLO_MAX_HEADER_BYTES = 4096  # a hello is ~100 B of JSON; an unauthenticated peer buffers no more
 
 
 @dataclass(frozen=True)
@@ -90,8 +103,17 @@ class Gateway:
         port: int = 0,
         max_frame_bytes: int = 1 << 30,
         update_log_steps: int = 64,
+        handshake_timeout_s: float = 10.0,
+        idle_timeout_s: float = 600.0,
+        max_connections: int = 64,
     ) -> None:
+        """`handshake_timeout_s` bounds a new connection's hello (the only time a peer without the key
+        holds a thread); `idle_timeout_s` bounds each read on an open session, so it must exceed the
+        longest gap between a hybrid's frames (its gradient computation between a pull and a push);
+        `max_connections` caps connections served at once (hybrids plus any unauthenticated peers)."""
         assert len(key) >= 16, "the side-channel key must be at least 16 bytes"
+        assert handshake_timeout_s > 0 and idle_timeout_s > 0, "side-channel timeouts must be positive"
+        assert max_connections >= 1, "the gateway must accept at least one connection"
         # Import the codec now: a first import on a handler thread would hold the GIL during a core step.
         import safetensors.torch  # noqa: F401
 
@@ -105,7 +127,14 @@ class Gateway:
         self._open = _Open(coordinator.current)
         self._log: OrderedDict[int, tuple[torch.Tensor, Membership]] = OrderedDict()
         self._snapshot: _Snapshot | None = None
+        self.handshake_timeout_s, self.idle_timeout_s = handshake_timeout_s, idle_timeout_s
+        self.max_connections = max_connections
+        self._conn_lock = threading.Lock()
+        self.connections = 0  # connections being served now
+        self.refused_connections = 0  # closed on accept: `max_connections` were being served
+        self.timed_out = 0  # connections closed for a hello or read past its timeout
         self.unauthenticated = 0  # frames dropped for a bad MAC or malformed prefix
+        self.replayed = 0  # authentic frames dropped by the session check (replayed or out of order)
         gateway = self
 
         class _Handler(socketserver.BaseRequestHandler):
@@ -115,6 +144,23 @@ class Gateway:
         class _Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
             allow_reuse_address = True
+            request_queue_size = max_connections  # listen backlog: a burst of hybrids is not made to retry
+
+            def verify_request(self, request: Any, client_address: Any) -> bool:
+                return gateway._admit_connection()
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                try:
+                    super().process_request(request, client_address)
+                except BaseException:
+                    gateway._release_connection()  # no handler thread started to release it
+                    raise
+
+            def process_request_thread(self, request: Any, client_address: Any) -> None:
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    gateway._release_connection()
 
         self._server = _Server((host, port), _Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="libra-gateway", daemon=True)
@@ -214,25 +260,94 @@ class Gateway:
 
     # ------------------------------------------------------------------ hybrid side (handler threads)
 
+    def _admit_connection(self) -> bool:
+        """On the accept thread, before a handler starts: take a connection slot if one is free."""
+        with self._conn_lock:
+            if self.connections >= self.max_connections:
+                self.refused_connections += 1
+                admitted = False
+            else:
+                self.connections += 1
+                admitted = True
+        if not admitted:
+            log.warning("side channel: refused a connection (%d served at once)", self.max_connections)
+        return admitted
+
+    def _release_connection(self) -> None:
+        with self._conn_lock:
+            self.connections -= 1
+
+    def _drop(self, label: str, exc: Exception) -> None:
+        """A frame that failed authentication (`label` "<unauthenticated>") or the session check
+        ("<replayed>"): counted and reported in the open step; the caller closes the connection."""
+        with self._cond:
+            if label == "<replayed>":
+                self.replayed += 1
+            else:
+                self.unauthenticated += 1
+            self._open.rejected.append((label, str(exc)))
+        log.warning("side channel: dropped a frame and its connection: %s", exc)
+
+    def _open_session(self, sock: socket.socket) -> ServerSession | None:
+        """Read the connection's hello (bounded in time and size, as its sender is not yet known)."""
+        deadline = time.monotonic() + self.handshake_timeout_s
+        try:
+            hello, _ = read_frame(
+                sock, self.key, 0, max_header_bytes=HELLO_MAX_HEADER_BYTES, deadline=deadline
+            )
+            session = ServerSession.accept(hello)
+        except TimeoutError:
+            with self._conn_lock:
+                self.timed_out += 1
+            log.warning(
+                "side channel: closed a connection with no hello within %.1f s", self.handshake_timeout_s
+            )
+            return None
+        except OSError:  # the peer closed or reset the connection
+            return None
+        except (AuthError, FrameError) as exc:
+            self._drop("<unauthenticated>", exc)
+            return None
+        except ReplayError as exc:
+            self._drop("<replayed>", exc)
+            return None
+        sock.settimeout(self.idle_timeout_s)
+        try:
+            send_frame(sock, encode_frame(self.key, session.hello_reply()))
+        except OSError:
+            return None
+        return session
+
     def _serve_connection(self, sock: socket.socket) -> None:
-        while True:
+        session = self._open_session(sock)
+        while session is not None:
             try:
                 header, body = read_frame(sock, self.key, self.max_frame_bytes)
-            except ConnectionError:
+                session.check(header)
+            except TimeoutError:
+                with self._conn_lock:
+                    self.timed_out += 1
+                log.warning(
+                    "side channel: closed %s's connection, idle for %.1f s",
+                    session.worker,
+                    self.idle_timeout_s,
+                )
+                return
+            except OSError:  # the peer closed or reset the connection
                 return
             except (AuthError, FrameError) as exc:
-                with self._cond:
-                    self.unauthenticated += 1
-                    self._open.rejected.append(("<unauthenticated>", str(exc)))
-                log.warning("side channel: dropped a frame and its connection: %s", exc)
+                self._drop("<unauthenticated>", exc)
+                return
+            except ReplayError as exc:
+                self._drop("<replayed>", exc)
                 return
             try:
                 reply, reply_body = self._dispatch(header, body)
             except (KeyError, TypeError, ValueError, IllegalTransition) as exc:
                 reply, reply_body = {"ok": False, "reason": f"bad request: {exc!r}"}, b""
-            reply = {**reply, "kind": f"{header.get('kind')}_reply", "worker": header.get("worker")}
+            reply = {**reply, **session.reply_fields(header)}
             try:
-                sock.sendall(encode_frame(self.key, reply, reply_body))
+                send_frame(sock, encode_frame(self.key, reply, reply_body))
             except OSError:
                 return
 
@@ -267,26 +382,29 @@ class Gateway:
             elif worker in current.received:
                 reason = f"duplicate payload from {worker} for step {m.step}"
             if reason is None:
-                tensors = bytes_to_tensors(body)
-                grad = tensors.get("grad")
-                if (
-                    grad is None
-                    or grad.dtype != self.dtype
-                    or grad.numel() != self.numel
-                    or len(tensors) != 1
-                ):
-                    reason = f"payload must hold one tensor 'grad' of {self.numel} {self.dtype} values"
-                elif not bool(grad.isfinite().all()):
-                    # One NaN would pass clipping (its norm is NaN) and poison every replica's weights
-                    # and the optimizer state for good.
-                    reason = "payload 'grad' holds non-finite values"
-                else:
-                    current.received[worker] = grad.reshape(-1)
+                grad, reason = self._decode_payload(body)
+                if grad is not None:
+                    current.received[worker] = grad
                     self._cond.notify_all()
                     return {"ok": True}
             current.rejected.append((worker, reason))
         log.warning("side channel: rejected payload from %s: %s", worker, reason)
         return {"ok": False, "reason": reason}
+
+    def _decode_payload(self, body: bytes) -> tuple[torch.Tensor | None, str]:
+        """The flat gradient in an authenticated push body, or None and the reason it is refused."""
+        try:
+            tensors = bytes_to_tensors(body)
+        except BodyError as exc:
+            return None, f"payload {exc}"
+        grad = tensors.get("grad")
+        if grad is None or grad.dtype != self.dtype or grad.numel() != self.numel or len(tensors) != 1:
+            return None, f"payload must hold one tensor 'grad' of {self.numel} {self.dtype} values"
+        if not bool(grad.isfinite().all()):
+            # One NaN would pass clipping (its norm is NaN) and poison every replica's weights and the
+            # optimizer state for good.
+            return None, "payload 'grad' holds non-finite values"
+        return grad.reshape(-1), ""
 
     def _on_pull(self, worker: str, step: int, wait_s: float) -> tuple[dict[str, Any], bytes]:
         deadline = time.perf_counter() + min(wait_s, MAX_PULL_WAIT_S)

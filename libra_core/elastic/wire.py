@@ -10,8 +10,13 @@ lengths against its limit, reads exactly that many bytes, and compares the MAC i
 safetensors bytes, which has no code-execution path either) is decoded for an unauthenticated
 frame. Nothing is ever unpickled. The key is a per-run secret handed to workers by the driver.
 
-The header carries `kind`, `worker`, `step`, `version` and `epoch`; what each kind must match is
-checked by the gateway (libra_core/elastic/gateway.py), not here.
+The MAC says who made a frame, not when: the header also carries the connection's `session` and a
+`seq` number (libra_core/elastic/session.py), which is what stops a recorded frame being used again.
+The header carries `kind`, `worker`, `step`, `version` and `epoch` as well; what each kind must match
+is checked by the gateway (libra_core/elastic/gateway.py), not here.
+
+Reads can be given a deadline (the gateway bounds a connection's unauthenticated first frame with one)
+and frames are sent in 1 MiB pieces, so a socket timeout bounds each piece, not the whole frame.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import hmac
 import json
 import socket
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -30,6 +36,7 @@ MAGIC = b"LBR1"
 _PREFIX = struct.Struct(">4sIQ")
 MAC_BYTES = 32
 MAX_HEADER_BYTES = 64 * 1024
+_CHUNK_BYTES = 1 << 20
 
 
 class AuthError(ValueError):
@@ -38,6 +45,10 @@ class AuthError(ValueError):
 
 class FrameError(ValueError):
     """The frame is malformed or over the size limit (rejected before any parsing)."""
+
+
+class BodyError(ValueError):
+    """An authenticated body that does not decode as safetensors tensors torch can hold."""
 
 
 def _mac(key: bytes, prefix: bytes, header: bytes, body: bytes) -> bytes:
@@ -53,10 +64,22 @@ def encode_frame(key: bytes, header: dict[str, Any], body: bytes = b"") -> bytes
     return prefix + _mac(key, prefix, raw_header, body) + raw_header + body
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def send_frame(sock: socket.socket, frame: bytes) -> None:
+    """Send a frame in 1 MiB pieces: the socket's timeout then bounds each piece, not the whole frame."""
+    view = memoryview(frame)
+    for start in range(0, len(view), _CHUNK_BYTES):
+        sock.sendall(view[start : start + _CHUNK_BYTES])
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
     chunks, remaining = [], n
     while remaining:
-        chunk = sock.recv(min(remaining, 1 << 20))
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"frame not complete by its deadline ({remaining} of {n} bytes unread)")
+            sock.settimeout(left)
+        chunk = sock.recv(min(remaining, _CHUNK_BYTES))
         if not chunk:
             raise ConnectionError(f"peer closed the connection with {remaining} of {n} bytes unread")
         chunks.append(chunk)
@@ -64,17 +87,32 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_frame(sock: socket.socket, key: bytes, max_bytes: int) -> tuple[dict[str, Any], bytes]:
-    """Read one frame and return (header, body); raises AuthError/FrameError before decoding anything."""
-    prefix = _recv_exact(sock, _PREFIX.size)
+def read_frame(
+    sock: socket.socket,
+    key: bytes,
+    max_bytes: int,
+    *,
+    max_header_bytes: int = MAX_HEADER_BYTES,
+    deadline: float | None = None,
+) -> tuple[dict[str, Any], bytes]:
+    """Read one frame and return (header, body); raises AuthError/FrameError before decoding anything.
+
+    `max_bytes` and `max_header_bytes` bound the body and header before they are read. `deadline`
+    (a `time.monotonic()` value) bounds the whole frame; without it the socket's own timeout bounds
+    each read. A timeout raises TimeoutError, a closed peer ConnectionError.
+    """
+    prefix = _recv_exact(sock, _PREFIX.size, deadline)
     magic, header_len, body_len = _PREFIX.unpack(prefix)
     if magic != MAGIC:
         raise FrameError(f"bad magic {magic!r}; not a Libra side-channel frame")
-    if header_len > MAX_HEADER_BYTES or body_len > max_bytes:
-        raise FrameError(f"frame too large (header {header_len} B, body {body_len} B, limit {max_bytes} B)")
-    mac = _recv_exact(sock, MAC_BYTES)
-    raw_header = _recv_exact(sock, header_len)
-    body = _recv_exact(sock, body_len)
+    if header_len > max_header_bytes or body_len > max_bytes:
+        raise FrameError(
+            f"frame too large (header {header_len} B, body {body_len} B; "
+            f"limits {max_header_bytes} B, {max_bytes} B)"
+        )
+    mac = _recv_exact(sock, MAC_BYTES, deadline)
+    raw_header = _recv_exact(sock, header_len, deadline)
+    body = _recv_exact(sock, body_len, deadline)
     return verify_frame(key, prefix, mac, raw_header, body), body
 
 
@@ -112,7 +150,15 @@ def tensors_to_bytes(tensors: dict[str, torch.Tensor]) -> bytes:
 
 
 def bytes_to_tensors(body: bytes) -> dict[str, torch.Tensor]:
-    """Decode a safetensors body; call only on a body whose frame has been verified."""
+    """Decode a safetensors body; call only on a body whose frame has been verified.
+
+    Raises BodyError for any body the codec refuses: safetensors raises its own SafetensorError (not
+    a ValueError) for a malformed header or offsets, and KeyError for a dtype torch has no name for.
+    """
+    from safetensors import SafetensorError
     from safetensors.torch import load
 
-    return load(body)
+    try:
+        return load(body)
+    except (SafetensorError, KeyError, TypeError, ValueError) as exc:
+        raise BodyError(f"body is not valid safetensors: {exc!r}") from exc

@@ -3,8 +3,10 @@ epoch and membership. The core step always completes, with the divisor counting 
 
 from __future__ import annotations
 
+import json
 import secrets
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
@@ -17,13 +19,9 @@ from libra_core.elastic.client import GatewayClient
 from libra_core.elastic.gateway import Gateway
 from libra_core.elastic.membership import Coordinator
 from libra_core.elastic.replica import CoreReplica
-from libra_core.elastic.toy import ToyProblem, flat_params, reference_params
+from libra_core.elastic.toy import flat_params, reference_params
 from libra_core.training.backends.ddp import DDPBackend
-from libra_core.training.backends.flat import flat_grad, set_flat_grad, trainable
-
-KEY = secrets.token_bytes(32)
-PROBLEM = ToyProblem()
-
+from tests.elastic.builders import KEY, PROBLEM, Harness, closed_by_gateway, open_raw_session
 
 # ---------------------------------------------------------------------------- wire format
 
@@ -57,57 +55,10 @@ def test_wrong_key_is_rejected_before_any_parsing(monkeypatch: pytest.MonkeyPatc
 # ---------------------------------------------------------------------------- gateway + core (K=1)
 
 
-class Harness:
-    """Core rank 0 of a one-replica core (shard 0) with its gateway, in this process."""
-
-    def __init__(self, deadline_s: float) -> None:
-        torch.set_num_threads(1)
-        model = PROBLEM.model()
-        self.backend = DDPBackend()
-        self.backend.setup(model, PROBLEM.optimizer(model))
-        numel = sum(p.numel() for p in model.parameters())
-        self.gateway = Gateway(KEY, Coordinator(1), numel=numel, dtype=torch.float64, deadline_s=deadline_s)
-        self.gateway.request_join("h0")
-        self.core = CoreReplica(self.backend, gateway=self.gateway, grad_clip=PROBLEM.grad_clip)
-        self.client = GatewayClient(self.gateway.address, KEY, "h0")
-        # A hand-driven hybrid on shard 1: load the snapshot taken at start, then replay update 0.
-        self.h_model = PROBLEM.model()
-        self.h_opt = PROBLEM.optimizer(self.h_model)
-        header, tensors = self.client.snapshot()
-        from libra_core.elastic.replica import load_state_tensors
-
-        load_state_tensors(self.h_model, self.h_opt, tensors)
-        assert header["step"] == 0
-        self.client.loaded(aligned_through=-1)
-
-    def core_step(self) -> dict:
-        return self.core.step(lambda m, s: PROBLEM.loss(m, 0, s)).to_dict()
-
-    def pull_and_apply(self, step: int) -> dict:
-        reply, update = self.client.pull(step)
-        assert reply["ok"], reply
-        set_flat_grad(trainable(self.h_model), update)
-        self.h_opt.step()
-        self.h_opt.zero_grad(set_to_none=True)
-        return reply
-
-    def hybrid_grad(self, step: int) -> torch.Tensor:
-        self.h_opt.zero_grad(set_to_none=True)
-        PROBLEM.loss(self.h_model, 1, step).backward()
-        return flat_grad(trainable(self.h_model))
-
-    def close(self) -> None:
-        self.client.close()
-        self.gateway.close()
-
-
 @pytest.fixture
 def harness() -> Iterator[Harness]:
-    h = Harness(deadline_s=0.5)
-    try:
+    with Harness(deadline_s=0.5) as h:
         yield h
-    finally:
-        h.close()
 
 
 def _in_background(fn: object) -> threading.Thread:
@@ -121,10 +72,12 @@ def test_valid_payload_is_counted_and_duplicates_and_late_ones_are_not(harness: 
     reply = harness.pull_and_apply(0)
     assert reply["active_next"] and reply["next_step"] == 1 and reply["next_epoch"] == 1
     grad = harness.hybrid_grad(1)
-    assert harness.client.push(grad, step=1, version=1, epoch=1) == {
+    ok = harness.client.push(grad, step=1, version=1, epoch=1)
+    assert {k: ok[k] for k in ("ok", "kind", "worker", "step")} == {
         "ok": True,
         "kind": "push_reply",
         "worker": "h0",
+        "step": 1,
     }
     dup = harness.client.push(grad, step=1, version=1, epoch=1)
     assert not dup["ok"] and "duplicate" in dup["reason"]
@@ -159,21 +112,57 @@ def test_mismatched_payload_is_rejected_and_the_core_step_completes(
 def test_bad_key_is_dropped_and_the_core_step_completes(harness: Harness) -> None:
     harness.core_step()
     harness.pull_and_apply(0)
-    forged = wire.encode_frame(
-        secrets.token_bytes(32),
-        {"kind": "push", "worker": "h0", "step": 1, "version": 1, "epoch": 1},
-        wire.tensors_to_bytes({"grad": harness.hybrid_grad(1)}),
-    )
+    bad_key = secrets.token_bytes(32)
+    # As a connection's first frame (a forged hello) and inside an open session (a forged push).
     with socket.create_connection(harness.gateway.address, timeout=5) as sock:
-        sock.sendall(forged)
-        assert sock.recv(1) == b"", "the gateway closes the connection without replying"
+        sock.sendall(wire.encode_frame(bad_key, {"kind": "hello", "worker": "h0", "nonce": "00" * 16}))
+        assert closed_by_gateway(sock, within_s=5), "the gateway closes the connection without replying"
+    sock, session = open_raw_session(harness.gateway.address, "h0")
+    with sock:
+        header = session.request("push", {"step": 1, "version": 1, "epoch": 1})
+        sock.sendall(
+            wire.encode_frame(bad_key, header, wire.tensors_to_bytes({"grad": harness.hybrid_grad(1)}))
+        )
+        assert closed_by_gateway(sock, within_s=5), "the gateway closes the connection without replying"
     report = harness.core_step()
     assert report["divisor"] == 1 and list(report["missing"]) == ["h0"]
-    assert harness.gateway.unauthenticated == 1
-    assert (
+    assert harness.gateway.unauthenticated == 2
+    hmac_failure = (
         "<unauthenticated>",
         "side-channel frame failed HMAC verification (wrong key or tampered bytes)",
-    ) in [tuple(r) for r in report["rejected"]]
+    )
+    assert [tuple(r) for r in report["rejected"]].count(hmac_failure) == 2
+
+
+def _safetensors_with_dtype(dtype: str) -> bytes:
+    header = json.dumps({"grad": {"dtype": dtype, "shape": [1], "data_offsets": [0, 1]}}).encode()
+    return struct.pack("<Q", len(header)) + header + b"\0"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not-safetensors",  # safetensors: "header too large" (a SafetensorError, not a ValueError)
+        b"",
+        wire.tensors_to_bytes({"grad": torch.zeros(8, dtype=torch.float64)})[:-3],  # truncated
+        _safetensors_with_dtype("F8_E8M0"),  # a dtype torch has no name for: KeyError inside safetensors
+    ],
+    ids=["junk", "empty", "truncated", "unknown-dtype"],
+)
+def test_push_whose_body_is_not_safetensors_is_a_typed_rejection(harness: Harness, body: bytes) -> None:
+    # An authenticated push from an active member for the open step, with a body that does not decode:
+    # it used to raise out of the handler, killing its thread and the hybrid's connection.
+    harness.core_step()
+    harness.pull_and_apply(0)
+    reply, _ = harness.client.request("push", body, step=1, version=1, epoch=1)
+    assert not reply["ok"] and reply["reason"].startswith("payload body is not valid safetensors: ")
+    # The connection and its handler survive: the same hybrid's valid push for the step still counts.
+    assert harness.client.push(harness.hybrid_grad(1), step=1, version=1, epoch=1)["ok"]
+    report = harness.core_step()
+    assert report["divisor"] == 2 and list(report["included"]) == ["h0"]
+    assert ("h0", reply["reason"]) in [tuple(r) for r in report["rejected"]]
+    expected = reference_params(PROBLEM, [(0,), (0, 1)])
+    np.testing.assert_allclose(flat_params(harness.backend.model), expected, rtol=0, atol=1e-6)
 
 
 def test_warming_hybrid_payload_is_not_counted(harness: Harness) -> None:

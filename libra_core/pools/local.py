@@ -5,21 +5,37 @@ private pipe; a reader thread in the driver resolves the futures. A worker that 
 pending futures with WorkerDiedError at once (the pipe closes), so a caller waiting on a crashed
 worker is never left hanging. A worker whose driver dies exits within `DRIVER_POLL_S`, mid-call
 too, so it never writes into a run folder that a resumed run is using.
+
+Every frame on the pipe carries its call id outside the pickle of its payload (see `_CALL_HEAD`,
+`_REPLY_HEAD`), so a payload one side cannot load fails that call alone, with a RuntimeError naming
+the worker and the error, and the worker and its other calls go on: a call the driver cannot pickle
+raises in `submit` and is never registered; a result or exception the driver cannot load (its class
+exists only in the worker) fails its own future.
+
+A call that raises an `Exception` fails its future with it. A call that raises `SystemExit` (e.g.
+`sys.exit(3)`) ends its worker, as it ends a Ray actor: the worker exits with that code, and the call
+and the calls queued behind it fail with WorkerDiedError naming the SystemExit. Any other exception
+that is not an `Exception` (KeyboardInterrupt, GeneratorExit, asyncio.CancelledError) comes back as a
+RuntimeError naming it and the worker goes on. So no call makes the driver raise a BaseException
+that its own code would treat as an order to exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import multiprocessing as mp
 import os
 import pickle
+import struct
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from libra_core.config.pools import LocalPoolConfig
@@ -58,42 +74,77 @@ def _exit_with_driver(parent: int, driver: int, driver_start: int | None) -> Non
             os._exit(70)  # no clean-up: nothing the worker holds may outlive its driver
 
 
-def _worker_main(conn: Connection, threads: int, driver: int, driver_start: int | None) -> None:
-    """The worker's call loop: receive (call_id, fn, args, kwargs), send (call_id, ok, value)."""
+# A call frame: the call id, then the pickled (fn, args, kwargs); an empty frame asks the worker to
+# exit. A reply frame: the call id and a reply kind, then the payload (the pickled result or
+# exception, or for _EXITING the repr of the SystemExit). Each reads the ids without loading the payload.
+_CALL_HEAD = struct.Struct("<q")
+_REPLY_HEAD = struct.Struct("<qB")
+_RETURNED, _RAISED, _EXITING = 0, 1, 2
+
+
+def _worker_main(
+    conn: Connection, worker_id: str, threads: int, driver: int, driver_start: int | None
+) -> None:
+    """The worker's call loop: receive call frames, run them in order, send one reply frame each."""
     for name in _THREAD_ENV:
         os.environ[name] = str(threads)
     args = (os.getppid(), driver, driver_start)
     threading.Thread(target=_exit_with_driver, args=args, name="driver-watch", daemon=True).start()
     while True:
         try:
-            message = conn.recv()
+            frame = conn.recv_bytes()
         except (EOFError, OSError):
             return
-        if message is None:
+        if not frame:
             return
-        call_id, fn, args, kwargs = message
+        (call_id,) = _CALL_HEAD.unpack_from(frame)
         try:
-            reply = (call_id, True, fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - the exception is the call's result
-            reply = (call_id, False, exc)
-        conn.send_bytes(_reply_bytes(reply, fn))
+            fn, args, kwargs = pickle.loads(memoryview(frame)[_CALL_HEAD.size :])
+        except Exception as exc:  # noqa: BLE001 - e.g. a function whose module only the driver has
+            error = RuntimeError(f"worker {worker_id}: the call could not be loaded in the worker ({exc!r})")
+            conn.send_bytes(_reply_frame(call_id, _RAISED, error, None))
+            continue
+        try:
+            kind, value = _RETURNED, fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the exception is the call's result
+            kind, value = _RAISED, exc
+        except SystemExit as exc:
+            # The call asked this interpreter to exit: it does (with the code), as a Ray actor does.
+            # The driver reads the reason first, then the closed pipe, and fails this call and the
+            # ones queued behind it with WorkerDiedError.
+            with contextlib.suppress(OSError):
+                conn.send_bytes(_REPLY_HEAD.pack(call_id, _EXITING) + repr(exc).encode())
+            raise
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt etc.: not the driver's to raise
+            kind, value = _RAISED, RuntimeError(f"worker {worker_id}: the call raised {exc!r}")
+        conn.send_bytes(_reply_frame(call_id, kind, value, fn))
 
 
-def _reply_bytes(reply: tuple[int, bool, Any], fn: Any) -> bytes:
-    """The pickled reply, checked to load again as the driver will load it: a value that pickles
-    but cannot be rebuilt (an exception whose __init__ takes other arguments) would otherwise kill
-    the driver's reader and leave the call waiting forever. Such a value is replaced by a
-    RuntimeError naming it."""
-    call_id, ok, value = reply
+def _reply_frame(call_id: int, kind: int, value: Any, fn: Any) -> bytes:
+    """The reply frame, its payload checked to load again as the driver will load it: a value that
+    pickles but cannot be rebuilt (an exception whose __init__ takes other arguments) is replaced by
+    a RuntimeError naming it. (A value whose class only the worker has still loads here; the driver
+    fails that call alone.)"""
     try:
-        data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(data)
-        return data
+        payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(payload)
     except Exception as exc:  # noqa: BLE001 - any failure to round-trip is reported the same way
-        what = "result" if ok else "exception"
+        what = "result" if kind == _RETURNED else "exception"
         shown = repr(value)[:500]
         error = RuntimeError(f"the {what} of {fn!r} cannot be sent to the driver ({exc!r}): {shown}")
-        return pickle.dumps((call_id, False, error), protocol=pickle.HIGHEST_PROTOCOL)
+        kind, payload = _RAISED, pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
+    return _REPLY_HEAD.pack(call_id, kind) + payload
+
+
+def _fn_name(fn: Any) -> str:
+    qualname = getattr(fn, "__qualname__", None)
+    return f"{getattr(fn, '__module__', None) or '?'}.{qualname}" if qualname else repr(fn)[:200]
+
+
+@dataclass
+class _Call:
+    future: Future[Any]
+    fn_name: str  # for error messages
 
 
 @dataclass
@@ -102,9 +153,10 @@ class _Worker:
     process: Any  # multiprocessing process (BaseProcess subclass of the chosen context)
     conn: Connection
     send_lock: threading.Lock = field(default_factory=threading.Lock)
-    pending: dict[int, Future[Any]] = field(default_factory=dict)
+    pending: dict[int, _Call] = field(default_factory=dict)
     reader: threading.Thread | None = None
     gone: str | None = None  # why the worker can take no more calls (set by its reader, under send_lock)
+    exiting: str | None = None  # why the worker said it exits (a call raised SystemExit)
 
 
 class LocalPool(WorkerPool):
@@ -124,7 +176,11 @@ class LocalPool(WorkerPool):
     def start(self, size: int) -> ResizeRecord:
         assert not self._running, "the pool is already running; use resize()"
         self._running = True
-        return self.resize(size)
+        try:
+            return self.resize(size)
+        except BaseException:
+            self._running = False  # resize stopped what it started: start may be tried again
+            raise
 
     def stop(self) -> None:
         for worker_id in list(reversed(self._workers)):
@@ -141,13 +197,34 @@ class LocalPool(WorkerPool):
             worker_id = self.worker_ids[-1]
             self._stop_worker(worker_id, graceful=True)
             removed.append(worker_id)
-        added = [self._spawn() for _ in range(size - self.size)]
-        # Wait for every new worker's first answer, so the record's duration is start-to-ready.
-        for worker_id in added:
-            self.run(worker_id, worker_ping, timeout_s=self.cfg.start_timeout_s)
+        added: list[str] = []
+        try:
+            while self.size < size:
+                added.append(self._spawn())
+            self._wait_ready(added)
+        except BaseException:
+            for worker_id in reversed(added):  # not started: none of them joins the pool
+                self._stop_worker(worker_id, graceful=False)
+            raise
         record = timed_resize(self.type_name, from_size, started_at, t0, added, removed)
         log.info("local pool %d -> %d workers in %.2f s", from_size, record.to_size, record.duration_s)
         return record
+
+    def _wait_ready(self, added: list[str]) -> None:
+        """Wait for every new worker's first answer (so a resize record's duration is start-to-ready),
+        all of them within one `start_timeout_s`."""
+        timeout_s = self.cfg.start_timeout_s
+        deadline = time.monotonic() + timeout_s
+        pings = [self.submit(worker_id, worker_ping) for worker_id in added]
+        try:
+            for ping in pings:
+                ping.result(timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError as err:
+            raise RuntimeError(
+                f"local pool: {len(added)} new worker(s) did not start within {timeout_s:g} s "
+                "(pools.local.start_timeout_s); raise it where workers start slowly (a loaded "
+                "machine, a slow file system)"
+            ) from err
 
     def _spawn(self) -> str:
         worker_id = f"w{self._next_index}"
@@ -155,7 +232,7 @@ class LocalPool(WorkerPool):
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(  # type: ignore[attr-defined]
             target=_worker_main,
-            args=(child, self.cfg.threads_per_worker, os.getpid(), process_start(os.getpid())),
+            args=(child, worker_id, self.cfg.threads_per_worker, os.getpid(), process_start(os.getpid())),
             name=f"libra-{worker_id}",
             daemon=True,
         )
@@ -171,35 +248,45 @@ class LocalPool(WorkerPool):
     def _read_loop(self, worker: _Worker) -> None:
         while True:
             try:
-                call_id, ok, value = worker.conn.recv()
+                frame = worker.conn.recv_bytes()
             except (EOFError, OSError):
                 break
-            except Exception:  # a reply that does not load (the worker checks; belt and braces)
-                log.exception(
-                    "worker %s: a reply could not be read; failing its pending calls", worker.worker_id
+            call_id, kind = _REPLY_HEAD.unpack_from(frame)
+            payload = memoryview(frame)[_REPLY_HEAD.size :]
+            if kind == _EXITING:
+                call = worker.pending.get(call_id)
+                what = f"its call of {call.fn_name}" if call is not None else "a call"
+                worker.exiting = f"{what} raised {bytes(payload).decode()}"
+                continue
+            call = worker.pending.pop(call_id, None)
+            if call is None:
+                continue
+            try:
+                value = pickle.loads(payload)
+            except Exception as exc:  # noqa: BLE001 - fails this call alone; the worker lives on
+                what = "result" if kind == _RETURNED else "exception"
+                message = (
+                    f"worker {worker.worker_id}: the {what} of {call.fn_name} cannot be loaded in the "
+                    f"driver ({exc!r}); return values whose classes the driver can import"
                 )
-                for waiting in list(worker.pending.values()):
-                    waiting.set_exception(
-                        RuntimeError(f"worker {worker.worker_id}: a reply could not be read")
-                    )
-                worker.pending.clear()
+                log.warning("%s", message)
+                call.future.set_exception(RuntimeError(message))
                 continue
-            future = worker.pending.pop(call_id, None)
-            if future is None:
-                continue
-            if ok:
-                future.set_result(value)
+            if kind == _RETURNED:
+                call.future.set_result(value)
             else:
-                future.set_exception(value)
+                call.future.set_exception(value)
         worker.process.join(timeout=5)
         gone = f"worker {worker.worker_id} exited (code {worker.process.exitcode})"
+        if worker.exiting is not None:
+            gone += f": {worker.exiting}"
         with worker.send_lock:  # a call submitted from here on fails at once (see submit)
             worker.gone = gone
             unanswered = list(worker.pending.values())
             worker.pending.clear()
         for call in unanswered:
-            if not call.done():
-                call.set_exception(WorkerDiedError(gone))
+            if not call.future.done():
+                call.future.set_exception(WorkerDiedError(gone))
 
     def _stop_worker(self, worker_id: str, *, graceful: bool) -> None:
         with self._lock:
@@ -209,7 +296,7 @@ class LocalPool(WorkerPool):
         if graceful and worker.process.is_alive():
             try:
                 with worker.send_lock:
-                    worker.conn.send(None)
+                    worker.conn.send_bytes(b"")  # the empty frame: exit
             except (BrokenPipeError, OSError):
                 pass
             worker.process.join(timeout=5)
@@ -228,6 +315,16 @@ class LocalPool(WorkerPool):
         if worker is None:
             raise KeyError(f"no worker {worker_id!r} in this pool; workers: {list(self.worker_ids)}")
         call_id = next(self._call_ids)
+        # Pickled before the call is registered: a call that cannot be sent leaves nothing pending
+        # (a stale entry would make the worker look busy to health() for ever).
+        try:
+            payload = ForkingPickler.dumps((fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise TypeError(
+                f"cannot send a call of {_fn_name(fn)} to worker {worker_id}: {exc}; pool calls take "
+                "module-level functions and picklable arguments"
+            ) from exc
+        frame = _CALL_HEAD.pack(call_id) + payload
         future: Future[Any] = Future()
         with worker.send_lock:
             # Checked and registered under the lock the reader takes when its worker dies: a call
@@ -235,9 +332,9 @@ class LocalPool(WorkerPool):
             if worker.gone is not None:
                 future.set_exception(WorkerDiedError(worker.gone))
                 return future
-            worker.pending[call_id] = future
+            worker.pending[call_id] = _Call(future, _fn_name(fn))
             try:
-                worker.conn.send((call_id, fn, args, kwargs))
+                worker.conn.send_bytes(frame)
             except (BrokenPipeError, OSError) as exc:
                 worker.pending.pop(call_id, None)
                 future.set_exception(WorkerDiedError(f"worker {worker_id} is gone: {exc}"))

@@ -37,7 +37,11 @@ def _pool(pool_id: str, cfg: LocalPoolConfig, threads: int) -> LocalPool:
         if pool is not None:
             return pool
         pool = LocalPool(cfg.model_copy(update={"threads_per_worker": max(1, threads)}))
-        pool.start(1)
+        try:
+            pool.start(1)
+        except BaseException:
+            pool.stop()  # the registry does not hold it: nothing else would stop what it started
+            raise
         _POOLS[pool_id] = pool
         return pool
 

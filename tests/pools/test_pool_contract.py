@@ -130,6 +130,17 @@ def test_kill_fails_pending_call_and_leaves_others_healthy(pool: WorkerPool) -> 
     assert pool.run("w0", math.hypot, 6.0, 8.0, timeout_s=30) == 10.0
 
 
+def test_sys_exit_in_a_call_ends_that_worker_not_the_driver(pool: WorkerPool) -> None:
+    """`sys.exit` in a call is the worker's exit (a Ray actor's too): the driver gets
+    WorkerDiedError, never the SystemExit that would end its own process."""
+    pool.start(2)
+    exiting = pool.submit("w0", sys.exit, 3)
+    with pytest.raises(WorkerDiedError):
+        exiting.result(timeout=60)
+    assert {w: h.state for w, h in pool.health(timeout_s=10).items()} == {"w0": "dead", "w1": "ok"}
+    assert pool.run("w1", math.hypot, 3.0, 4.0, timeout_s=30) == 5.0
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (optional extra `ray`)")
 def test_a_ray_worker_the_cluster_cannot_place_fails_the_resize(ray_cluster: None) -> None:

@@ -3,6 +3,7 @@ worker is replaced on the next call."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 import sys
@@ -11,7 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from libra_core.config.pools import LocalPoolConfig
-from libra_core.pools.base import WorkerDiedError
+from libra_core.pools import trainer
+from libra_core.pools.base import ResizeRecord, WorkerDiedError
+from libra_core.pools.local import LocalPool
 from libra_core.pools.trainer import run_on_trainer, stop_trainer_pool, trainer_pid, warm_trainer
 
 POOL = "trainer:test"
@@ -74,3 +77,22 @@ def test_stop_ends_the_worker(pool: str) -> None:
     assert trainer_pid(pool) is None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+class _StartsThenFails(LocalPool):
+    """A pool whose start fails after its worker is up (a failure past the pool's own clean-up)."""
+
+    def start(self, size: int) -> ResizeRecord:
+        super().start(size)
+        raise RuntimeError("injected start failure")
+
+
+def test_a_pool_whose_start_fails_is_stopped(pool: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = {p.pid for p in mp.active_children()}
+    monkeypatch.setattr(trainer, "LocalPool", _StartsThenFails)
+    with pytest.raises(RuntimeError, match="injected start failure"):
+        run_on_trainer(pool, LocalPoolConfig(), 1, os.getpid)
+    assert trainer_pid(pool) is None
+    assert {p.pid for p in mp.active_children()} == before, "the failed pool's worker still runs"
+    monkeypatch.undo()
+    assert run_on_trainer(pool, LocalPoolConfig(), 1, divmod, 7, 2) == (3, 1)

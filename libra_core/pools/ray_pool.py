@@ -34,8 +34,17 @@ def _make_actor_class(ray: Any) -> Any:
     @ray.remote(concurrency_groups={"calls": 1, "probe": 1})
     class _Actor:
         @ray.method(concurrency_group="calls")
-        def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            return fn(*args, **kwargs)
+        def call(
+            self, worker_id: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except (Exception, SystemExit):  # SystemExit ends the actor: WorkerDiedError
+                raise
+            except BaseException as exc:  # noqa: BLE001 - would reach the driver as itself
+                # As the local pool: a KeyboardInterrupt or a custom BaseException of the call must
+                # not escape the driver's `except Exception` handlers.
+                raise RuntimeError(f"worker {worker_id}: the call raised {exc!r}") from None
 
         @ray.method(concurrency_group="probe")
         def pid(self) -> int:
@@ -138,7 +147,7 @@ class RayPool(WorkerPool):
         if actor is None:
             raise KeyError(f"no worker {worker_id!r} in this pool; workers: {list(self.worker_ids)}")
         ray = _import_ray()
-        ref = actor.call.remote(fn, args, kwargs)
+        ref = actor.call.remote(worker_id, fn, args, kwargs)
         out: Future[Any] = Future()
 
         def _settle(inner: Future[Any]) -> None:

@@ -152,3 +152,30 @@ def test_a_ray_worker_the_cluster_cannot_place_fails_the_resize(ray_cluster: Non
         assert p.size == 0
     finally:
         p.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_RAY, reason="ray is not installed (optional extra `ray`)")
+def test_a_base_exception_in_a_ray_call_comes_back_as_a_runtime_error(ray_cluster: None) -> None:
+    """As on the local pool (tests/pools/test_local_pool_faults.py): a BaseException other than
+    SystemExit reached the driver as itself, past its `except Exception` handlers."""
+
+    class Interrupt(BaseException):  # local: Ray's pickler sends it by value
+        pass
+
+    def interrupt() -> None:
+        raise Interrupt("stop here")
+
+    def keyboard() -> None:
+        raise KeyboardInterrupt
+
+    p = build_pool(PoolsConfig.model_validate({"type": "ray", "ray": {"num_cpus_per_worker": 0.5}}))
+    try:
+        p.start(1)
+        pid = p.run("w0", os.getpid, timeout_s=60)
+        for fn, shown in ((interrupt, r"Interrupt\('stop here'\)"), (keyboard, r"KeyboardInterrupt\(\)")):
+            with pytest.raises(RuntimeError, match=rf"^worker w0: the call raised {shown}$"):
+                p.run("w0", fn, timeout_s=60)
+        assert p.run("w0", os.getpid, timeout_s=60) == pid  # the same worker, alive
+    finally:
+        p.stop()

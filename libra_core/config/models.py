@@ -212,10 +212,29 @@ class RolloutConfig(Frozen):
     )
     prompts_per_iteration: int = Field(16, ge=1, description="Distinct problems per iteration (P).")
     temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 is greedy.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Nucleus sampling mass; only 1.0 is accepted: below it the engine reports the "
+        "log-probs of the truncated, renormalised distribution, which the trainer does not score.",
+    )
     max_tokens_per_turn: int = Field(48, ge=1, description="Generation cap for one model turn.")
     max_total_tokens: int = Field(400, ge=16, description="Cap on prompt + response tokens of a trajectory.")
     concurrency: int = Field(64, ge=1, description="Trajectories in flight at once per instance.")
+
+    @model_validator(mode="after")
+    def _full_nucleus(self) -> RolloutConfig:
+        if self.top_p != 1.0:
+            # vLLM's processed log-probs (rollout/vllm_server.py) are taken after the top-p cut and
+            # renormalised; training/logprobs.py scores the full tempered distribution, so the PPO
+            # ratio would be off from the first step.
+            raise ValueError(
+                f"top_p={self.top_p}: only 1.0 is supported; below it the engine's log-probs are "
+                "those of the truncated distribution, which the trainer does not score (the "
+                "importance ratio would be wrong); lower rollout.temperature instead"
+            )
+        return self
 
 
 class EvalConfig(Frozen):

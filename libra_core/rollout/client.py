@@ -195,11 +195,21 @@ class EngineClient:
     async def _post_completions(self, http: aiohttp.ClientSession, body: dict[str, Any]) -> Any:
         self.http_requests += 1
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with http.post(f"{self.url}/v1/completions", json=body, timeout=timeout) as resp:
-            if resp.status != 200:
-                text = await resp.text()
-                raise EngineRequestError(f"{self.url} completion failed ({resp.status}): {text[:300]}")
-            return await resp.json()
+        try:
+            async with http.post(f"{self.url}/v1/completions", json=body, timeout=timeout) as resp:
+                if resp.status != 200:
+                    text = await resp.text()
+                    raise EngineRequestError(f"{self.url} completion failed ({resp.status}): {text[:300]}")
+                return await resp.json()
+        except TimeoutError as err:  # aiohttp's total timeout: an engine that hangs
+            raise EngineRequestError(
+                f"{self.url} completion: no answer within {self.timeout_s:g} s "
+                "(rollout.engine.request_timeout_s); is the engine stuck? see its log"
+            ) from err
+        except aiohttp.ClientError as err:  # the engine went away mid-request
+            raise EngineRequestError(
+                f"{self.url} completion failed: {type(err).__name__}: {err}; did the engine exit? see its log"
+            ) from err
 
     # -- weight sync (dev-mode endpoints), synchronous: the sync stage calls them in order ------
     def _post(self, path: str, json: dict[str, Any] | None = None) -> Any:

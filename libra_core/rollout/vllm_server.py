@@ -37,6 +37,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on `host:port` now (with SO_REUSEADDR, as uvicorn binds: a
+    port in TIME_WAIT after our last engine counts as free, one something listens on does not)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def server_environment(cfg: VllmEngineConfig) -> dict[str, str]:
     """Environment for the server process: offline, no telemetry, dev endpoints on."""
     env = dict(os.environ)
@@ -109,6 +121,14 @@ class VllmServer:
         assert self.process is None, f"{self.instance_id} already started"
         if self.port == 0:
             self.port = free_port(self.cfg.host)
+        elif not port_is_free(self.cfg.host, self.port):
+            # Checked before starting: the health check would take whatever answers there (another
+            # run's engine, say) for this instance, and send it rollouts and weight syncs.
+            raise EngineStartError(
+                f"vLLM instance {self.instance_id}: port {self.port} on {self.cfg.host} is already in "
+                f"use (rollout.engine.base_port {self.cfg.base_port}); set another base_port, or 0 for "
+                "free ports"
+            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = self.log_path.open("ab")
         log.info("starting vLLM instance %s on %s", self.instance_id, self.url)
@@ -128,7 +148,7 @@ class VllmServer:
             if self.process.poll() is not None:
                 raise EngineStartError(
                     f"vLLM instance {self.instance_id} exited with code "
-                    f"{self.process.returncode}:\n{self.log_tail()}"
+                    f"{self.process.returncode} (log: {self.log_path}):\n{self.log_tail()}"
                 )
             try:
                 if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
@@ -139,7 +159,8 @@ class VllmServer:
         self.stop()
         raise EngineStartError(
             f"vLLM instance {self.instance_id} not healthy after "
-            f"{self.cfg.startup_timeout_s:.0f}s:\n{self.log_tail()}"
+            f"{self.cfg.startup_timeout_s:.0f}s (rollout.engine.startup_timeout_s; log: "
+            f"{self.log_path}):\n{self.log_tail()}"
         )
 
     def log_tail(self, lines: int = 30) -> str:

@@ -65,3 +65,57 @@ def test_control_calls_share_one_http_client_per_process(monkeypatch: pytest.Mon
     assert child._control is not a._control
     with pytest.raises(httpx.ConnectError):
         child.pause()  # nothing listens on port 1: the error surfaces, it is not swallowed
+
+
+class _FailingEngine:
+    """A stand-in engine on a free port that hangs on, or drops, every completion request."""
+
+    def __init__(self, mode: str) -> None:
+        import http.server
+        import threading
+        import time
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if mode == "hang":
+                    time.sleep(3)
+                # "drop": close without an answer, as an engine that died mid-request
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("hang", r"completion: no answer within 0.5 s \(rollout.engine.request_timeout_s\)"),
+        ("drop", r"completion failed: ServerDisconnectedError.*did the engine exit\?"),
+    ],
+)
+@pytest.mark.parametrize("window", [0.0, 0.01])
+def test_an_engine_that_hangs_or_dies_is_an_error_naming_it(mode: str, message: str, window: float) -> None:
+    """They were a bare TimeoutError('') and aiohttp's ServerDisconnectedError, naming no engine."""
+    import asyncio
+
+    import aiohttp
+
+    engine = _FailingEngine(mode)
+
+    async def call() -> None:
+        client = EngineClient(engine.url, timeout_s=0.5, coalesce_window_s=window)
+        async with aiohttp.ClientSession() as http:
+            await client.complete(
+                http, [1, 2, 3], max_tokens=4, temperature=1.0, top_p=1.0, stop_token_ids=[1]
+            )
+
+    try:
+        with pytest.raises(EngineRequestError, match=rf"^{engine.url} {message}"):
+            asyncio.run(call())
+    finally:
+        engine.server.shutdown()

@@ -175,7 +175,28 @@ def _read_yaml_mapping(path: Path) -> dict[str, Any]:
             [f"top level must be a mapping of sections (experiment:, model:, ...), got {type(raw).__name__}"],
             source,
         )
+    size = _expanded_size(raw, {})
+    if size > MAX_CONFIG_VALUES:
+        # YAML aliases let a few lines stand for billions of values ("billion laughs"); copying
+        # and validating them would take tens of seconds and gigabytes before any error.
+        limit = f"more than the {MAX_CONFIG_VALUES:,} allowed"
+        raise ConfigError([f"config expands to {size:,} values (YAML aliases?), {limit}"], source)
     return raw
+
+
+MAX_CONFIG_VALUES = 100_000  # stages.yaml has about 200
+
+
+def _expanded_size(value: Any, memo: dict[int, int]) -> int:
+    """Values in `value` with every YAML alias expanded, counted without expanding them (each
+    shared mapping or list is counted once and its size reused)."""
+    if not isinstance(value, dict | list):
+        return 1
+    known = memo.get(id(value))
+    if known is None:
+        items = value.values() if isinstance(value, dict) else value
+        known = memo[id(value)] = 1 + sum(_expanded_size(v, memo) for v in items)
+    return known
 
 
 # --------------------------------------------------------------------------------------------

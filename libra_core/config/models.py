@@ -37,7 +37,12 @@ class ExperimentConfig(Frozen):
     iterations: int = Field(
         70, ge=1, description="Number of RL iterations (rollout -> reward -> update -> sync)."
     )
-    seed: int = Field(0, ge=0, description="Seed for problem generation, sampling and model init.")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**31 - 1,  # seeds derived from it (seed x 7919 + iteration, ...) must fit torch's 64 bits
+        description="Seed for problem generation, sampling and model init.",
+    )
     output_dir: str = Field("runs", min_length=1, description="Folder under which run folders are created.")
     checkpoint_every: int = Field(5, ge=1, description="Save a resumable checkpoint every N iterations.")
     keep_checkpoints: int = Field(2, ge=1, description="How many recent checkpoints to keep on disk.")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,12 +70,18 @@ def stage_timing_rows(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
 
 def stage_timing_summary(history: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Median of each timing column over the iterations that have a value (`iteration`: "median";
-    a column with no value at all, e.g. eval_s in a run without eval, is None)."""
+    a column with no value at all, e.g. eval_s in a run without eval, is None). NaN is no value:
+    `statistics.median` does not order it, so the median shown depended on where a NaN stood."""
     summary: dict[str, Any] = {"iteration": "median"}
     for col in STAGE_TIMING_COLUMNS[1:]:
-        values = [h[col] for h in history if h[col] is not None]
-        summary[col] = statistics.median(values) if values else None
+        summary[col] = _median([h[col] for h in history])
     return summary
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    """The median of the values that are numbers (not None, not NaN); None when there are none."""
+    known = [v for v in values if v is not None and not math.isnan(v)]
+    return statistics.median(known) if known else None
 
 
 def scheduler_rows(history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -143,7 +150,7 @@ def _summary(run_dir: Path, history: Sequence[dict[str, Any]]) -> tuple[str, str
         ("policy_version", "policy version", state.policy_version),
         ("planner", "planner", cfg.planner.type),
         ("total_iteration_s", "total iteration time (s)", sum(walls)),
-        ("median_iteration_s", "median iteration time (s)", statistics.median(walls)),
+        ("median_iteration_s", "median iteration time (s)", _median(walls)),
         ("first_reward_mean", f"reward_mean, iteration {history[0]['iteration']}", history[0]["reward_mean"]),
         (
             "last_reward_mean",

@@ -12,6 +12,7 @@ iteration i+1 overlaps the update of iteration i, and the spans show that as it 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +35,12 @@ class Span:
     def __post_init__(self) -> None:
         if not self.lane:
             raise ValueError("span lane must not be empty")
+        if not (math.isfinite(self.start) and math.isfinite(self.end)):
+            # json.dumps would write them as Infinity/NaN, which trace.json readers refuse
+            raise ValueError(
+                f"span {self.lane!r} of iteration {self.iteration} has a start or end that is not a "
+                f"finite number ({self.start}, {self.end})"
+            )
         if not self.end >= self.start:
             raise ValueError(f"span {self.lane!r} of iteration {self.iteration} ends before it starts")
 
@@ -96,6 +103,8 @@ def _parse(path: Path) -> list[Span]:
         return [Span(int(d["iteration"]), str(d["lane"]), float(d["start"]), float(d["end"])) for d in raw]
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path}: not a timeline file ({err})") from err
+    except OSError as err:  # a folder of that name, no permission
+        raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from err
 
 
 def read_timeline(run_dir: str | Path) -> list[Span]:

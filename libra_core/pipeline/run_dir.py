@@ -135,6 +135,8 @@ def read_state(run_dir: str | Path) -> RunState:
         return RunState(**json.loads(path.read_text()))
     except (ValueError, TypeError) as err:  # JSONDecodeError is a ValueError; unknown keys a TypeError
         raise ValueError(f"run state {path} is damaged: {err}") from err
+    except OSError as err:  # a folder of that name, no permission
+        raise ValueError(f"run state {path} cannot be read: {err.strerror or err}") from err
 
 
 def write_state(run_dir: str | Path, state: RunState) -> None:

@@ -273,6 +273,9 @@ def model_spec_from_tiny(cfg: Any, vocab_size: int = 40) -> ModelSpec:
 _CLUSTER = re.compile(r"^\s*(\d+)\s*[xX*]\s*(\S.*?)\s*$")  # the GPU: a name or a spec file
 
 
+MAX_CLUSTER_GPUS = 65_536
+
+
 def parse_cluster(text: str) -> ClusterSpec:
     """`"48xA800"` -> 48 A800-80G devices; `"1xcpu"` -> this machine as one device;
     `"16x./b200.yaml"` -> 16 devices of a hardware spec file."""
@@ -282,4 +285,9 @@ def parse_cluster(text: str) -> ClusterSpec:
     count = int(match.group(1))
     if count < 1:
         raise ValueError(f"cluster {text!r}: the device count must be at least 1")
+    if count > MAX_CLUSTER_GPUS:
+        # The search's cost grows with the device count (it enumerates splits and instance
+        # counts): `libra plan` on 65,536 A800s takes about a minute on a 2-core CPU, and a count
+        # of 1e20 overflowed a C integer (plan) or never finished (simulate).
+        raise ValueError(f"cluster {text!r}: at most {MAX_CLUSTER_GPUS:,} devices are supported")
     return ClusterSpec(hardware=get_hardware(match.group(2)), num_gpus=count)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
 import statistics
 from html.parser import HTMLParser
@@ -274,6 +275,18 @@ def test_stage_timing_rows_keep_exact_values() -> None:
     no_eval = [dict(h, eval_s=None) for h in history]
     assert stage_timing_summary(no_eval)["eval_s"] is None
     assert stage_timing_summary(history)["sync_s"] == statistics.median(h["sync_s"] for h in history)
+
+
+def test_a_nan_timing_does_not_move_the_median() -> None:
+    # statistics.median does not order NaN: [nan, 12.6, 8.5, 25.2] gave 10.57, [12.6, nan, ...] nan
+    rng = random.Random(3)
+    values = [12.618, 8.522, 25.163]
+    for at in range(4):
+        column = [*values[:at], math.nan, *values[at:]]
+        history = [dict(history_row(i + 1, rng), rollout_s=v) for i, v in enumerate(column)]
+        assert stage_timing_summary(history)["rollout_s"] == 12.618, at
+    all_nan = [dict(history_row(1, rng), rollout_s=math.nan)]
+    assert stage_timing_summary(all_nan)["rollout_s"] is None
 
 
 def test_markdown_table_formats_values() -> None:

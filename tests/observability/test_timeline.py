@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,11 @@ def test_span_rejects_end_before_start_and_empty_lane() -> None:
         Span(1, "rollout", 2.0, 1.0)
     with pytest.raises(ValueError, match="lane"):
         Span(1, "", 1.0, 2.0)
+    # an infinite end was written into trace.json as Infinity (not JSON); a NaN start passed as
+    # "ends before it starts"
+    for start, end in ((1.0, math.inf), (math.nan, 2.0)):
+        with pytest.raises(ValueError, match="has a start or end that is not a finite number"):
+            Span(1, "rollout", start, end)
 
 
 def test_lane_order_puts_instances_after_rollout_and_labels_strip_prefix() -> None:
@@ -92,6 +98,13 @@ def test_write_read_roundtrip_and_replacing_an_iteration(tmp_path: Path) -> None
 
 def test_read_timeline_of_a_run_without_one_is_empty(tmp_path: Path) -> None:
     assert read_timeline(tmp_path) == []
+
+
+def test_a_timeline_entry_that_is_a_folder_names_the_file(tmp_path: Path) -> None:
+    write_timeline(tmp_path, 1, [Span(1, "rollout", 0.0, 1.0)])
+    (timeline_dir(tmp_path) / "iteration=2.json").mkdir()  # was an IsADirectoryError traceback
+    with pytest.raises(ValueError, match=r"iteration=2\.json: cannot be read \(Is a directory\)"):
+        read_timeline(tmp_path)
 
 
 @pytest.mark.parametrize(

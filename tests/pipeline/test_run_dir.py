@@ -83,3 +83,10 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path: Path) -
     folders = [new_run_dir(cfg, now) for _ in range(3)]
     assert [f.name for f in folders] == [f"arith-grpo-20261206-044540{s}" for s in ("", "-2", "-3")]
     assert all(f.is_dir() and not any(f.iterdir()) for f in folders)
+
+
+def test_a_state_entry_that_is_a_folder_is_a_clear_error(tmp_path: Path) -> None:
+    layout = make_run(tmp_path)
+    layout.state.mkdir()  # was an IsADirectoryError traceback from `libra report`
+    with pytest.raises(ValueError, match=r"run state .*state\.json cannot be read: Is a directory"):
+        read_state(layout.root)

@@ -80,6 +80,14 @@ def test_parse_cluster_rejects_malformed(bad: str) -> None:
         parse_cluster(bad)
 
 
+@pytest.mark.parametrize("count", ["65537", "99999999999999999999"])
+def test_parse_cluster_refuses_more_devices_than_the_search_can_take(count: str) -> None:
+    # 1e20 overflowed a C integer in `libra plan` and never finished in `libra simulate`
+    assert parse_cluster("65536xA800").num_gpus == 65536
+    with pytest.raises(ValueError, match=f"{count}xA800': at most 65,536 devices are supported"):
+        parse_cluster(f"{count}xA800")
+
+
 def test_unknown_names_list_valid_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown hardware 'B200'; valid: \[.*A800.*\]"):
         get_hardware("B200")

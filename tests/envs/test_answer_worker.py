@@ -13,7 +13,7 @@ from libra_core.envs.answer_check import math_equivalent, refusal
 from libra_core.envs.answer_worker import AnswerCheckWorker
 from libra_core.envs.registry import build_environment
 
-# The screen lets this through, and sympy spends about 27 s on it on a 2-core CPU.
+# The screen lets this through, and sympy spends tens of seconds on it (answer_check_cost.py --slow).
 SLOW_ANSWER = "\\boxed{\\tan(\\tan(\\tan(\\tan(x+1)+2)+3)+4)}"
 CASES = [
     ("72", "so the answer is \\boxed{72}.", True),

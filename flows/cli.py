@@ -125,22 +125,21 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from flows.cli_common import fail
+
     if args.resume:
         from libra_core.config.loader import RESOLVED_CONFIG_NAME
 
         if args.config:  # the run's own resolved config is what resumes; another would be ignored
-            print(
-                f"libra: --resume {args.resume} continues with the run's own config; drop {args.config} "
+            return fail(
+                f"--resume {args.resume} continues with the run's own config; drop {args.config} "
                 "(change settings with --set)",
-                file=sys.stderr,
+                EXIT_CONFIG_ERROR,
             )
-            return EXIT_CONFIG_ERROR
         if not (Path(args.resume) / RESOLVED_CONFIG_NAME).is_file():
-            print(
-                f"libra: --resume {args.resume}: not a run folder (no {RESOLVED_CONFIG_NAME})",
-                file=sys.stderr,
+            return fail(
+                f"--resume {args.resume}: not a run folder (no {RESOLVED_CONFIG_NAME})", EXIT_CONFIG_ERROR
             )
-            return EXIT_CONFIG_ERROR
         # The run's resolved config with this command's --set, and what the resume would do, checked
         # before Prefect starts (the create-run task checks the same again, then applies it).
         _load(args, Path(args.resume) / RESOLVED_CONFIG_NAME)
@@ -151,9 +150,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         config_path = None
     else:
         cfg = _load(args)  # fail fast, before importing torch/vllm/prefect
-        from flows.cli_common import fail, folder_write_problem
+        from flows.cli_common import folder_write_problem
 
-        problem = folder_write_problem(cfg.experiment.output_dir)
+        problem = folder_write_problem(cfg.experiment.output_path)
         if problem:
             return fail(f"experiment.output_dir: {problem}")
         config_path = _config_arg(args.config)
@@ -166,7 +165,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if where:
         from rich.console import Console
 
-        Console(stderr=True).print(where, highlight=False)
+        # markup off: the message holds PREFECT_API_URL, and `[fd00::1]` in it is no markup tag
+        Console(stderr=True).print(where, highlight=False, markup=False)
     from flows.progress_view import run_with_progress
 
     # SIGTERM (kill, a job scheduler) ends the run like Ctrl-C. During the flow Prefect's own
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.command == "trace":
             return cli_trace.cmd_trace(args)
-        return cli_trace.cmd_trace_eval(args, _load)
+        return cli_trace.cmd_trace_eval(args, _load, _config_arg(args.config))
     return _cmd_run(args)
 
 

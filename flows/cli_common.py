@@ -1,5 +1,5 @@
-"""What every `libra` subcommand shares: the exit code of a user error, its one-line message, and the
-check of an output path before any work is done.
+"""What every `libra` subcommand shares: the exit code of a user error, its one-line message, the
+parsing of an output path and its check before any work is done.
 
 An error message is printed as text, never as Rich markup (a path like `runs/[x]` is shown as it
 is, and a `[/x]` in it cannot crash the printer), and is not wrapped, so a log keeps it on one line.
@@ -7,10 +7,21 @@ is, and a `[/x]` in it cannot crash the printer), and is not wrapped, so a log k
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
 EXIT_INPUT_ERROR = 2
+
+
+def output_path(value: str) -> str:
+    """argparse `type=` of an output path (`-o`, `--out`, `--json`): `~` expanded once, here.
+
+    A shell leaves `--out=~/x` alone, so the command must expand it; doing it where the argument
+    is parsed makes `output_problem` and the writer see the same path (the writers take it as it
+    is, and wrote `./~/x`).
+    """
+    return os.path.expanduser(value)
 
 
 def fail(message: str, code: int = EXIT_INPUT_ERROR) -> int:

@@ -4,7 +4,8 @@
         [--staleness N] [--gpu-budget N] [--top N] [--mixed-margin F] [--capped-path] [--json]
 
 The plan task of the flow uses the same search (libra_core.planner). Exit 2 on an unknown
-hardware/model/workload name or an unreadable trace, with the valid names in the message.
+hardware/model/workload name or an unreadable trace, with the valid names in the message; exit 1
+when no plan fits the cluster (the report says so), so a script can tell it from a plan.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from flows.cli_common import fail
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="plan training/rollout GPUs and layouts for a cluster and workload")
+    p = sub.add_parser(
+        "plan",
+        help="plan training/rollout GPUs and layouts for a cluster and workload",
+        epilog="exit status: 0 with at least one plan, 1 when no plan fits the cluster, 2 on bad input",
+    )
     p.add_argument(
         "--hardware",
         required=True,
@@ -77,8 +82,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return fail(str(err))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
-    elif sys.stdout.isatty():
-        Console().print(render_rich(report))
+    elif sys.stdout.isatty():  # markup off: names from spec files and traces are shown as they are
+        Console(markup=False).print(render_rich(report))
     else:  # a pipe or a log file: one plain line per plan, never cut to a terminal's width
         print(format_plain(report))
     return 0 if report.plans else 1

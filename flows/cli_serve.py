@@ -15,7 +15,6 @@ import argparse
 import os
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from flows.cli_common import fail
@@ -72,8 +71,13 @@ def cmd_serve(
             port = args.port or free_port(host)
         except OSError as err:  # a name that does not resolve, an address not on this machine
             return fail(f"--host {args.host}: no free port to listen on ({err})", EXIT_SERVER_ERROR)
-        log = Path(cfg.experiment.output_dir) / ".prefect-server.log"
-        console.print(f"starting Prefect server on {http_url(host, port)} (log: {log}) ...", highlight=False)
+        log = cfg.experiment.output_path / ".prefect-server.log"
+        # markup off: the log's path comes from experiment.output_dir, and `[/x]` in it is no tag
+        console.print(
+            f"starting Prefect server on {http_url(host, port)} (log: {log}) ...",
+            highlight=False,
+            markup=False,
+        )
         try:
             server = start_server(host, port, log)
         except RuntimeError as err:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from flows.cli_common import fail, output_problem
+from flows.cli_common import fail, output_path, output_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--seed",
         type=int,
         default=0,
-        help="seed of a generated scenario (default 0; a trace replays as recorded)",
+        help="seed of a generated scenario, >= 0 (default 0; a trace replays as recorded)",
     )
     p.add_argument(
         "--jobs",
@@ -46,7 +46,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="policies simulated at once, one process each (default 1; same numbers, sooner on more cores)",
     )
-    p.add_argument("--out", default=None, metavar="DIR", help="write summary.json, CSVs and PNG plots here")
+    p.add_argument(
+        "--out",
+        default=None,
+        type=output_path,
+        metavar="DIR",
+        help="write summary.json, CSVs and PNG plots here",
+    )
     p.add_argument(
         "--setting",
         nargs="+",
@@ -97,9 +103,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from libra_core.sim.report import format_verdicts
     from libra_core.sim.workloads import is_trace, spec_class
 
-    for flag, value in (("--iterations", args.iterations), ("--jobs", args.jobs)):
-        if value < 1:
-            return fail(f"{flag} must be >= 1, got {value}")
+    for flag, value, least in (
+        ("--iterations", args.iterations, 1),
+        ("--jobs", args.jobs, 1),
+        ("--seed", args.seed, 0),
+    ):
+        if value < least:
+            return fail(f"{flag} must be >= {least}, got {value}")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         return fail(f"--policies names no policy ({args.policies!r}); give names or `all`")

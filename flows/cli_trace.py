@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from flows.cli_common import fail, output_problem
+from flows.cli_common import fail, output_path, output_problem
 
 
 def add_parsers(
@@ -26,12 +26,16 @@ def add_parsers(
     trace_sub = trace.add_subparsers(dest="trace_command", required=True)
     export = trace_sub.add_parser("export", help="write the trace of a run's trajectory lake")
     export.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (has lake/)")
-    export.add_argument("-o", "--output", required=True, metavar="FILE", help="Parquet file to write")
+    export.add_argument(
+        "-o", "--output", required=True, type=output_path, metavar="FILE", help="Parquet file to write"
+    )
 
     synth = trace_sub.add_parser("synth", help="write a synthetic trace (drift, long tails)")
     synth.add_argument("--preset", default="causal", help="generator preset: causal | noisy | fresh")
-    synth.add_argument("--seed", type=int, default=0, help="RNG seed (default 0)")
-    synth.add_argument("-o", "--output", required=True, metavar="FILE", help="Parquet file to write")
+    synth.add_argument("--seed", type=int, default=0, help="RNG seed, >= 0 (default 0)")
+    synth.add_argument(
+        "-o", "--output", required=True, type=output_path, metavar="FILE", help="Parquet file to write"
+    )
 
     ev = sub.add_parser("trace-eval", help="replay a trace under schedulers and report routing metrics")
     ev.add_argument("--trace", required=True, metavar="FILE", help="Parquet trace (libra trace export)")
@@ -42,7 +46,7 @@ def add_parsers(
         metavar="B1,B2,...",
         help="ascending upper bounds in tokens; N bounds give N+1 buckets, the last open",
     )
-    ev.add_argument("--json", metavar="OUT", help="also write the records as a JSON list")
+    ev.add_argument("--json", type=output_path, metavar="OUT", help="also write the records as a JSON list")
     add_config_args(ev)
 
 
@@ -54,6 +58,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from libra_core.traces.schema import TraceSchemaError, read_trace, write_trace
     from libra_core.traces.synthetic import synthetic_trace
 
+    if args.trace_command == "synth" and args.seed < 0:
+        return fail(f"--seed must be >= 0, got {args.seed}")
     run_dir = args.run_dir if args.trace_command == "export" else None
     problem = output_problem(args.output, run_dir=run_dir)
     if problem:
@@ -69,7 +75,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_trace_eval(args: argparse.Namespace, load_config: Callable[[argparse.Namespace], object]) -> int:
+def cmd_trace_eval(
+    args: argparse.Namespace, load_config: Callable[[argparse.Namespace], object], config_path: str | None
+) -> int:
+    """`config_path`: the config file read (the CONFIG argument, else ./stages.yaml if present; None:
+    the defaults), an input that `--json` must not replace."""
     from rich.console import Console
 
     from libra_core.config import LibraConfig
@@ -79,7 +89,12 @@ def cmd_trace_eval(args: argparse.Namespace, load_config: Callable[[argparse.Nam
 
     cfg = load_config(args)
     assert isinstance(cfg, LibraConfig)
-    problem = args.json and output_problem(args.json, inputs=[args.trace])
+    if Path(args.trace).is_dir():
+        return fail(
+            f"--trace {args.trace}: is a folder, not a file; give a Parquet trace (libra trace export)"
+        )
+    inputs = [args.trace] if config_path is None else [args.trace, config_path]
+    problem = args.json and output_problem(args.json, inputs=inputs)
     if problem:
         return fail(problem)
     try:
@@ -88,8 +103,8 @@ def cmd_trace_eval(args: argparse.Namespace, load_config: Callable[[argparse.Nam
     except (FileNotFoundError, TraceSchemaError, ValueError) as err:
         return fail(str(err))
     title = f"{args.trace} (buckets {','.join(map(str, buckets))})"
-    if sys.stdout.isatty():
-        Console().print(format_rich(records, title=title))
+    if sys.stdout.isatty():  # markup off: the title holds the trace's path, shown as typed
+        Console(markup=False).print(format_rich(records, title=title))
     else:  # a pipe or a log file: the markdown table, never cut to a terminal's width
         print(f"{title}\n{format_plain(records)}")
     if args.json:

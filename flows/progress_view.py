@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from libra_core.data.history import STAGES, read_history
 from libra_core.observability import progress
@@ -80,4 +81,5 @@ def print_summary(run_dir: str, wall_s: float) -> None:
             f"mean reward, first {k} iterations: {first:.3f}; last {k}: {last:.3f} "
             f"(change {last - first:+.3f})"
         )
-    console.print(f"run folder: [bold]{run_dir}[/]  (wall {wall_s:.0f}s)")
+    # the path as text, not markup: an output_dir like `runs[red]` or `serve[/x]` is shown as it is
+    console.print(Text.assemble("run folder: ", (run_dir, "bold"), f"  (wall {wall_s:.0f}s)"))

@@ -40,7 +40,7 @@ def anchor_paths(
         return config_path, overrides, str((base / resume).resolve())
     if config_path is not None:
         config_path = str((base / config_path).resolve())
-    output_dir = Path(load_config(config_path, overrides).experiment.output_dir)
+    output_dir = load_config(config_path, overrides).experiment.output_path
     if not output_dir.is_absolute():
         overrides = [*overrides, f"experiment.output_dir={(base / output_dir).resolve()}"]
     return config_path, overrides, resume
@@ -94,7 +94,7 @@ def prepare_policy_task(run_dir: str) -> dict[str, object]:
         report("warm-up", 1, total)
 
     prepared = prepare_initial_policy(
-        cfg, layout.policy, Path(cfg.experiment.output_dir) / ".cache", progress=progress
+        cfg, layout.policy, cfg.experiment.output_path / ".cache", progress=progress
     )
     if cfg.training.grpo.kl_coef > 0:
         shutil.copytree(layout.policy, layout.reference, dirs_exist_ok=True)

@@ -8,6 +8,7 @@ silently falls back to a default.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
@@ -52,6 +53,12 @@ class ExperimentConfig(Frozen):
         description="Publish the per-iteration Prefect artifacts (timing table, timeline PNG) every N "
         "iterations and at the last; 0: only the run summary at the end.",
     )
+
+    @property
+    def output_path(self) -> Path:
+        """`output_dir` with a leading `~` read as the home folder (the shell does not expand it in
+        `--set experiment.output_dir=~/runs`), else as written: relative to the working folder."""
+        return Path(self.output_dir).expanduser()
 
 
 class TinyModelConfig(Frozen):

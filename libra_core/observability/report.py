@@ -58,6 +58,7 @@ PLANNER_COLUMNS = (
     "proposed_split",
     "reason",
 )
+FIGURES = ("timeline_last", "timeline_run", "curves")  # keys of a report's figures, in order
 FULL_RUN_TIMELINE_MAX_ITERATIONS = 20  # above this the run's Gantt shows only the last few
 RECENT_ITERATIONS = 5
 FLOAT_FORMAT = "{:.3f}"
@@ -354,7 +355,13 @@ def build_report(run_dir: str | Path, out: str | Path | None = None, fmt: str = 
         return path
     images: dict[str, str] = {}
     for key, (_, png) in report.figures.items():
-        images[key] = f"{path.stem}_{key}.png"
+        images[key] = markdown_figure_path(path, key).name
         _write_atomic(path.with_name(images[key]), png)
     _write_atomic(path, _render_md(report, images).encode("utf-8"))
     return path
+
+
+def markdown_figure_path(report_path: Path, key: str) -> Path:
+    """Where the Markdown report at `report_path` writes figure `key` (one of FIGURES)."""
+    assert key in FIGURES, f"unknown report figure {key!r}"
+    return report_path.with_name(f"{report_path.stem}_{key}.png")

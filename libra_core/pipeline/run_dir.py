@@ -101,7 +101,7 @@ def new_run_dir(cfg: LibraConfig, now: datetime | None = None) -> Path:
     one `mkdir` that fails if the folder exists, so two runs started in the same second (two
     `libra run`, or a schedule and a UI click) never share one: the second takes the next N."""
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    root = Path(cfg.experiment.output_dir) / f"{cfg.experiment.name}-{stamp}"
+    root = cfg.experiment.output_path / f"{cfg.experiment.name}-{stamp}"
     root.parent.mkdir(parents=True, exist_ok=True)
     candidate, suffix = root, 1
     while True:

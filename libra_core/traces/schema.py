@@ -211,6 +211,8 @@ def write_trace(table: pa.Table, path: str | Path) -> Path:
 def read_trace(path: str | Path) -> list[TraceTrajectory]:
     """Read and validate a Parquet trace."""
     path = Path(path)
+    if path.is_dir():
+        raise FileNotFoundError(f"trace file {path} is a folder, not a file; pass the trace's .parquet")
     if not path.is_file():
         raise FileNotFoundError(f"trace file {path} does not exist; export one with `libra trace export`")
     try:

@@ -90,3 +90,13 @@ def test_a_state_entry_that_is_a_folder_is_a_clear_error(tmp_path: Path) -> None
     layout.state.mkdir()  # was an IsADirectoryError traceback from `libra report`
     with pytest.raises(ValueError, match=r"run state .*state\.json cannot be read: Is a directory"):
         read_state(layout.root)
+
+
+def test_a_tilde_output_dir_is_the_home_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--set experiment.output_dir=~/runs` reaches the config unexpanded; runs went to ./~/runs
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["experiment.output_dir=~/runs"])
+    run = new_run_dir(cfg)
+    assert run.parent == tmp_path / "home" / "runs"
+    assert not (tmp_path / "~").exists()

@@ -242,3 +242,11 @@ def test_trace_summary_counts_calls_by_status_and_reads_the_latencies() -> None:
         "2 with their latency: 0.5-4 s, median 2.25 s"
     )
     assert trace_summary([untimed]).endswith("; 0 tool calls; none with its latency")
+
+
+def test_read_trace_on_a_folder_says_it_is_a_folder(tmp_path: Path) -> None:
+    # `libra plan --workload DIR` and `libra simulate --scenario DIR` said "does not exist"
+    with pytest.raises(FileNotFoundError, match=r"is a folder, not a file"):
+        read_trace(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"does not exist"):
+        read_trace(tmp_path / "missing.parquet")

@@ -9,14 +9,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def libra(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def libra(
+    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`libra ARGS` in a subprocess with a bare environment (plus `env`)."""
     return subprocess.run(
         [sys.executable, "-m", "flows.cli", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=60,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=timeout_s,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})},
     )
 
 

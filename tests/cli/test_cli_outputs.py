@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,20 +30,9 @@ def libra_home(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess
     """`libra ARGS` run in `cwd` with HOME=`home`: where a `~` in an argument must land."""
     import matplotlib
 
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        # the plots' font cache stays where it was built: a fresh HOME would rebuild it per call
-        env={
-            "PYTHONPATH": str(ROOT),
-            "PATH": "/usr/bin:/bin",
-            "HOME": str(home),
-            "MPLCONFIGDIR": matplotlib.get_cachedir(),
-        },
-    )
+    # the plots' font cache stays where it was built: a fresh HOME would rebuild it per call
+    env = {"HOME": str(home), "MPLCONFIGDIR": matplotlib.get_cachedir()}
+    return libra(*args, cwd=cwd, env=env, timeout_s=120)
 
 
 def test_trace_eval_json_does_not_replace_its_config(tmp_path: Path) -> None:

@@ -331,6 +331,20 @@ class LibraConfig(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _planner_prices_the_pipeline_that_runs(self) -> LibraConfig:
+        # The planner's objective (planner/iteration.py) is serial at staleness 0 and overlapped at
+        # >= 1; priced the other way, an async run was planned as if its stages took turns.
+        if self.planner.type == "libra":
+            overlapped = self.pipeline.mode == "async"
+            if overlapped != (self.planner.staleness >= 1):
+                want = "at least 1" if overlapped else "0"
+                raise ValueError(
+                    f"planner.staleness {self.planner.staleness} with pipeline.mode {self.pipeline.mode}: "
+                    f"the planner must price the pipeline that runs; set planner.staleness to {want}"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _pools_are_wired(self) -> LibraConfig:
         # The experiment flow runs the update in one local trainer process and the other stages on
         # their default pools; these settings validated and then did nothing.

@@ -50,7 +50,10 @@ class PlannerConfig(Frozen):
         60.0, ge=0, description="Seconds lost when GPUs move between training and rollout."
     )
     staleness: int = Field(
-        0, ge=0, description="Policy-version lag; 0 serialises rollout and training, >=1 overlaps them."
+        0,
+        ge=0,
+        description="Policy-version lag; 0 serialises rollout and training, >=1 overlaps them. With "
+        "planner.type libra it must follow pipeline.mode: 0 for sync, at least 1 for async.",
     )
     plan_for_spread: bool = Field(
         False,

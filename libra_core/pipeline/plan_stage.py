@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from libra_core.config import LibraConfig
+from libra_core.data.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +108,8 @@ def _drop_unfinished_decisions(run_dir: str, iteration: int) -> list[dict[str, A
     records, torn = _read_decisions(path)
     kept = [r for r in records if r["iteration"] < iteration]
     if torn or len(kept) < len(records):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
         log.info(
             "dropped %d planner decisions of unfinished iterations >= %d", len(records) - len(kept), iteration
         )

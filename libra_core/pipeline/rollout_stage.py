@@ -53,9 +53,15 @@ def _load_scheduler(cfg: LibraConfig, layout: RunLayout) -> Scheduler:
     return build_scheduler(cfg.scheduler)
 
 
-def _save_scheduler(scheduler: Scheduler, layout: RunLayout) -> None:
+def _save_scheduler(scheduler: Scheduler, layout: RunLayout, iteration: int | None = None) -> None:
+    """Save C-MLFQ's tree as the run's live tree, and with `iteration` (async mode) also as that
+    iteration's snapshot: its checkpoint is taken after the next, overlapped rollout has already
+    changed the live tree, and must hold the statistics a resume at the next iteration starts
+    from (save_checkpoint)."""
     if isinstance(scheduler, CMLFQScheduler):
         save_tree(scheduler.tree, layout.scheduler_tree)
+        if iteration is not None:
+            save_tree(scheduler.tree, layout.scheduler_tree_at(iteration))
 
 
 @lru_cache(maxsize=4)
@@ -107,14 +113,16 @@ def _run_loop(
 
 def prompts_to_sample(cfg: LibraConfig, run_dir: str, iteration: int) -> int:
     """Prompts for `iteration`: P, or with dynamic sampling P times an over-sampling factor that
-    follows the share of groups with signal in the latest recorded iteration before it (capped;
-    the cap when unknown). Rows of `iteration` or later (a resumed run's abandoned attempt) are
-    not evidence."""
+    follows the share of groups with signal in the latest iteration recorded before its rollout
+    starts (capped; the cap when unknown): `iteration - 1`, or in async mode `iteration - 2`
+    (rollout N+1 starts while iteration N is still updating), whether or not the run was resumed
+    in between. Rows of later iterations (a resumed run's abandoned attempt) are not evidence."""
     wanted = cfg.rollout.prompts_per_iteration
     ds = cfg.pipeline.dynamic_sampling
     if not ds.enabled:
         return wanted
-    earlier = [row for row in read_history(run_dir) if row["iteration"] < iteration]
+    known = iteration - (2 if cfg.pipeline.mode == "async" else 1)
+    earlier = [row for row in read_history(run_dir) if row["iteration"] <= known]
     share = max(earlier, key=lambda row: row["iteration"])["mixed_group_share"] if earlier else 0.0
     factor = min(ds.max_oversample, 1.0 / share) if share > 0 else ds.max_oversample
     return math.ceil(wanted * factor)
@@ -155,7 +163,7 @@ def run_rollout(
     table = table_from_rows(rows)
     layout = RunLayout(Path(run_dir))
     path = write_ipc(table, layout.stage_dir(iteration) / "rollout.arrow")
-    _save_scheduler(scheduler, layout)
+    _save_scheduler(scheduler, layout, iteration if cfg.pipeline.mode == "async" else None)
     wall = time.perf_counter() - start
     generated = sum(sum(r["loss_mask"]) for r in rows)
     calls = [e for r in rows for e in r["tool_events"]]

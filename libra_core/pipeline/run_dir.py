@@ -76,6 +76,10 @@ class RunLayout:
     def stage_dir(self, iteration: int) -> Path:
         return self.root / "stages" / f"iteration={iteration:05d}"
 
+    def scheduler_tree_at(self, iteration: int) -> Path:
+        """The C-MLFQ tree as the rollout of `iteration` left it (async mode only)."""
+        return self.stage_dir(iteration) / self.scheduler_tree.name
+
     def checkpoint(self, iteration: int) -> Path:
         return self.checkpoints / f"iter_{iteration:05d}"
 
@@ -168,9 +172,13 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: 
     shutil.copytree(layout.policy, staging / "policy")
     if layout.trainer.exists():
         shutil.copytree(layout.trainer, staging / "trainer")
-    if layout.scheduler_tree.exists():  # C-MLFQ's statistics as of this iteration
+    # C-MLFQ's statistics as of this iteration's rollout: in async mode the next rollout, which
+    # a resume redoes, has already added its trajectories to the live tree.
+    tree = layout.scheduler_tree_at(iteration)
+    tree = tree if tree.exists() else layout.scheduler_tree
+    if tree.exists():
         (staging / "scheduler").mkdir()
-        shutil.copy2(layout.scheduler_tree, staging / "scheduler" / layout.scheduler_tree.name)
+        shutil.copy2(tree, staging / "scheduler" / layout.scheduler_tree.name)
     (staging / "state.json").write_text(json.dumps(asdict(state), indent=2))
     if ckpt.exists():
         shutil.rmtree(ckpt)

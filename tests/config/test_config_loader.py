@@ -488,3 +488,18 @@ def test_a_seed_past_31_bits_is_refused() -> None:
     too_big = "experiment.seed: Input should be less than or equal to 2147483647"
     with pytest.raises(ConfigError, match=too_big):
         load_config(None, ["experiment.seed=2147483648"])
+
+
+@pytest.mark.parametrize(
+    ("mode", "staleness", "ok"),
+    [("sync", 0, True), ("async", 1, True), ("async", 0, False), ("sync", 1, False)],
+)
+def test_the_libra_planner_prices_the_pipeline_mode_that_runs(mode: str, staleness: int, ok: bool) -> None:
+    # an async run left at the default staleness 0 was planned as if its stages took turns
+    overrides = ["planner.type=libra", f"pipeline.mode={mode}", f"planner.staleness={staleness}"]
+    if ok:
+        assert load_config(None, overrides).planner.staleness == staleness
+    else:
+        with pytest.raises(ConfigError, match=f"planner.staleness {staleness} with pipeline.mode {mode}"):
+            load_config(None, overrides)
+    assert load_config(None, ["pipeline.mode=async"]).planner.staleness == 0  # static planner: unused

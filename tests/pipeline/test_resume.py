@@ -163,6 +163,11 @@ def test_a_resume_forgets_what_the_abandoned_attempt_recorded(tmp_path: Path) ->
     # iteration 4 follows row 3 (0.75: 22 prompts), not the abandoned row 4 (1.0: 16)
     sizes = [prompts_to_sample(cfg, str(layout.root), it) for it in (1, 2, 4, 5)]
     assert sizes == [32, 32, 22, 16]
+    # async: rollout N+1 starts before row N is recorded, so it follows row N-1 whether or not the
+    # run was resumed in between (a resumed run read row N and sampled 22 where the run took 32)
+    async_cfg = load_config(layout.config, ["pipeline.dynamic_sampling.enabled=true", "pipeline.mode=async"])
+    sizes = [prompts_to_sample(async_cfg, str(layout.root), it) for it in (1, 2, 3, 4, 5)]
+    assert sizes == [32, 32, 32, 32, 22]
     apply_resume(layout.root, plan_resume(layout.root))
     assert [r["iteration"] for r in read_history(layout.root)] == [1, 2, 3]
     assert [lake_path(layout.root, it).exists() for it in range(1, 5)] == [True, True, True, False]

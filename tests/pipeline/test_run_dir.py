@@ -100,3 +100,18 @@ def test_a_tilde_output_dir_is_the_home_folder(tmp_path: Path, monkeypatch: pyte
     run = new_run_dir(cfg)
     assert run.parent == tmp_path / "home" / "runs"
     assert not (tmp_path / "~").exists()
+
+
+def test_a_checkpoint_keeps_the_tree_its_own_rollout_left(tmp_path: Path) -> None:
+    """Async: the next rollout has already updated the live tree when iteration N's checkpoint is
+    taken; a resume from it redoes that rollout, whose trajectories were then counted twice."""
+    layout = make_run(tmp_path)
+    layout.scheduler_tree.parent.mkdir(parents=True)
+    layout.scheduler_tree.write_text("tree after rollout 4")  # the overlapped rollout's
+    layout.scheduler_tree_at(3).parent.mkdir(parents=True)
+    layout.scheduler_tree_at(3).write_text("tree after rollout 3")
+    ckpt = save_checkpoint(layout.root, 3, RunState(3, 3, "running"), keep=2)
+    assert (ckpt / "scheduler" / layout.scheduler_tree.name).read_text() == "tree after rollout 3"
+    # sync mode keeps no snapshot: the live tree is the one its rollout left
+    ckpt = save_checkpoint(layout.root, 4, RunState(4, 4, "running"), keep=2)
+    assert (ckpt / "scheduler" / layout.scheduler_tree.name).read_text() == "tree after rollout 4"

@@ -159,8 +159,9 @@ def test_measured_trajectories_carry_their_groups_and_the_service_plans_for_the_
     for a, b in zip(rows, w.group_index.tolist(), strict=True):
         assert b == 3 * a["iteration"] + int(a["prompt_id"][1:])
     cfg = {"type": "libra", "hardware": "8xH100", "model_spec": "qwen3-4b", "staleness": 1}
-    plain = LibraPlanner.from_config(LibraConfig.model_validate({"planner": cfg}))
+    pipeline = {"mode": "async"}  # staleness 1 prices the overlapped pipeline
+    plain = LibraPlanner.from_config(LibraConfig.model_validate({"planner": cfg, "pipeline": pipeline}))
     spread = LibraPlanner.from_config(
-        LibraConfig.model_validate({"planner": {**cfg, "plan_for_spread": True}})
+        LibraConfig.model_validate({"planner": {**cfg, "plan_for_spread": True}, "pipeline": pipeline})
     )
     assert not plain.settings().plan_for_spread and spread.settings().plan_for_spread

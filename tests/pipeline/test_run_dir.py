@@ -115,3 +115,20 @@ def test_a_checkpoint_keeps_the_tree_its_own_rollout_left(tmp_path: Path) -> Non
     # sync mode keeps no snapshot: the live tree is the one its rollout left
     ckpt = save_checkpoint(layout.root, 4, RunState(4, 4, "running"), keep=2)
     assert (ckpt / "scheduler" / layout.scheduler_tree.name).read_text() == "tree after rollout 4"
+
+
+def test_an_async_rollout_keeps_its_own_copy_of_the_tree(tmp_path: Path) -> None:
+    from libra_core.config.models import SchedulerConfig
+    from libra_core.pipeline.rollout_stage import _save_scheduler
+    from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, Turn
+    from libra_core.scheduling.cmlfq import CMLFQScheduler
+    from libra_core.scheduling.tree_io import load_tree
+
+    layout = make_run(tmp_path)
+    s = CMLFQScheduler(SchedulerConfig(type="cmlfq", buckets=(100,)))
+    s.admit(SchedRequest("r", "p", 10, 0))
+    s.on_finish(FinishedTrajectory("r", "p", 10, 0, 0, (Turn(20, None, 0, None),)))
+    _save_scheduler(s, layout)  # sync: the live tree only
+    assert layout.scheduler_tree.is_file() and not layout.scheduler_tree_at(3).exists()
+    _save_scheduler(s, layout, 3)  # async: and iteration 3's own
+    assert load_tree(layout.scheduler_tree_at(3)).prompts.keys() == {"p"}

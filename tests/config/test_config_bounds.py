@@ -1,0 +1,44 @@
+"""Bounds on what a config may hold: sizes a file can expand to, seeds, and settings that must
+agree with each other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from libra_core.config import ConfigError, load_config
+
+
+def test_a_file_whose_aliases_expand_to_millions_of_values_is_refused(tmp_path: Path) -> None:
+    # Eight lines stand for 12 million values (a6 alone is 11,111,111): copying and validating
+    # them took tens of seconds and gigabytes; one level more ran out of memory.
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 7)]
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join([*lines, "experiment: {name: x}"]) + "\n")
+    with pytest.raises(ConfigError, match=r"config expands to 12,345,680 values \(YAML aliases\?\)"):
+        load_config(path)
+
+
+def test_a_seed_past_31_bits_is_refused() -> None:
+    # 2**64 validated, then overflowed torch.manual_seed at the warm-up (2**62: at the first update)
+    assert load_config(None, ["experiment.seed=2147483647"]).experiment.seed == 2**31 - 1
+    too_big = "experiment.seed: Input should be less than or equal to 2147483647"
+    with pytest.raises(ConfigError, match=too_big):
+        load_config(None, ["experiment.seed=2147483648"])
+
+
+@pytest.mark.parametrize(
+    ("mode", "staleness", "ok"),
+    [("sync", 0, True), ("async", 1, True), ("async", 0, False), ("sync", 1, False)],
+)
+def test_the_libra_planner_prices_the_pipeline_mode_that_runs(mode: str, staleness: int, ok: bool) -> None:
+    # an async run left at the default staleness 0 was planned as if its stages took turns
+    overrides = ["planner.type=libra", f"pipeline.mode={mode}", f"planner.staleness={staleness}"]
+    if ok:
+        assert load_config(None, overrides).planner.staleness == staleness
+    else:
+        with pytest.raises(ConfigError, match=f"planner.staleness {staleness} with pipeline.mode {mode}"):
+            load_config(None, overrides)
+    assert load_config(None, ["pipeline.mode=async"]).planner.staleness == 0  # static planner: unused

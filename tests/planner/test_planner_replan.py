@@ -166,6 +166,8 @@ def test_the_configured_reprefill_fraction_prices_the_prior_and_the_measured_tra
 ) -> None:
     import pyarrow as pa
 
+    from tests.planner.test_planner_workload import ONE_CALL_ROW  # 10 prompt, 3 payload tokens
+
     cfg = LibraConfig.model_validate(
         {
             "planner": {
@@ -179,16 +181,7 @@ def test_the_configured_reprefill_fraction_prices_the_prior_and_the_measured_tra
     )
     planner = LibraPlanner.from_config(cfg)
     assert planner._prior.reprefill_fraction == fraction
-    row = {  # 10 prompt tokens, 4 generated, a 3-token tool return, 20 generated
-        "iteration": 0,
-        "prompt_id": "p0",
-        "group_id": "g0",
-        "prompt_ids": [1] * 10,
-        "loss_mask": [1] * 4 + [0] * 3 + [1] * 20,
-        "tool_events": [{"turn": 0, "payload_tokens": 3}],
-        "tool_latency_s": 0.5,
-    }
-    planner.observe(pa.Table.from_pylist([row]), group_size=1, measured_s={})
+    planner.observe(pa.Table.from_pylist([ONE_CALL_ROW]), group_size=1, measured_s={})
     pooled = planner.window.pooled()
     # prompt + payload + fraction x the 14-token context at the call
     assert pooled.prefill_tokens.tolist() == [10 + 3 + fraction * 14]

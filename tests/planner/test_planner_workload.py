@@ -64,18 +64,20 @@ def test_turn_lengths_come_from_the_loss_mask(mask: list[int], calls: int, turns
     assert _turn_lengths(mask, calls) == pytest.approx(turns)
 
 
+# One trajectory-table row: 10 prompt tokens; 4 generated, a 3-token observation, 20 generated.
+ONE_CALL_ROW = {
+    "iteration": 0,
+    "prompt_id": "p0",
+    "group_id": "g0",
+    "prompt_ids": [1] * 10,
+    "loss_mask": [1] * 4 + [0] * 3 + [1] * 20,
+    "tool_events": [{"turn": 0, "payload_tokens": 3}],
+    "tool_latency_s": 0.5,
+}
+
+
 def test_the_trajectory_table_places_the_last_call_where_it_happened() -> None:
-    # 10 prompt tokens; 4 generated, a 3-token observation, 20 generated: the call returns at
-    # 10 + 4 + 3 = 17 tokens, not at the middle of the growth (10 + 27 / 2).
-    row = {
-        "iteration": 0,
-        "prompt_id": "p0",
-        "group_id": "g0",
-        "prompt_ids": [1] * 10,
-        "loss_mask": [1] * 4 + [0] * 3 + [1] * 20,
-        "tool_events": [{"turn": 0, "payload_tokens": 3}],
-        "tool_latency_s": 0.5,
-    }
-    w = workload_from_trajectory_table(pa.Table.from_pylist([row]), group_size=1)
+    # The call returns at 10 + 4 + 3 = 17 tokens, not at the middle of the growth (10 + 27 / 2).
+    w = workload_from_trajectory_table(pa.Table.from_pylist([ONE_CALL_ROW]), group_size=1)
     assert w.last_call_ctx_tokens is not None and w.last_call_ctx_tokens.tolist() == [17.0]
     assert w.gen_tokens.tolist() == [24.0] and w.reprefill_ctx_tokens.tolist() == [14.0]

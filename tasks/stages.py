@@ -18,6 +18,7 @@ from libra_core.pools.rollout import (
     PoolInfo,
     ensure_rollout_pool,
     live_pool,
+    replacing_unresponsive,
     served_version,
     stop_rollout_pool,
 )
@@ -81,14 +82,15 @@ def stop_pool_task(run_dir: str) -> None:
 def rollout_task(run_dir: str, pool: PoolInfo, iteration: int) -> RolloutResult:
     """Sample the iteration's trajectories; tokens are labelled with the version the pool serves at
     the start of each turn (a sync during the rollout advances it)."""
-    live = live_pool(pool.pool_id)  # on a retry, a crashed engine has been replaced
-    return run_rollout(
-        run_dir,
-        live.urls,
-        live.instance_ids,
-        iteration=iteration,
-        version=lambda: served_version(pool.pool_id),
-    )
+    live = live_pool(pool.pool_id)  # on a retry, a crashed or hung engine has been replaced
+    with replacing_unresponsive(pool.pool_id):
+        return run_rollout(
+            run_dir,
+            live.urls,
+            live.instance_ids,
+            iteration=iteration,
+            version=lambda: served_version(pool.pool_id),
+        )
 
 
 @task(name="reward", **TASK_OPTIONS)
@@ -119,15 +121,17 @@ def update_task(run_dir: str, rewarded_path: str, iteration: int, version: int) 
 @task(name="sync", retries=2, retry_delay_seconds=1, **TASK_OPTIONS)
 def sync_task(run_dir: str, pool: PoolInfo, version: int) -> SyncResult:
     cfg = load_run_config(run_dir)
-    return sync_pool(
-        pool.pool_id,
-        str(RunLayout(Path(run_dir)).policy),
-        version,
-        timeout_s=cfg.rollout.engine.request_timeout_s,
-    )
+    with replacing_unresponsive(pool.pool_id):  # a retry syncs the hung engine's replacement
+        return sync_pool(
+            pool.pool_id,
+            str(RunLayout(Path(run_dir)).policy),
+            version,
+            timeout_s=cfg.rollout.engine.request_timeout_s,
+        )
 
 
 @task(name="eval", **TASK_OPTIONS)
 def eval_task(run_dir: str, pool: PoolInfo, iteration: int, version: int) -> float:
     live = live_pool(pool.pool_id)
-    return run_greedy_eval(run_dir, live.urls, live.instance_ids, iteration=iteration, version=version)
+    with replacing_unresponsive(pool.pool_id):
+        return run_greedy_eval(run_dir, live.urls, live.instance_ids, iteration=iteration, version=version)

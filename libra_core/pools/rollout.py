@@ -15,11 +15,14 @@ import atexit
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from libra_core.config.models import VllmEngineConfig
 from libra_core.rollout import engine_registry
+from libra_core.rollout.client import EngineRequestError
 from libra_core.rollout.vllm_server import VllmServer
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,9 @@ class RolloutPool:
         # Policy version the instances serve: set when the pool starts, advanced by each weight sync.
         # The agent loop reads it at the start of every turn to label the tokens it generates.
         self.served_version = 0
+        # URLs of instances that stopped answering (a request timed out) while their process ran:
+        # the next `live_pool` replaces them, as it does instances whose process exited.
+        self.unresponsive: set[str] = set()
 
     def resize(self, size: int) -> float:
         """Start or stop instances until `size` are healthy; return the wall seconds it took."""
@@ -118,13 +124,27 @@ _LOCK = threading.Lock()
 
 
 def _drop_dead(pool: RolloutPool) -> int:
-    """Forget instances whose process exited (logging why); return how many."""
-    dead = [s for s in pool.servers if not s.alive()]
+    """Stop and forget instances whose process exited or that were reported unresponsive (logging
+    why); return how many."""
+    dead = [s for s in pool.servers if not s.alive() or s.url in pool.unresponsive]
     for server in dead:
-        log.warning("rollout instance %s died; replacing it\n%s", server.instance_id, server.log_tail(10))
+        why = "died" if not server.alive() else "stopped answering (a request timed out)"
+        log.warning("rollout instance %s %s; replacing it\n%s", server.instance_id, why, server.log_tail(10))
         pool.servers.remove(server)
-        pool._stop(server)  # reaps the exited process, drops its pid file
+        pool._stop(server)  # kills a hung group, reaps the exited process, drops its pid file
+    pool.unresponsive.clear()
     return len(dead)
+
+
+def mark_unresponsive(pool_id: str, url: str) -> None:
+    """Record that the pool's instance at `url` did not answer a request in time. Called by the
+    stages' tasks when a rollout fails with an unresponsive engine, before the task's retry; the
+    retry's `live_pool` then stops that instance and starts a replacement. A URL the pool does not
+    hold (already replaced, or another pool's) is ignored."""
+    with _LOCK:
+        pool = _POOLS.get(pool_id)
+        if pool is not None and any(s.url == url for s in pool.servers):
+            pool.unresponsive.add(url)
 
 
 def ensure_rollout_pool(
@@ -156,9 +176,23 @@ def ensure_rollout_pool(
         return pool.info(resize_s)
 
 
+@contextmanager
+def replacing_unresponsive(pool_id: str) -> Iterator[None]:
+    """Run a stage against the pool's engines; if it fails because one of them stopped answering,
+    mark that engine for replacement (`mark_unresponsive`) and re-raise. The fault boundary of the
+    tasks that talk to engines (rollout, eval, sync), whose declared retry then gets a new one."""
+    try:
+        yield
+    except EngineRequestError as err:
+        if err.unresponsive and err.url is not None:
+            mark_unresponsive(pool_id, err.url)
+        raise
+
+
 def live_pool(pool_id: str) -> PoolInfo:
-    """The pool's current instances, replacing any that died (same size). Called by the stages
-    that talk to engines, so a task retry after an engine crash runs against a healthy pool."""
+    """The pool's current instances, replacing any that died or were marked unresponsive (same
+    size). Called by the stages that talk to engines, so a task retry after an engine crash or hang
+    runs against a healthy pool."""
     with _LOCK:
         pool = _POOLS.get(pool_id)
         if pool is None:

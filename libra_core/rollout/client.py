@@ -44,7 +44,16 @@ def control_http() -> httpx.Client:
 
 
 class EngineRequestError(RuntimeError):
-    """The engine answered with an error or an unexpected payload."""
+    """The engine answered with an error or an unexpected payload, or did not answer in time.
+
+    `url` names the engine when the error is its own; `unresponsive` is True when it did not answer
+    within the request timeout (a hung engine: its process may well still be running), which the
+    rollout task reports to the pool so that its retry runs on a replacement (pools/rollout.py).
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, unresponsive: bool = False) -> None:
+        super().__init__(message)
+        self.url, self.unresponsive = url, unresponsive
 
 
 @dataclass(frozen=True)
@@ -204,7 +213,9 @@ class EngineClient:
         except TimeoutError as err:  # aiohttp's total timeout: an engine that hangs
             raise EngineRequestError(
                 f"{self.url} completion: no answer within {self.timeout_s:g} s "
-                "(rollout.engine.request_timeout_s); is the engine stuck? see its log"
+                "(rollout.engine.request_timeout_s); is the engine stuck? see its log",
+                url=self.url,
+                unresponsive=True,
             ) from err
         except aiohttp.ClientError as err:  # the engine went away mid-request
             raise EngineRequestError(
@@ -213,7 +224,15 @@ class EngineClient:
 
     # -- weight sync (dev-mode endpoints), synchronous: the sync stage calls them in order ------
     def _post(self, path: str, json: dict[str, Any] | None = None) -> Any:
-        resp = self._control.post(f"{self.url}{path}", json=json or {}, timeout=self.timeout_s)
+        try:
+            resp = self._control.post(f"{self.url}{path}", json=json or {}, timeout=self.timeout_s)
+        except httpx.TimeoutException as err:
+            raise EngineRequestError(
+                f"{self.url}{path}: no answer within {self.timeout_s:g} s "
+                "(rollout.engine.request_timeout_s); is the engine stuck? see its log",
+                url=self.url,
+                unresponsive=True,
+            ) from err
         if resp.status_code != 200:
             raise EngineRequestError(f"{self.url}{path} failed ({resp.status_code}): {resp.text[:300]}")
         return resp.json() if resp.content else None

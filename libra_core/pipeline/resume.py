@@ -6,7 +6,9 @@ and one line; the plan's `note` is printed), and the create-run task calls `plan
 `apply_resume`, so a run started from the UI gets the same checks. `plan_resume` only reads;
 `apply_resume` writes, after every check has passed, so a refused resume leaves the folder as it
 was. Refused: a damaged `state.json` or resolved config, overrides that change the model or the
-tokenizer (the policy folder holds that model's weights) or what the C-MLFQ tree is keyed by, fewer
+tokenizer (the policy folder holds that model's weights; a tiny model's fields are also compared
+with the policy folder's config.json, in case config.resolved.yaml was edited by hand) or what the
+C-MLFQ tree is keyed by, fewer
 iterations than the run completed, a checkpoint with a file missing, a history file that cannot be
 read, and turning the KL penalty on in a run that kept no reference policy. A resume forgets what the
 abandoned attempt recorded after the point it continues from: history rows, lake partitions and
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from libra_core.config import LibraConfig, load_config, write_resolved_config
+from libra_core.config.models import TinyModelConfig
 from libra_core.data.atomic import atomic_path
 from libra_core.data.history import drop_history_after, read_history
 from libra_core.data.io import drop_lake_after
@@ -73,6 +76,14 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
         raise ResumeError(
             f"{layout.root}: {', '.join(changed)} cannot change on resume (the run's policy is that "
             "model); start a new run instead"
+        )
+    # The check above compares with config.resolved.yaml, which a user may have edited by hand:
+    # the policy folder's own config says what the weights are.
+    differ = policy_disagreements(cfg, layout.policy / "config.json")
+    if differ:
+        raise ResumeError(
+            f"{layout.root}: the config says {', '.join(differ)}; the model cannot change on resume "
+            f"(was {layout.config.name} edited?); start a new run instead"
         )
     keyed = [
         f"scheduler.{key}"
@@ -129,6 +140,38 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
     else:
         note = f"resuming {layout.root.name} at iteration 1 of {last}"
     return ResumePlan(cfg, ckpt, resumed, state.completed_iterations, note)
+
+
+# TinyModelConfig field -> the Hugging Face config.json key `build_tiny_policy` writes it to.
+_TINY_CONFIG_KEYS = {
+    "hidden_size": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "intermediate_size": "intermediate_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "dtype": "dtype",
+}
+
+
+def policy_disagreements(cfg: LibraConfig, policy_config: Path) -> list[str]:
+    """`model.FIELD=value, but FILE has KEY=value` for each tiny-model field on which the config and
+    the policy folder's config.json disagree (empty: they agree, or there is nothing to compare:
+    no policy yet, or a model type whose config.json is not built from these fields)."""
+    if not isinstance(cfg.model, TinyModelConfig) or not policy_config.is_file():
+        return []
+    try:
+        written = json.loads(policy_config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ResumeError(f"{policy_config} cannot be read ({err}); nothing was changed") from err
+    if not isinstance(written, dict):
+        raise ResumeError(f"{policy_config} is not a model config (a JSON object); nothing was changed")
+    return [
+        f"model.{field}={getattr(cfg.model, field)!r} but {policy_config} has {key}={written[key]!r}"
+        for field, key in _TINY_CONFIG_KEYS.items()
+        if key in written and written[key] != getattr(cfg.model, field)
+    ]
 
 
 def checkpoint_problems(ckpt: Path) -> list[str]:

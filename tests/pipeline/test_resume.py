@@ -42,6 +42,9 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
         if it == 3:
             save_checkpoint(layout.root, it, RunState(it, it, "running"), keep=2)
     write_state(layout.root, RunState(4, 4, "failed"))
+    # the policy's own config agrees with the run's (keys it does not hold are not compared)
+    agreeing = '{"hidden_size": 128, "num_hidden_layers": 4, "dtype": "float32"}'
+    (layout.policy / "config.json").write_text(agreeing)
     plan = plan_resume(layout.root, ["experiment.iterations=6"])
     assert plan.state == RunState(3, 3, "running") and plan.completed == 4
     assert plan.note.endswith("at iteration 4 of 6 from iter_00003; iterations 4-4 are redone")
@@ -72,6 +75,14 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
         ("history_truncated", [], r"history.parquet: not a Parquet file .*Restore it, or delete it"),
         ("history_page", [], r"history.parquet: cannot be read .*Restore it, or delete it"),
         (None, ["training.grpo.kl_coef=0.1"], r"kl_coef=0.1 needs the run's frozen warm-up policy"),
+        # config.resolved.yaml edited by hand: the policy folder's own config.json disagrees with it
+        (
+            "edited_config",
+            [],
+            r"the config says model.hidden_size=128 but .*policy/config.json has hidden_size=64, "
+            r"model.num_layers=4 but .* has num_hidden_layers=2; the model cannot change on resume",
+        ),
+        ("policy_config", [], r"policy/config.json cannot be read"),
     ],
 )
 def test_a_refused_resume_changes_nothing(
@@ -85,6 +96,12 @@ def test_a_refused_resume_changes_nothing(
         (ckpt / "state.json").unlink()
     elif damage == "state":
         layout.state.write_text("{\n,")
+    elif damage == "edited_config":  # what the prepare step wrote for a smaller model
+        (layout.policy / "config.json").write_text(
+            '{"hidden_size": 64, "num_hidden_layers": 2, "head_dim": 32, "dtype": "float32"}'
+        )
+    elif damage == "policy_config":
+        (layout.policy / "config.json").write_text('{"hidden_size": ')
     elif damage == "tree":
         layout.scheduler_tree.parent.mkdir(parents=True)
         layout.scheduler_tree.write_text("{}")

@@ -7,7 +7,8 @@ and one line; the plan's `note` is printed), and the create-run task calls `plan
 `apply_resume` writes, after every check has passed, so a refused resume leaves the folder as it
 was. Refused: a damaged `state.json` or resolved config, overrides that change the model or the
 tokenizer (the policy folder holds that model's weights; a tiny model's fields are also compared
-with the policy folder's config.json, in case config.resolved.yaml was edited by hand) or what the
+with the policy folder's config.json, in case config.resolved.yaml was edited by hand; its
+tokenizer was trained for the environment's type and prompt format, which are frozen too) or what the
 C-MLFQ tree is keyed by, fewer
 iterations than the run completed, a checkpoint with a file missing, a history file that cannot be
 read, and turning the KL penalty on in a run that kept no reference policy. A resume forgets what the
@@ -43,6 +44,8 @@ from libra_core.training.checkpoint import WEIGHTS_FILE
 # Config sections that the run folder's files embody: changing them on resume would pair a config
 # with weights (and a tokenizer) of another model.
 FROZEN_ON_RESUME = ("model", "tokenizer")
+# Environment settings a tiny model's tokenizer was trained for (its alphabet and special tokens).
+TOKENIZER_ENV_KEYS = ("type", "prompt_format")
 # Scheduler settings the C-MLFQ tree's states are keyed by (the rest apply to a resumed tree).
 TREE_KEYS = ("payload_class_edges", "prompt_size_bins_per_octave")
 
@@ -72,10 +75,18 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
         for key, value in getattr(cfg, section).model_dump().items()
         if getattr(before, section).model_dump()[key] != value
     ]
+    if isinstance(cfg.model, TinyModelConfig):
+        # A tiny policy's tokenizer was trained on its environment's text, with its markers as
+        # special tokens: another environment or prompt format would be read through <|unk|>.
+        changed += [
+            f"environment.{key}"
+            for key in TOKENIZER_ENV_KEYS
+            if getattr(cfg.environment, key, None) != getattr(before.environment, key, None)
+        ]
     if changed:
         raise ResumeError(
             f"{layout.root}: {', '.join(changed)} cannot change on resume (the run's policy is that "
-            "model); start a new run instead"
+            "model, its tokenizer trained for that environment); start a new run instead"
         )
     # The check above compares with config.resolved.yaml, which a user may have edited by hand:
     # the policy folder's own config says what the weights are.

@@ -61,6 +61,12 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
         ("ckpt_state", [], r"iter_00003 is incomplete \(no state.json\)"),
         ("state", [], r"run state .*state.json is damaged"),
         (None, ["model.hidden_size=256"], r"model.hidden_size cannot change on resume"),
+        # a tiny policy's tokenizer only knows its environment's characters and markers
+        (
+            None,
+            ["environment={type: math_tools, prompt_format: chatml}"],
+            r"environment.type, environment.prompt_format cannot change on resume",
+        ),
         (
             None,
             ["experiment.iterations=2"],

@@ -111,8 +111,8 @@ def cmd_trace_eval(
         from libra_core.data.atomic import atomic_path
 
         out = Path(args.json)
-        keys = ("scheduler", "routing_accuracy", "class_accuracy", "migration_token_ratio", "score")
+        # whole records: the table's columns (scheduler, the metrics, moves), decisions, trajectories
         with atomic_path(out) as tmp:
-            tmp.write_text(json.dumps([{k: r[k] for k in keys} for r in records], indent=2) + "\n")
+            tmp.write_text(json.dumps(records, indent=2) + "\n")
         print(f"wrote {out}", file=sys.stderr)
     return 0

@@ -11,6 +11,7 @@ Folders (checkpoints, the policy) are copied beside their target and renamed the
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +23,10 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     or, if the block or the rename raised, delete it and re-raise."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # One temp file per call, not per process: two threads writing the same target would otherwise
+    # write (and rename, and delete) one file. `.NAME.tmp-*` is what a resume clears away
+    # (pipeline/resume.py); the pid tells which process left one.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     try:
         yield tmp
         # the data reaches the disk before the name does: after a power loss the target holds

@@ -44,9 +44,19 @@ def read_ipc(path: str | Path, *, require_reward: bool = False) -> pa.Table:
     try:
         with pa.memory_map(str(path), "r") as source:
             table = ipc.open_file(source).read_all()
-    except pa.ArrowInvalid as err:
+    except pa.ArrowException as err:
         raise TrajectorySchemaError(f"{path} is not an Arrow IPC file: {err}") from err
-    validate_trajectories(table, require_reward=require_reward)
+    try:
+        # The footer says where each buffer is, not that its contents agree: damaged list offsets
+        # would send the row checks past the end of the mapping (a SIGBUS that kills the process,
+        # not an exception). A full validation checks them against the buffers first.
+        table.validate(full=True)
+    except pa.ArrowException as err:
+        raise TrajectorySchemaError(f"{path} is damaged: {err}; write it again") from err
+    try:
+        validate_trajectories(table, require_reward=require_reward)
+    except TrajectorySchemaError as err:
+        raise TrajectorySchemaError(f"{path}: {err}") from err
     return table
 
 
@@ -78,13 +88,42 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
     tables = []
     for p in paths:
         try:
-            tables.append(pq.read_table(p, schema=TRAJECTORY_SCHEMA))
+            table = pq.read_table(p, schema=TRAJECTORY_SCHEMA)
         except (pa.ArrowException, OSError) as err:  # a footer that reads, a damaged page
             reason = " ".join(str(err).split())
             raise TrajectorySchemaError(f"lake file {p}: cannot be read ({reason})") from err
-    table = pa.concat_tables(tables)
-    validate_trajectories(table, require_reward=True)
-    return table
+        # Each partition on its own, so that a problem names its file and the row within it.
+        try:
+            validate_trajectories(table, require_reward=True)
+        except TrajectorySchemaError as err:
+            raise TrajectorySchemaError(f"lake file {p}: {err}") from err
+        tables.append(table)
+    _check_unique_across(paths, tables)
+    return pa.concat_tables(tables)
+
+
+def _check_unique_across(paths: list[Path], tables: list[pa.Table]) -> None:
+    """The one check `validate_trajectories` makes across rows, made across partitions (each was
+    checked alone): a trajectory_id, and a (group_id, sample_index), occurs once per iteration."""
+    first: dict[tuple[object, ...], Path] = {}  # key -> the partition that holds it
+    for p, table in zip(paths, tables, strict=True):
+        rows = table.select(["iteration", "trajectory_id", "group_id", "sample_index"]).to_pylist()
+        keys = [
+            (
+                ("id", r["iteration"], r["trajectory_id"]),
+                ("sample", r["iteration"], r["group_id"], r["sample_index"]),
+            )
+            for r in rows
+        ]
+        for i, (r, row_keys) in enumerate(zip(rows, keys, strict=True)):
+            earlier = next((first[k] for k in row_keys if k in first), None)
+            if earlier is not None:
+                raise TrajectorySchemaError(
+                    f"lake file {p}: trajectory {r['trajectory_id']!r} (row {i}): a second row of "
+                    f"iteration {r['iteration']} with this trajectory_id or (group_id, sample_index); "
+                    f"the first is in lake file {earlier}"
+                )
+        first.update((k, p) for row_keys in keys for k in row_keys)
 
 
 def drop_partitions_after(folder: str | Path, suffix: str, iteration: int) -> int:

@@ -231,7 +231,7 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
 
 
 def _remove_leftovers(layout: RunLayout) -> None:
-    """Delete what a process killed mid-write left: `atomic_path`'s `.NAME.tmp-PID` files and a
+    """Delete what a process killed mid-write left: `atomic_path`'s `.NAME.tmp-PID-HEX` files and a
     checkpoint's `.iter_N.staging` copy (a whole policy and optimizer state). Safe while the
     resume holds the folder's lock: no other process is writing them."""
     for tmp in layout.root.rglob(".*.tmp-*"):

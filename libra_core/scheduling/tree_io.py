@@ -16,10 +16,10 @@ Version 1 files (no size classes, no sums) still load: their sums are rebuilt fr
 sample means, and the size-class level fills as new trajectories finish.
 
 Writes are atomic (temp file + rename). Loading validates the header, every field's type and
-range (finite counts >= 0, ascending payload edges, state indices) and raises ValueError naming
-the file and the problem. Merging requires equal payload-class edges (otherwise the state keys
-mean different things); samples of matching nodes are pooled and the newest `max_samples_per_node`
-kept.
+range (finite counts >= 0, samples that fit the nodes' int32 arrays, ascending payload edges,
+distinct states, state indices) and raises ValueError naming the file and the problem. Merging
+requires equal payload-class edges (otherwise the state keys mean different things); samples of
+matching nodes are pooled and the newest `max_samples_per_node` kept.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from libra_core.data.atomic import atomic_path
-from libra_core.scheduling.prefix_tree import PrefixTree
+from libra_core.scheduling.prefix_tree import MAX_SAMPLE_TOKENS, PrefixTree
 from libra_core.scheduling.tree_node import Node
 
 FORMAT = "libra-cmlfq-tree"
@@ -59,11 +59,38 @@ def _count(value: Any, what: str) -> float:
     return number
 
 
+def _whole(value: Any, what: str, low: int | None = None, high: int | None = None) -> int:
+    """An integer from the file, in [low, high] where given: `int()` of an Infinity raises
+    OverflowError, and a sample outside int32 does not fit a node's sample array."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not (math.isfinite(number) and (low is None or number >= low) and (high is None or number <= high)):
+        where = "" if low is None or high is None else f" in [{low}, {high}]"
+        raise ValueError(f"tree file: {what} is {value!r}; it must be a finite number{where}")
+    return value if isinstance(value, int) else int(number)  # an int as written: no float rounding
+
+
+def _fits_int32(value: Any) -> bool:
+    try:
+        return -MAX_SAMPLE_TOKENS - 1 <= int(value) <= MAX_SAMPLE_TOKENS
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
 def _node_from_dict(data: dict[str, Any], num_states: int) -> Node:
     node = Node()
     node.support = _count(data["support"], "a node's support")
-    node.support_version = int(data["support_version"])
-    node.replace_samples([(int(r), int(g), int(v)) for r, g, v in data["samples"]])
+    node.support_version = _whole(data["support_version"], "a node's support_version")
+    try:
+        node.replace_samples([(int(r), int(g), int(v)) for r, g, v in data["samples"]])
+    except OverflowError as err:  # an Infinity, or a number past int32 (the sample array's type)
+        bad = next((x for triple in data["samples"] for x in triple if not _fits_int32(x)), None)
+        raise ValueError(
+            f"tree file: a sample holds {bad!r}; its counts and version must be whole numbers in "
+            f"[0, {MAX_SAMPLE_TOKENS}]"
+        ) from err
     if any(r < 0 or g < 0 for r, g, _ in node.triples()):
         raise ValueError("tree file: a sample has a negative remaining-token count")
     if "sum_rem" in data:
@@ -116,7 +143,9 @@ def tree_from_dict(data: dict[str, Any]) -> PrefixTree:
         )
     try:
         return _tree_from_dict(data)
-    except (KeyError, TypeError, IndexError, AssertionError, ValueError) as err:
+    except RecursionError as err:  # a chain of nodes deeper than any trajectory's turns
+        raise ValueError("damaged C-MLFQ tree: its nodes are nested too deeply to load") from err
+    except (KeyError, TypeError, IndexError, AssertionError, ValueError, OverflowError) as err:
         detail = f"missing field {err}" if isinstance(err, KeyError) else str(err) or type(err).__name__
         raise ValueError(f"damaged C-MLFQ tree: {detail}") from err
 
@@ -138,9 +167,13 @@ def _tree_from_dict(data: dict[str, Any]) -> PrefixTree:
         payload_class_edges=edges,
         prompt_size_bins_per_octave=float(data.get("prompt_size_bins_per_octave", 4.0)),
     )
-    tree.version = int(data["version"])
+    tree.version = _whole(data["version"], "version")
     for tool, cls, status in data["states"]:
-        tree.code((str(tool), int(cls), str(status)), create=True)
+        state = (str(tool), _whole(cls, "a state's payload class"), str(status))
+        # the nodes' child keys index `states`: a second entry would shift every later index
+        if tree.code(state) >= 0:
+            raise ValueError(f"tree file: state {list(state)} appears more than once in `states`")
+        tree.code(state, create=True)
     n = len(tree.states)
     tree.global_root = _node_from_dict(data["global"], n)
     tree.prompts = {str(p): _node_from_dict(node, n) for p, node in data["prompts"].items()}
@@ -163,8 +196,10 @@ def load_tree(path: str | Path) -> PrefixTree:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not a JSON C-MLFQ tree: {err}") from err
+    except RecursionError as err:  # no tree nests this deep
+        raise ValueError(f"{path} is not a JSON C-MLFQ tree: it is nested too deeply to parse") from err
     try:
         return tree_from_dict(data)
     except ValueError as err:

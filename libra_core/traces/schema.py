@@ -217,8 +217,11 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
         raise FileNotFoundError(f"trace file {path} does not exist; export one with `libra trace export`")
     try:
         table = pq.read_table(path)
-    except pa.ArrowInvalid as err:
-        raise TraceSchemaError(f"{path} is not a Parquet trace: {err}") from err
+    except FileNotFoundError:  # removed since the check above: not a damaged trace
+        raise
+    except (pa.ArrowException, OSError) as err:  # not Parquet; or a footer that reads, a damaged page
+        reason = " ".join(str(err).split())
+        raise TraceSchemaError(f"{path} cannot be read as a Parquet trace ({reason})") from err
     missing = [n for n in TRACE_SCHEMA.names if n not in table.column_names]
     extra = [n for n in table.column_names if n not in TRACE_SCHEMA.names]
     if missing or extra:
@@ -231,7 +234,10 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
         table = table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as err:
         raise TraceSchemaError(f"{path}: a column has the wrong type for the trace schema: {err}") from err
-    return validate_trace(table)
+    try:
+        return validate_trace(table)
+    except TraceSchemaError as err:
+        raise TraceSchemaError(f"{path}: {err}") from err
 
 
 def as_trajectories(trace: pa.Table | Sequence[TraceTrajectory]) -> list[TraceTrajectory]:

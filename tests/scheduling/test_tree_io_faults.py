@@ -1,0 +1,99 @@
+"""Damaged C-MLFQ tree files fail `load_tree` with a ValueError naming the file and the problem,
+never an OverflowError, a RecursionError or a tree that loads with shifted state indices."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from libra_core.scheduling.base import Turn
+from libra_core.scheduling.prefix_tree import PrefixTree
+from libra_core.scheduling.tree_io import load_tree, save_tree, tree_to_dict
+
+
+def _tree() -> PrefixTree:
+    tree = PrefixTree()
+    for i in range(5):
+        tree.insert("p0", (Turn(5, "calc", 3, "success"), Turn(7 + i, None, 0, None)), 0, prompt_tokens=30)
+    tree.insert("p1", (Turn(5, "calc", 3, "failure"), Turn(9, None, 0, None)), 0, prompt_tokens=30)
+    return tree
+
+
+def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
+    def damage(d: dict[str, Any]) -> None:
+        d["global"]["samples"][0][0] = value
+
+    return damage
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (_first_sample(float("inf")), "a sample holds inf; its counts and version must be whole numbers"),
+        (_first_sample(2**40), f"a sample holds {2**40}; its counts and version must be whole numbers"),
+        (lambda d: d.update(version=float("inf")), "version is inf; it must be a finite number"),
+        (
+            lambda d: d["global"].update(support_version=float("inf")),
+            "a node's support_version is inf; it must be a finite number",
+        ),
+        (
+            lambda d: d["global"].update(support_version="abc"),
+            "a node's support_version is 'abc'; it must be a finite number",
+        ),
+        (
+            lambda d: d.update(states=[d["states"][1], *d["states"]]),
+            "state ['calc', 0, 'failure'] appears more than once in `states`",
+        ),
+    ],
+    ids=[
+        "sample-inf",
+        "sample-2**40",
+        "version-inf",
+        "support-version-inf",
+        "support-version-str",
+        "state-twice",
+    ],
+)
+def test_a_damaged_field_is_a_value_error_naming_the_file(
+    tmp_path: Path, damage: Callable[[dict[str, Any]], None], problem: str
+) -> None:
+    data = tree_to_dict(_tree())
+    assert len(data["states"]) == 2
+    damage(data)
+    path = tmp_path / "tree.json"
+    path.write_text(json.dumps(data), encoding="utf-8")  # Infinity, as Python's json writes it
+    with pytest.raises(ValueError) as err:
+        load_tree(path)
+    assert type(err.value) is ValueError
+    assert str(err.value).startswith(f"{path}: damaged C-MLFQ tree: tree file: {problem}")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'{"format": "\xff"}', b"\x1f\x8b\x08\x00\x00\x00", b"\x80\x04\x95"],
+    ids=["latin-1", "gzip", "pickle"],
+)
+def test_bytes_that_are_not_utf8_name_the_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "tree.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as err:
+        load_tree(path)
+    assert str(err.value).startswith(f"{path} is not a JSON C-MLFQ tree: 'utf-8' codec can't decode")
+
+
+def test_json_nested_too_deeply_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "tree.json"
+    path.write_bytes(b'{"a":' * 100_000 + b"1" + b"}" * 100_000)
+    with pytest.raises(ValueError) as err:
+        load_tree(path)
+    assert str(err.value) == f"{path} is not a JSON C-MLFQ tree: it is nested too deeply to parse"
+
+
+def test_a_sound_file_still_loads(tmp_path: Path) -> None:
+    tree = _tree()
+    loaded = load_tree(save_tree(tree, tmp_path / "tree.json"))
+    assert tree_to_dict(loaded) == tree_to_dict(tree)

@@ -23,6 +23,7 @@ from libra_core.scheduling.base import (
     Scheduler,
     ToolReturn,
     bucket_of,
+    reprefill_tokens,
     total_tokens,
 )
 
@@ -48,7 +49,7 @@ class RoutingStats:
     decisions: int  # admissions + tool returns the scheduler was asked about
     moves: int  # bucket changes the scheduler asked for
     migrations: int  # moves that changed the instance (and so re-prefilled the context)
-    migrated_tokens: int  # context tokens re-prefilled because of migrations
+    migrated_tokens: int  # context tokens re-prefilled because of migrations (payloads excluded)
     tokens_by_instance: tuple[int, ...]  # generated tokens per instance
     # share of generated tokens decoded in the bucket of their trajectory's final size (the trace
     # evaluator's class_accuracy, measured live); None without bucket bounds or finished work
@@ -109,7 +110,7 @@ class InstanceRouter:
             return instance
         target = self._least_loaded(move.bucket)
         self._migrations += 1
-        self._migrated_tokens += ret.context_tokens
+        self._migrated_tokens += reprefill_tokens(ret)
         self.in_flight[instance] -= 1
         self.in_flight[target] += 1
         return target

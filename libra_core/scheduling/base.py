@@ -55,6 +55,13 @@ class ToolReturn:
     context_tokens: int  # prompt + all generated + all payload tokens so far, including this return
 
 
+def reprefill_tokens(ret: ToolReturn) -> int:
+    """Context tokens a move at this tool return prefills again: everything before the payload
+    that just arrived. The payload itself is prefilled once wherever the next turn runs, so it is
+    no extra cost of a move (before 2026-12-06 it was charged and counted as migrated)."""
+    return ret.context_tokens - ret.payload_tokens
+
+
 @dataclass(frozen=True, slots=True)
 class Move:
     """Decision to serve the rest of a trajectory from another bucket (re-prefilling its context)."""

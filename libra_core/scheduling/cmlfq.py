@@ -35,6 +35,7 @@ from libra_core.scheduling.base import (
     Move,
     SchedRequest,
     ToolReturn,
+    reprefill_tokens,
 )
 from libra_core.scheduling.prefix_tree import PrefixTree
 
@@ -128,7 +129,7 @@ class CMLFQScheduler:
             counters.disagree += 1
             return None
         saving = (values[target] - values[current]) * self.cfg.misplaced_decode_slowdown
-        if saving <= ret.context_tokens * self.cfg.prefill_decode_cost_ratio:
+        if saving <= reprefill_tokens(ret) * self.cfg.prefill_decode_cost_ratio:
             counters.too_costly += 1
             return None
         counters.moves += 1

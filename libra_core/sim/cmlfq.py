@@ -13,7 +13,7 @@ import math
 from bisect import bisect_left, bisect_right
 
 from libra_core.config.models import SchedulerConfig
-from libra_core.scheduling.base import FinishedTrajectory, Move, SchedRequest, ToolReturn
+from libra_core.scheduling.base import FinishedTrajectory, Move, SchedRequest, ToolReturn, reprefill_tokens
 from libra_core.scheduling.cmlfq import CMLFQScheduler, _Progress
 from libra_core.scheduling.estimate import NodeStats
 from libra_core.scheduling.prefix_tree import PrefixTree
@@ -117,7 +117,14 @@ class SimCMLFQScheduler(CMLFQScheduler):
         return max_remaining_of(self.tree) * (1.0 + 1e-6) if monotone else math.inf
 
     def _gen_outcome(
-        self, mix: NodeMix, stats_of: list[NodeStats], ctx: int, target: int, current: int, ceiling: float
+        self,
+        mix: NodeMix,
+        stats_of: list[NodeStats],
+        ctx: int,
+        reprefill: int,
+        target: int,
+        current: int,
+        ceiling: float,
     ) -> int:
         """The base class's last two tests, `argmax(gen_by_bucket) == target` (else `_DISAGREE`) and
         the saving against the re-prefill cost (`_TOO_COSTLY` or `_MOVE`), adding the parts one at a
@@ -137,7 +144,7 @@ class SimCMLFQScheduler(CMLFQScheduler):
         version, half_life = mix.version, mix.half_life
         picked = mix.picked
         slowdown = cfg.misplaced_decode_slowdown
-        threshold = ctx * cfg.prefill_decode_cost_ratio
+        threshold = reprefill * cfg.prefill_decode_cost_ratio
         if not slowdown >= 0.0:
             ceiling = math.inf  # the saving would not be monotone in the values: add every part
         tokens = [bound - ctx for bound in bounds]
@@ -255,7 +262,7 @@ class SimCMLFQScheduler(CMLFQScheduler):
         if (target < nb and not reaches(target)) or (target > 0 and reaches(target - 1)):
             counters.disagree += 1
             return None
-        outcome = self._gen_outcome(mix, stats_of, ctx, target, current, ceiling)
+        outcome = self._gen_outcome(mix, stats_of, ctx, reprefill_tokens(ret), target, current, ceiling)
         if outcome == _DISAGREE:
             counters.disagree += 1
             return None

@@ -35,7 +35,14 @@ from typing import Any
 import pyarrow as pa
 
 from libra_core.config.models import SchedulerConfig
-from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, Scheduler, ToolReturn, bucket_of
+from libra_core.scheduling.base import (
+    FinishedTrajectory,
+    SchedRequest,
+    Scheduler,
+    ToolReturn,
+    bucket_of,
+    reprefill_tokens,
+)
 from libra_core.scheduling.registry import build_scheduler, scheduler_names
 from libra_core.traces.schema import TraceTrajectory, as_trajectories, read_trace
 
@@ -151,7 +158,7 @@ def replay(
                         )
                     current[k] = target
                     moves += 1
-                    migrated += context[k]
+                    migrated += reprefill_tokens(ret)
                 decisions += 1
                 correct_decisions += current[k] == bucket_of(remaining[k], bounds)
         for t in batch:

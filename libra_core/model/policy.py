@@ -4,13 +4,19 @@ The folder written by `save_policy` is the hand-off between training and rollout
 reloads it for the update stage and vLLM serves it (`--model DIR`), both offline. Two vLLM
 constraints shape the model config:
 - vLLM's Qwen2 derives the head size as `hidden_size // num_heads` and ignores `head_dim`, so the
-  two must agree (checked here); its CPU attention supports head sizes 32, 64, 80, 96, 112, 128, ...
-- Embeddings are untied so `lm_head.weight` is stored and reloaded explicitly.
+  two must agree (TinyModelConfig checks it); vLLM's CPU attention takes only the head sizes in
+  `VLLM_CPU_HEAD_SIZES` (`check_servable_head_dim`, called when the policy is prepared).
+- Embeddings are untied, as Qwen2 configs default: the update writes `lm_head.weight` as a tensor
+  of its own. (A tied model's in-place reload on vLLM 0.32 CPU was measured correct too: engine and
+  transformers log-probs agreed exactly after an update; untied is a choice, not a workaround.)
+
+The folder holds one unsharded `model.safetensors`: the update stage rewrites that file in place.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.metadata
 import json
 import os
 import shutil
@@ -23,6 +29,47 @@ from libra_core.config.models import TinyModelConfig
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase, Qwen2ForCausalLM
+
+WEIGHTS_FILE = "model.safetensors"
+SHARD_INDEX_FILE = "model.safetensors.index.json"
+
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""`CPUAttentionBackend.get_supported_head_sizes()` of vllm-cpu 0.32 (a test compares it with the
+installed vLLM's source); another size starts the engine and crashes at the first generation."""
+
+
+def check_servable_head_dim(cfg: TinyModelConfig) -> None:
+    """Raise a ValueError if the installed vLLM is the CPU build and its attention cannot take
+    `cfg.head_dim`. Called by `prepare_initial_policy` before the tiny model is built, so the run
+    stops before minutes of warm-up rather than at the first rollout. GPU builds are not checked:
+    their attention backends take other sizes (and vLLM is not imported here: it takes seconds)."""
+    if cfg.head_dim in VLLM_CPU_HEAD_SIZES or not vllm_is_cpu_build():
+        return
+    raise ValueError(
+        f"model.head_dim {cfg.head_dim}: vLLM's CPU attention supports head sizes "
+        f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}; pick one of them (and hidden_size = head_dim "
+        "* num_heads)"
+    )
+
+
+def vllm_is_cpu_build() -> bool:
+    """Whether the installed vLLM is the `vllm-cpu` distribution (which provides the `vllm` module)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def refuse_sharded_checkpoint(folder: Path, name: str) -> None:
+    """Raise a ValueError if `folder` (named `name` in the message) holds a sharded checkpoint: the
+    update stage loads and rewrites one `model.safetensors`. Called by `prepare_initial_policy` for
+    `hf_local` (before the copy) and by `load_policy` (each update)."""
+    if (Path(folder) / SHARD_INDEX_FILE).exists():
+        raise ValueError(
+            f"{name} holds a sharded checkpoint ({SHARD_INDEX_FILE}); the update writes a "
+            f"single {WEIGHTS_FILE}, so re-save the model unsharded first"
+        )
 
 
 def build_tiny_policy(
@@ -38,11 +85,10 @@ def build_tiny_policy(
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    if cfg.head_dim * cfg.num_heads != cfg.hidden_size:
-        raise ValueError(
-            f"head_dim ({cfg.head_dim}) * num_heads ({cfg.num_heads}) must equal hidden_size "
-            f"({cfg.hidden_size}): vLLM's Qwen2 uses hidden_size // num_heads as the head size"
-        )
+    assert cfg.head_dim * cfg.num_heads == cfg.hidden_size, (
+        f"head_dim ({cfg.head_dim}) * num_heads ({cfg.num_heads}) != hidden_size ({cfg.hidden_size}): "
+        "TinyModelConfig refuses this shape"
+    )
     # Passed as a dict: transformers' type stubs do not list `head_dim` although Qwen2 reads it.
     fields: dict[str, Any] = dict(
         vocab_size=vocab_size,
@@ -100,7 +146,8 @@ def save_policy(
     target = current if dtype is None else getattr(torch, dtype)
     if target != current:
         model = copy.deepcopy(model).to(target)  # type: ignore[arg-type]
-    # config.json must state the dtype the weights are stored in (vLLM's dtype="auto" reads it).
+    # config.json states the serving dtype (what transformers' and vLLM's dtype="auto" load in); the
+    # folder first stores that dtype, and float32 master weights after the first update.
     model.config.dtype = str(target).removeprefix("torch.")
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:

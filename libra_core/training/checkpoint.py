@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from libra_core.model.policy import WEIGHTS_FILE, refuse_sharded_checkpoint
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 logger = logging.getLogger(__name__)
 
-WEIGHTS_FILE = "model.safetensors"
-SHARD_INDEX_FILE = "model.safetensors.index.json"
 OPTIMIZER_FILE = "optimizer.pt"
 
 
@@ -33,11 +33,7 @@ def load_policy(policy_dir: Path, device: torch.device | str) -> PreTrainedModel
     """
     from transformers import AutoModelForCausalLM  # heavy import, only when a model is actually loaded
 
-    if (Path(policy_dir) / SHARD_INDEX_FILE).exists():
-        raise ValueError(
-            f"{policy_dir} holds a sharded checkpoint ({SHARD_INDEX_FILE}); the update writes a "
-            f"single {WEIGHTS_FILE}, so re-save the model unsharded first"
-        )
+    refuse_sharded_checkpoint(Path(policy_dir), str(policy_dir))
     model = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32)
     # Through nn.Module.to: transformers' wrapped `to` confuses type checkers about its arguments.
     torch.nn.Module.to(model, device)
@@ -60,7 +56,12 @@ def _state_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_policy_weights(model: torch.nn.Module, policy_dir: Path) -> Path:
-    """Atomically replace `policy_dir/model.safetensors` with the model's weights; return its path."""
+    """Atomically replace `policy_dir/model.safetensors` with the model's weights; return its path.
+
+    The weights are written as they are (float32 master weights): the next update loads them from
+    this file, so casting to the serving dtype would round away every step smaller than its
+    precision. config.json keeps the serving dtype, in which vLLM (`--dtype`) loads and reloads them.
+    """
     from safetensors.torch import save_file
 
     policy_dir = Path(policy_dir)

@@ -92,8 +92,8 @@ def test_resume_refusals_exit_2_before_prefect_starts(tmp_path: Path) -> None:
 
     run = tmp_path / "run"
     write_resolved_config(load_config(None), run)
-    out = libra("run", "--resume", str(run), "--set", "model.hidden_size=256")
-    assert out.returncode == 2 and "model.hidden_size cannot change on resume" in out.stderr.replace("\n", "")
+    out = libra("run", "--resume", str(run), "--set", "model.num_layers=8")
+    assert out.returncode == 2 and "model.num_layers cannot change on resume" in out.stderr.replace("\n", "")
     lock_run(run)  # this process runs it
     try:
         out = libra("run", "--resume", str(run))

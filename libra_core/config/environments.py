@@ -9,13 +9,14 @@ first against the repository root, then against the working directory).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from libra_core.config.base import Frozen
 
 PromptFormat = Literal["markers", "chatml"]
+LatencyMs = Annotated[float, Field(ge=0)]
 _FORMAT_DOC = (
     "Text protocol: `markers` (<|call|>...<|/call|>, for the locally trained tiny tokenizer) or "
     "`chatml` (<|im_start|>/<|im_end|> turns and <tool_call> tags, for instruct models like SmolLM2)."
@@ -112,10 +113,10 @@ class SearchEnvConfig(Frozen):
     max_passage_chars: int = Field(
         300, ge=32, description="Each returned passage is cut to this many characters."
     )
-    latency_ms: tuple[float, float] = Field(
+    latency_ms: tuple[LatencyMs, LatencyMs] = Field(
         (5.0, 40.0),
-        description="Extra service latency per request, drawn uniformly from [lo, hi] ms (models a remote "
-        "index; (0, 0) disables it).",
+        description="Extra service latency per request, drawn uniformly from [lo, hi] ms, each >= 0 (models "
+        "a remote index; (0, 0) disables it).",
     )
     service_url: str | None = Field(
         None, description="Use an already running service at this URL instead of starting one."

@@ -9,10 +9,13 @@ Reward: the answer plus *all* the problem's tests run in the sandbox; every test
 `correct`, the program runs but a test fails -> `well_formed`, nothing to run -> `malformed`.
 "Every test passes" means the program exits with status 0 *and* a per-check random marker printed
 after the last test appears in its stdout: an answer that exits early (`sys.exit(0)`,
-`os._exit(0)`, `raise SystemExit`) skips the tests and the marker, so it is not `correct`.
+`os._exit(0)`, `raise SystemExit`) skips the tests and the marker, so it is not `correct`. The
+tests run apart from the answer and compare built-in values only (libra_core/envs/code_harness.py),
+so an answer returning an always-equal object or redefining `set` does not pass them.
 
-The reference answer of a problem is JSON {"tests": ...}: the reward stage gets only the
-reference string and the final answer, so the tests travel with the trajectory.
+The reference answer of a problem is JSON {"tests", "names", "setup"} (the names the tests take
+from the answer, trusted code run before them): the reward stage gets only the reference string
+and the final answer, so the tests travel with the trajectory.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import secrets
 
 from libra_core.config.environments import CodeEnvConfig
 from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, unknown_tool
+from libra_core.envs.code_harness import check_plan, check_program
 from libra_core.envs.datasets import CodeRecord, load_code, sample_records
 from libra_core.envs.protocol import extract_code, text_format
 from libra_core.envs.python_tool import PythonTool
@@ -68,12 +72,10 @@ class CodeEnv:
         return self.format.observation(result.observation)
 
     def run_tests(self, reference_answer: str, final_answer: str, marker: str = "") -> ExecutionResult:
-        """The answer's code followed by the problem's tests, run once in the sandbox; with a
-        `marker`, a last line prints it - it reaches stdout only if the tests ran to the end."""
-        tests = json.loads(reference_answer)["tests"]
-        program = f"{extract_code(final_answer)}\n\n{tests}\n"
-        if marker:
-            program += _completion_line(marker)
+        """The answer's code checked by the problem's tests (`code_harness.check_program`: separate
+        namespaces, fresh builtins, strict comparisons), run once in the sandbox; the last line
+        prints `marker`, which reaches stdout only if the tests ran to the end."""
+        program = check_program(check_plan(reference_answer), extract_code(final_answer), marker)
         return self.python.sandbox.run_python(program)
 
     def tests_pass(self, reference_answer: str, final_answer: str) -> bool:
@@ -115,21 +117,6 @@ class CodeEnv:
         return texts
 
 
-def _completion_line(marker: str) -> str:
-    """Source that writes `marker` to stdout, run after the last test. It flushes what the code
-    printed first, then writes to file descriptor 1 directly (the answer may have replaced
-    `sys.stdout`), under names the answer cannot have shadowed. The sandbox keeps stdout's first
-    `max_output_bytes` and refuses writes past them (RLIMIT_FSIZE): an answer that fills stdout
-    makes the flush or the write fail, so it does not pass - acceptable, tests print little.
-    An answer that goes out of its way to read this program's source could still forge the marker;
-    the check stops early exits, not a deliberate attack on the harness."""
-    return (
-        "import os as _libra_os, sys as _libra_sys\n"
-        "_libra_sys.stdout.flush()\n"
-        f"_libra_os.write(1, b'\\n{marker}\\n')\n"
-    )
-
-
 def _problem(record: CodeRecord) -> Problem:
-    reference = json.dumps({"tests": record.tests})
+    reference = json.dumps({"tests": record.tests, "names": list(record.answer_names), "setup": record.setup})
     return Problem(record.id, record.prompt, reference, record.difficulty)

@@ -28,6 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from libra_core.envs.code_harness import answer_names
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _GSM8K_CALL = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
 _LEVEL = re.compile(r"\d+")
@@ -62,7 +64,9 @@ class Passage:
 @dataclass(frozen=True)
 class CodeRecord:
     """A programming problem. `tests` is Python that raises (AssertionError) when the solution is wrong;
-    `visible_test` is the one test shown in the prompt; `solution` a reference solution or ""."""
+    `visible_test` is the one test shown in the prompt; `solution` a reference solution or "".
+    `answer_names`: the names the tests take from an answer (HumanEval: the entry point only);
+    `setup`: trusted code the tests run after (HumanEval: the prompt, whose helpers they call)."""
 
     id: str
     prompt: str
@@ -70,6 +74,8 @@ class CodeRecord:
     visible_test: str
     solution: str
     difficulty: int
+    answer_names: tuple[str, ...] = ()
+    setup: str = ""
 
 
 def resolve_data_path(data_dir: str, file: str) -> Path:
@@ -325,7 +331,9 @@ def _code_record(raw: dict[str, Any], where: str, index: int = 0) -> CodeRecord:
         solution = raw["prompt"] + raw.get("canonical_solution", "")
         visible = _humaneval_visible(test, entry, solution)
         tests = f"{test}\n\ncheck({entry})\n"
-        return CodeRecord(str(raw["task_id"]), raw["prompt"], tests, visible, solution, max(len(asserts), 1))
+        difficulty = max(len(asserts), 1)
+        prompt = str(raw["prompt"])
+        return CodeRecord(str(raw["task_id"]), prompt, tests, visible, solution, difficulty, (entry,), prompt)
     if "test_list" in raw:  # MBPP
         test_list = [str(t) for t in raw["test_list"]]
         setup = str(raw.get("test_setup_code") or "")
@@ -334,13 +342,16 @@ def _code_record(raw: dict[str, Any], where: str, index: int = 0) -> CodeRecord:
         prompt = f"{raw['text']}\nYour code should pass:{shown}" if visible else str(raw["text"])
         tests = "\n".join([setup, *test_list]).strip() + "\n"
         solution = str(raw.get("code", "")).replace("\r\n", "\n")
-        return CodeRecord(f"mbpp-{raw['task_id']}", prompt, tests, visible, solution, len(test_list))
+        names = answer_names(tests, solution)
+        return CodeRecord(f"mbpp-{raw['task_id']}", prompt, tests, visible, solution, len(test_list), names)
     if "question" in raw and "tests" in raw:  # Libra code format
         tests = raw["tests"] if isinstance(raw["tests"], str) else "\n".join(raw["tests"])
         visible = str(raw.get("visible_test", _through_first_assert(tests)))
         rid = str(raw.get("id") or stable_id("code", raw["question"]))
         n_asserts = max(tests.count("assert"), 1)
-        return CodeRecord(rid, raw["question"], tests, visible, str(raw.get("solution", "")), n_asserts)
+        solution = str(raw.get("solution", ""))
+        names = answer_names(tests, solution)
+        return CodeRecord(rid, raw["question"], tests, visible, solution, n_asserts, names)
     raise ValueError(f"{where}: not a MBPP, HumanEval or Libra code record; keys {sorted(raw)}")
 
 

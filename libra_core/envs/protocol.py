@@ -25,6 +25,7 @@ which is how small instruct models tend to ask for computation.
 from __future__ import annotations
 
 import json
+import keyword
 import re
 from dataclasses import dataclass
 
@@ -44,17 +45,25 @@ from libra_core.envs.base import TurnAction
 IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 TOOL_CALL, END_TOOL_CALL = "<tool_call>", "</tool_call>"
 
+ARGUMENT_KEYS = ("code", "expression", "query")  # what the python, calculator and search tools take
+# A word before the first ':' that reads as a tool name (not `x = {1` or `for i in range(3)`).
+_TOOL_NAME = re.compile(r"[A-Za-z_][\w.-]*")
 _MARKER_CALL = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.S)
 _MARKER_ANSWER = re.compile(re.escape(ANSWER) + r"(.*?)" + re.escape(EOS), re.S)
 _CHATML_CALL = re.compile(re.escape(TOOL_CALL) + r"(.*?)(?:" + re.escape(END_TOOL_CALL) + r"|$)", re.S)
-_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+# A fence with no info string or a Python one, in any case (```Python, ```python3, ```py3), and
+# Windows line ends.
+_CODE_BLOCK = re.compile(r"```(?:python3?|py3?)?[ \t]*\r?\n(.*?)```", re.S | re.I)
 
 
 def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
     """Split a call body `name:arguments` (or JSON {"name", "arguments"}) into name and arguments.
 
-    A body without a known tool name goes to the first tool, so a malformed call still reaches a
-    tool and comes back as a `failure` observation (a real tool return, as C-MLFQ expects).
+    A `name:arguments` body whose name is a word no tool has (`shell:ls`) keeps that name, so the
+    environment answers it as an unknown tool (a `failure` keyed `unknown`, docs/environments.md).
+    A body with no recognisable name (bad JSON, bare code) goes to the first tool, so a malformed
+    call still reaches a tool and comes back as a `failure` observation (a real tool return, as
+    C-MLFQ expects).
     """
     text = body.strip()
     if text.startswith("{"):
@@ -63,16 +72,27 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
         except (ValueError, RecursionError):  # bad JSON, a 4,301-digit number, 1,000 nested brackets
             obj = None
         if isinstance(obj, dict) and isinstance(obj.get("name"), str):
-            args = obj.get("arguments", "")
-            if isinstance(args, dict):  # {"expression": ...} or {"code": ...}: the single value
-                args = next(iter(args.values()), "") if len(args) == 1 else json.dumps(args)
             # A JSON escape like \ud800 decodes to a lone surrogate, which no tool can encode.
-            return _valid_text(obj["name"]), _valid_text(str(args))
+            return _valid_text(obj["name"]), _valid_text(_arguments_text(obj.get("arguments", "")))
     for sep in (":", "\n"):
         name, found, rest = text.partition(sep)
         if found and name.strip() in tools:
             return name.strip(), rest.strip("\n") if sep == ":" else rest
+    name = text.partition(":")[0].strip()
+    if _TOOL_NAME.fullmatch(name) and not keyword.iskeyword(name):
+        return name, text.partition(":")[2].strip("\n")
     return tools[0], text
+
+
+def _arguments_text(args: object) -> str:
+    """The text a tool gets from JSON `arguments`: a string as is; from an object, the value of a
+    known argument key (`code`, `expression`, `query`), else its single value, else the JSON."""
+    if isinstance(args, dict):
+        for key in ARGUMENT_KEYS:
+            if isinstance(args.get(key), str):
+                return args[key]
+        args = next(iter(args.values()), "") if len(args) == 1 else json.dumps(args)
+    return str(args)
 
 
 def _valid_text(text: str) -> str:
@@ -137,7 +157,8 @@ class TextFormat:
         if code_block_tool is not None and "\\boxed" not in text:
             block = _CODE_BLOCK.search(text)
             if block is not None:
-                return TurnAction("tool_call", tool=code_block_tool, arguments=block.group(1))
+                code = block.group(1).replace("\r\n", "\n")
+                return TurnAction("tool_call", tool=code_block_tool, arguments=code)
         return TurnAction("answer", answer=text.strip())
 
 
@@ -157,4 +178,4 @@ def text_format(name: str) -> TextFormat:
 def extract_code(answer: str) -> str:
     """The program in an answer: the last fenced code block, else the whole text."""
     blocks = _CODE_BLOCK.findall(answer)
-    return blocks[-1] if blocks else answer
+    return blocks[-1].replace("\r\n", "\n") if blocks else answer

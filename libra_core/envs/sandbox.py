@@ -58,6 +58,12 @@ HIDDEN_DIRS = (
 _FIRST_UID = 200_000  # per-run uids are drawn above the range real accounts use
 _UID_SPAN = 100_000
 
+# One sequence per process, not per `Sandbox`: two sandboxes (the code environment built for rollout
+# and for evaluation, math_tools beside code) must not hand concurrent runs the same uid, whose
+# RLIMIT_NPROC budget they would then share.
+_UIDS = itertools.count()
+_UIDS_LOCK = threading.Lock()
+
 Isolation = Literal["namespaces", "rlimits"]
 StopReason = Literal["exit", "cpu_limit", "wall_limit", "output_limit", "signal", "setup_failed"]
 
@@ -93,6 +99,14 @@ def namespaces_available() -> bool:
     return probe.returncode == 0
 
 
+def next_uid() -> int:
+    """A per-run uid for namespace mode, distinct from every other run of this process until
+    `_UID_SPAN` runs later (offset by the pid, so concurrent processes rarely meet)."""
+    with _UIDS_LOCK:
+        n = next(_UIDS)
+    return _FIRST_UID + (os.getpid() * 7919 + n) % _UID_SPAN
+
+
 def _project_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
@@ -114,8 +128,6 @@ class Sandbox:
         # untrusted code gets the standard library only.
         self.python = os.path.realpath(sys.executable)
         self.python_prefix = os.path.realpath(sys.base_prefix)
-        self._uids = itertools.count()
-        self._lock = threading.Lock()
 
     def _resolve_isolation(self) -> Isolation:
         wanted = self.cfg.isolation
@@ -132,9 +144,7 @@ class Sandbox:
         return "rlimits"
 
     def _next_uid(self) -> int:
-        with self._lock:
-            n = next(self._uids)
-        return _FIRST_UID + (os.getpid() * 7919 + n) % _UID_SPAN
+        return next_uid()
 
     def run_python(self, source: str, *, files: dict[str, str] | None = None) -> ExecutionResult:
         """Run `source` as `main.py` in a fresh folder (with `files` beside it) under the limits."""
@@ -155,6 +165,10 @@ class Sandbox:
         if uid is not None:
             os.chown(workdir, uid, uid)
             base.chmod(0o711)
+        # The launcher reports how the run ended on this pipe, which the code never holds (see
+        # sandbox_launcher._report): the exit status alone cannot tell the code's sys.exit(137)
+        # from a SIGKILL, or its sys.exit(121) from a failed setup.
+        status_read, status_write = os.pipe()
         spec = {
             "isolation": self.isolation,
             "workdir": str(workdir),
@@ -166,6 +180,7 @@ class Sandbox:
             "memory_bytes": self.cfg.memory_mib * 2**20,
             "output_bytes": self.cfg.max_output_bytes,
             "max_processes": self.cfg.max_processes,
+            "status_fd": status_write,
         }
         launcher = [self.python, "-I", "-S", "-B", str(LAUNCHER), json.dumps(spec)]
         argv = (
@@ -173,19 +188,32 @@ class Sandbox:
         )
         out_path, err_path = base / "stdout", base / "stderr"
         start = time.perf_counter()
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=base, start_new_session=True
-            )
-            wall_exceeded = False
-            try:
-                proc.wait(timeout=self.cfg.wall_time_s)
-            except subprocess.TimeoutExpired:
-                wall_exceeded = True
-                _kill_group(proc)
+        try:
+            with out_path.open("wb") as out, err_path.open("wb") as err:
+                try:
+                    proc = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                        cwd=base,
+                        start_new_session=True,
+                        pass_fds=(status_write,),
+                    )
+                finally:
+                    os.close(status_write)
+                wall_exceeded = False
+                try:
+                    proc.wait(timeout=self.cfg.wall_time_s)
+                except subprocess.TimeoutExpired:
+                    wall_exceeded = True
+                    _kill_group(proc)
+            report = _read_report(status_read)
+        finally:
+            os.close(status_read)
         wall_s = time.perf_counter() - start
         stdout, stderr = self._read(out_path), self._read(err_path)
-        status, reason, code = _classify(proc.returncode, wall_exceeded, self.isolation)
+        status, reason, code = _classify(proc.returncode, wall_exceeded, self.isolation, report)
         if reason == "setup_failed":
             logger.error("sandbox setup failed (isolation %s): %s", self.isolation, stderr.strip()[-500:])
         return ExecutionResult(status, reason, code, stdout, stderr, wall_s, self.isolation)
@@ -203,13 +231,39 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def _read_report(fd: int) -> dict[str, object] | None:
+    """The launcher's report, or None if it wrote none (killed at the wall limit, or it never ran).
+    Non-blocking: the run is over, so whatever was written is in the pipe."""
+    os.set_blocking(fd, False)
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    try:
+        report = json.loads(data.splitlines()[0]) if data.strip() else None
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) else None
+
+
 def _classify(
-    returncode: int, wall_exceeded: bool, isolation: Isolation
+    returncode: int, wall_exceeded: bool, isolation: Isolation, report: dict[str, object] | None = None
 ) -> tuple[ToolStatus, StopReason, int | None]:
+    """Status, reason and exit code of a run. `report` (the launcher's, see `_read_report`) is
+    believed over the exit status, which the code itself chooses; without one (the launcher never
+    got to write it) the exit status is read as the launcher sets it."""
     if wall_exceeded:
         return "timeout", "wall_limit", None
-    if returncode == 0:
-        return "success", "exit", 0
+    report = report or {}
+    killed_by, exited_with = report.get("signal"), report.get("exit")
+    if report.get("setup_failed") is True:
+        return "failure", "setup_failed", EXIT_SETUP_FAILED
+    if isinstance(killed_by, int):
+        return _by_signal(killed_by)
+    if isinstance(exited_with, int):
+        return _by_exit_code(exited_with)
+    if report.get("started") is True:  # rlimits: the code ran in the launcher's own process
+        return _by_signal(-returncode) if returncode < 0 else _by_exit_code(returncode)
     if returncode == EXIT_SETUP_FAILED:
         return "failure", "setup_failed", returncode
     # Namespace mode reports a killed process as 128 + signal (pid 1 cannot re-raise it).
@@ -220,10 +274,16 @@ def _classify(
         if isolation == "namespaces" and returncode > 128
         else 0
     )
+    return _by_signal(sig) if sig > 0 else _by_exit_code(returncode)
+
+
+def _by_exit_code(code: int) -> tuple[ToolStatus, StopReason, int | None]:
+    return ("success", "exit", 0) if code == 0 else ("failure", "exit", code)
+
+
+def _by_signal(sig: int) -> tuple[ToolStatus, StopReason, int | None]:
     if sig in (signal.SIGXCPU, signal.SIGKILL):
         return "timeout", "cpu_limit", None
     if sig == signal.SIGXFSZ:
         return "failure", "output_limit", None
-    if sig > 0:
-        return "failure", "signal", None
-    return "failure", "exit", returncode
+    return "failure", "signal", None

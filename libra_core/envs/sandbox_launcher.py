@@ -11,6 +11,11 @@ to an unprivileged, per-run uid, applies resource limits and execs the interpret
 the parent stays as pid 1 of the pid namespace, reaps, and exits with the child's status, which
 tears down the namespace and kills anything the code left behind (fork-bomb remnants included).
 
+The launcher reports how the run ended as one JSON line on the pipe `status_fd` the host passes
+(`{"exit": n}`, `{"signal": n}`, `{"setup_failed": true}`; in rlimits mode `{"started": true}`
+before the code runs). The code never holds that pipe, so its own exit status (137, 121) cannot
+pass for a limit or a setup failure.
+
 Rlimits mode (no namespaces): apply the resource limits, install an audit hook that refuses
 sockets, subprocesses, ctypes and opening files outside the working folder and the interpreter's
 prefix, then run `main.py` in this process. Best effort only: see docs/environments.md.
@@ -95,18 +100,46 @@ def _python_argv(spec):
     return [spec["python"], "-I", "-S", "-B", "main.py"]
 
 
+def _report(spec, report):
+    """Tell the host how the run ended, on the status pipe the host passed (`status_fd`). The code's
+    own exit status cannot pass for one of these: a program may exit with 137 or 121 itself."""
+    fd = spec.get("status_fd")
+    if fd is not None:
+        os.write(fd, json.dumps(report).encode() + b"\n")
+        os.close(fd)
+
+
+def _read_to_end(fd):
+    data = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def _run_namespaced(spec):
     _confine_filesystem(spec)
+    # Closed in the child by a successful exec (os.pipe makes close-on-exec fds): a byte on it means
+    # the child failed before running any of the code.
+    exec_read, exec_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(exec_read)
+            if spec.get("status_fd") is not None:
+                os.close(spec["status_fd"])  # the code must not write the host's report
             os.chdir(spec["workdir"])
             _drop_privileges(spec["drop_to_uid"])
             _limit(spec)
             os.execve(spec["python"], _python_argv(spec), _environment(spec))
         except BaseException as exc:  # the child must never return into the launcher
             os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
+            os.write(exec_write, b"x")
             os._exit(EXIT_SETUP_FAILED)
+    os.close(exec_write)
+    setup_failed = _read_to_end(exec_read) != b""
+    os.close(exec_read)
     status = 0
     while True:  # pid 1: reap everything, return when the code's own process is gone
         try:
@@ -116,8 +149,13 @@ def _run_namespaced(spec):
         if done == pid:
             status = code
             break
+    if setup_failed:
+        _report(spec, {"setup_failed": True})
+        os._exit(EXIT_SETUP_FAILED)
     if os.WIFSIGNALED(status):
+        _report(spec, {"signal": os.WTERMSIG(status)})
         os._exit(128 + os.WTERMSIG(status))
+    _report(spec, {"exit": os.WEXITSTATUS(status)})
     os._exit(os.WEXITSTATUS(status))
 
 
@@ -218,7 +256,11 @@ def main():
         _prepare_in_process(spec)
     except OSError as exc:
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
+        _report(spec, {"setup_failed": True})
         os._exit(EXIT_SETUP_FAILED)
+    # The code runs in this process: report before it starts and close the pipe, so it can neither
+    # write the report nor make its own exit status read as a setup failure.
+    _report(spec, {"started": True})
     import runpy
 
     _audit_guard(spec)  # last: from here on the hook also constrains this script

@@ -4,13 +4,15 @@ The tool is an HTTP call to the search service (libra_core/envs/search_service.p
 free local port on first use (or `service_url`). A call `search:QUERY` (optionally `QUERY | k=N`)
 returns up to k passages `[i] Title: text`; payload sizes vary with k, how many passages score
 above zero and passage lengths; latency with the service's injected delay. Status: `success`
-with results, `failure` for an empty query, no hit or an HTTP error, `timeout` past
-`request_timeout_s`.
+with results, `failure` for an empty query, no hit, an HTTP error or an answer of the wrong shape
+or over `MAX_RESPONSE_BYTES`, `timeout` past `request_timeout_s`. k and `max_passage_chars` are
+enforced here too, whatever the service sends.
 
 Questions: the NQ sample (`nq`; most answers are not in the 1,000-passage sample, measured in
 docs/environments.md) and `passage_titles`, generated from the corpus: 'Which article contains:
 "<a sentence of a passage>"?', answered by that passage's title (searchable, so warm-up has signal).
-Reward: exact match (SQuAD normalisation) -> `correct`; otherwise max(`well_formed`, token F1).
+Reward: exact match (SQuAD normalisation) -> `correct`; otherwise max(`well_formed`, token F1 x
+`correct`), the F1 credit capped at `MAX_F1_CREDIT` x `correct` (F1 ignores word order).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from libra_core.envs.datasets import (
     stable_id,
 )
 from libra_core.envs.protocol import text_format
-from libra_core.envs.search_service import shared_service
+from libra_core.envs.search_service import cut_at_sentence, shared_service
 
 SYSTEM_PROMPT = (
     "Answer the question. You may search a Wikipedia sample with the search tool, e.g. <tool_call>\n"
@@ -44,7 +46,14 @@ SYSTEM_PROMPT = (
 MAX_QUERY_CHARS = 2000  # a query is a question's worth of text; a longer one cannot go in a URL
 _K_SUFFIX = re.compile(r"^(.*?)\s*\|\s*k\s*=\s*(\d+)\s*$", re.S)
 _MAX_K_DIGITS = 9
-_ANSWER_LINE = re.compile(r"(?:answer is|answer:)\s*(.+)", re.I | re.S)
+# The final answer of a chatml turn: the last line that starts with `Answer:` (markdown emphasis
+# allowed), else the last "answer is X" / "answer: X" phrase; "the answer isn't" is no answer.
+_ANSWER_LINE = re.compile(r"^[\s*_#>]*(?:final\s+)?answer[\s*_]*:[\s*_]*(\S.*)$", re.I | re.M)
+_ANSWER_PHRASE = re.compile(r"\banswer(?:\s+is\b|\s*:)[\s:*_]*(?=\S)", re.I)
+MAX_RESPONSE_BYTES = 1 << 20  # a search answer is a few passages; a bigger body is a service fault
+# Token F1 ignores word order ("Röntgen Conrad Wilhelm" scores 1.0): partial credit stays below
+# `correct`, which only an exact match earns, so accuracy (reward >= correct) counts exact matches.
+MAX_F1_CREDIT = 0.99
 _SENTENCE = re.compile(r"(?:^|(?<=[.!?] ))[A-Z][^.!?]{40,160}[.!?]")  # whole sentences only
 
 
@@ -54,6 +63,39 @@ def title_question(passage: Passage, rng: random.Random) -> str | None:
     if not sentences:
         return None
     return f'Which Wikipedia article contains: "{rng.choice(sentences)}"?'
+
+
+def final_answer_of(text: str) -> str | None:
+    """The short answer a chatml turn gives (see `_ANSWER_LINE`), or None if it names none."""
+    lines = _ANSWER_LINE.findall(text)
+    if lines:
+        return lines[-1].strip()
+    phrases = list(_ANSWER_PHRASE.finditer(text))
+    return text[phrases[-1].end() :].splitlines()[0].strip() if phrases else None
+
+
+def parse_results(body: bytes, k: int, max_passage_chars: int) -> list[dict[str, str]]:
+    """The first `k` passages of a service's answer {"results": [{"title", "text"}...]}, each title
+    and text cut to `max_passage_chars` - enforced here, not trusted to the service (`service_url`
+    may name any server). ValueError for a body of any other shape."""
+    try:
+        payload = json.loads(body)
+    except RecursionError as exc:  # thousands of nested brackets
+        raise ValueError("search answer nested too deeply") from exc
+    results = payload.get("results") if isinstance(payload, dict) else None
+    if not isinstance(results, list):
+        raise ValueError("search answer has no list of results")
+    out = []
+    for r in results[:k]:
+        if not (isinstance(r, dict) and isinstance(r.get("title"), str) and isinstance(r.get("text"), str)):
+            raise ValueError("a search result is not an object with title and text strings")
+        out.append(
+            {
+                "title": cut_at_sentence(r["title"], max_passage_chars),
+                "text": cut_at_sentence(r["text"], max_passage_chars),
+            }
+        )
+    return out
 
 
 class SearchEnv:
@@ -66,6 +108,9 @@ class SearchEnv:
         self.stop_tokens = self.format.stop_tokens
         self.max_turns = cfg.max_turns
         self.passages = load_passages(cfg.data_dir, cfg.passages_file)
+        if not self.passages:  # the service could not index it, and each search would restart it
+            path = resolve_data_path(cfg.data_dir, cfg.passages_file)
+            raise ValueError(f"passages file {path} holds no passages; set environment.passages_file")
         self._by_title = {p.title: p for p in self.passages}
         self.problems = self._build_problems()
         self._url = cfg.service_url
@@ -97,9 +142,9 @@ class SearchEnv:
     def parse_turn(self, turn_text: str) -> TurnAction:
         action = self.format.parse(turn_text, self.tools)
         if action.kind == "answer" and self.format.name == "chatml" and action.answer is not None:
-            found = _ANSWER_LINE.search(action.answer)
+            found = final_answer_of(action.answer)
             if found is not None:
-                return TurnAction("answer", answer=found.group(1).strip().splitlines()[0].strip())
+                return TurnAction("answer", answer=found)
         return action
 
     def service_url(self) -> str:
@@ -153,7 +198,7 @@ class SearchEnv:
         text = "\n".join(f"[{i + 1}] {r['title']}: {r['text']}" for i, r in enumerate(results))
         return ToolResult("search", "success", text, time.perf_counter() - start)
 
-    def _search(self, query: str, k: int, deadline: float) -> list[dict]:
+    def _search(self, query: str, k: int, deadline: float) -> list[dict[str, str]]:
         """The service's results; `TimeoutError` past `deadline` (perf_counter seconds) in total.
         httpx's timeout bounds each read, so a service trickling a byte a second would not time out."""
         timeout = max(0.001, deadline - time.perf_counter())
@@ -164,9 +209,11 @@ class SearchEnv:
             response.raise_for_status()
             for chunk in response.iter_bytes():
                 body += chunk
+                if len(body) > MAX_RESPONSE_BYTES:
+                    raise ValueError(f"the search service answered over {MAX_RESPONSE_BYTES} bytes")
                 if time.perf_counter() > deadline:
                     raise TimeoutError("the search service answered too slowly")
-        return json.loads(body)["results"]
+        return parse_results(bytes(body), k, self.cfg.max_passage_chars)
 
     def format_observation(self, result: ToolResult) -> str:
         return self.format.observation(result.observation)
@@ -178,7 +225,8 @@ class SearchEnv:
         golds = json.loads(reference_answer)
         if exact_match(final_answer, golds):
             return weights.correct
-        return max(weights.well_formed, token_f1(final_answer, golds) * weights.correct)
+        credit = min(token_f1(final_answer, golds), MAX_F1_CREDIT) * weights.correct
+        return max(weights.well_formed, credit)
 
     # -- supervision ----------------------------------------------------------------------------
     def demonstration(self, problem: Problem) -> list[Segment]:

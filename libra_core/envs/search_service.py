@@ -10,7 +10,10 @@ binds a free local port and prints `PORT <n>` as its first stdout line. Endpoint
 Results are the top-k passages with a positive BM25 score (so fewer than k for rare queries, none
 for a query with no known word), each cut at a sentence end before `--max-passage-chars`; each
 request sleeps a uniformly drawn extra latency. `SearchService` starts and stops the process; one
-per (corpus, settings) is shared by all environments of a process and stopped at exit.
+per (corpus, settings) is shared by all environments of a process and stopped at exit. The service
+holds the read end of a pipe as its stdin and exits when it closes (`--exit-on-stdin-eof`), so it
+never outlives the process that started it, even one killed by SIGKILL (which runs no atexit
+handler). Started by hand without that flag, it runs until stopped.
 """
 
 from __future__ import annotations
@@ -111,7 +114,14 @@ def _handler(index: BM25Index, latency_ms: tuple[float, float], max_chars: int, 
     return Handler
 
 
-def serve(passages_path: Path, latency_ms: tuple[float, float], max_chars: int, max_k: int) -> None:
+def serve(
+    passages_path: Path,
+    latency_ms: tuple[float, float],
+    max_chars: int,
+    max_k: int,
+    *,
+    exit_on_stdin_eof: bool = False,
+) -> None:
     from libra_core.envs.datasets import load_passages
 
     passages = [
@@ -122,9 +132,19 @@ def serve(passages_path: Path, latency_ms: tuple[float, float], max_chars: int, 
         ("127.0.0.1", 0), _handler(BM25Index(passages), latency_ms, max_chars, max_k)
     )
     server.daemon_threads = True
+    if exit_on_stdin_eof:
+        threading.Thread(target=_exit_when_stdin_closes, daemon=True).start()
     sys.stdout.write(f"PORT {server.server_address[1]}\n")
     sys.stdout.flush()
     server.serve_forever()
+
+
+def _exit_when_stdin_closes() -> None:
+    """Block on stdin (a pipe from the starting process, which never writes); its end of file
+    means that process is gone. The service holds no state worth a graceful shutdown."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    os._exit(0)
 
 
 class SearchService:
@@ -146,13 +166,14 @@ class SearchService:
             str(max_passage_chars),
             "--max-top-k",
             str(max_top_k),
+            "--exit-on-stdin-eof",
         ]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
         }
         self.process = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+            cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True
         )
         atexit.register(self.stop)
         self.url = f"http://127.0.0.1:{self._read_port()}"
@@ -174,6 +195,8 @@ class SearchService:
         return int(line.split()[1])
 
     def stop(self) -> None:
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -208,8 +231,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-ms", type=float, nargs=2, default=(0.0, 0.0))
     parser.add_argument("--max-passage-chars", type=int, default=600)
     parser.add_argument("--max-top-k", type=int, default=10)
+    parser.add_argument(
+        "--exit-on-stdin-eof",
+        action="store_true",
+        help="exit when stdin closes (set by SearchService, whose pipe closes when it dies)",
+    )
     args = parser.parse_args(argv)
-    serve(args.passages.resolve(), tuple(args.latency_ms), args.max_passage_chars, args.max_top_k)
+    serve(
+        args.passages.resolve(),
+        tuple(args.latency_ms),
+        args.max_passage_chars,
+        args.max_top_k,
+        exit_on_stdin_eof=args.exit_on_stdin_eof,
+    )
 
 
 if __name__ == "__main__":

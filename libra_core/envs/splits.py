@@ -37,33 +37,48 @@ def split_of(prompt_id: str) -> Split:
 def sample_split(
     env: Environment, n: int, seed: int, split: Split, *, min_difficulty: int | None = None
 ) -> list[Problem]:
-    """`n` problems of `split`, reproducible from `seed`, in the environment's sampling order.
+    """`n` distinct problems of `split`, reproducible from `seed`, in the environment's sampling order.
 
     Draws from `env.sample_problems` (the first draw with `seed` itself, so the train split keeps
-    most of an environment's own stream) and keeps the problems of `split`. An environment with
-    too few distinct problems to fill the split in `MAX_ROUNDS` draws (a one-problem test
-    dataset, say) is filled from the other split, with a warning: the set is then not held out.
+    most of an environment's own stream) and keeps the problems of `split` not kept already (each
+    round draws afresh, so it meets problems of earlier rounds again). A split with fewer than `n`
+    distinct problems found in `MAX_ROUNDS` draws repeats them, with a warning; one with none (a
+    one-problem test dataset, say) is filled from the other split, with a warning: the set is then
+    not held out.
     """
     if n <= 0:
         return []
-    kept: list[Problem] = []
-    others: list[Problem] = []
+    kept: dict[str, Problem] = {}  # by prompt_id, in the order first drawn
+    others: dict[str, Problem] = {}
     per_round = n if split == "train" else n * EVAL_SHARE
     for round_ in range(MAX_ROUNDS):
         round_seed = seed if round_ == 0 else random.Random(f"split:{seed}:{round_}").getrandbits(63)
         for problem in env.sample_problems(per_round, round_seed, min_difficulty=min_difficulty):
-            (kept if split_of(problem.prompt_id) == split else others).append(problem)
-        if len(kept) >= n:
-            return kept[:n]
+            found = kept if split_of(problem.prompt_id) == split else others
+            found.setdefault(problem.prompt_id, problem)
+            if len(kept) >= n:
+                return list(kept.values())
+    if kept:
+        log.warning(
+            "environment %s has %d distinct %s problems for a set of %d; the set repeats them",
+            env.name,
+            len(kept),
+            split,
+            n,
+        )
+        return _cycled(list(kept.values()), n)
     log.warning(
-        "environment %s has too few %s problems for %d draws; %d of the set come from the other "
-        "split, so it is not held out",
+        "environment %s has no %s problems for a set of %d; it comes from the other split, so it "
+        "is not held out",
         env.name,
         split,
         n,
-        n - len(kept),
     )
-    return kept + others[: n - len(kept)]
+    return _cycled(list(others.values()), n)
+
+
+def _cycled(problems: list[Problem], n: int) -> list[Problem]:
+    return [problems[i % len(problems)] for i in range(n)]
 
 
 def eval_problems(env: Environment, seed: int, n: int) -> list[Problem]:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from libra_core.config.environments import SandboxConfig
-from libra_core.envs.sandbox import Sandbox, namespaces_available
+from libra_core.envs import sandbox as sandbox_module
+from libra_core.envs.sandbox import UNSHARE_ARGS, Sandbox, namespaces_available
 
 MODES = [
     pytest.param(
@@ -26,10 +31,33 @@ def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Sandbox:
     return Sandbox(SandboxConfig(isolation=request.param, workdir_root=str(tmp_path), **LIMITS))
 
 
-def _sandbox_processes() -> list[str]:
-    """Processes owned by the sandbox's per-run uids (namespace mode draws them from 200000+)."""
-    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if int(line.split()[0]) >= 200_000]
+def _processes_of(uids: set[int], wait_s: float = 2.0) -> list[str]:
+    """Processes owned by `uids` (this test's own runs: other jobs on the machine run sandboxes
+    too), polled until none is left or `wait_s` passes (the pid namespace's teardown is async)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(
+            ["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True, check=True
+        ).stdout
+        left = [line for line in out.splitlines() if int(line.split()[0]) in uids]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def used_uids(monkeypatch: pytest.MonkeyPatch) -> set[int]:
+    """The per-run uids the sandbox hands out during the test."""
+    uids: set[int] = set()
+    real = sandbox_module.next_uid
+
+    def recording() -> int:
+        uid = real()
+        uids.add(uid)
+        return uid
+
+    monkeypatch.setattr(sandbox_module, "next_uid", recording)
+    return uids
 
 
 def test_clean_program_succeeds_and_its_folder_is_removed(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -57,7 +85,7 @@ def test_sleeping_program_hits_the_wall_clock_limit(sandbox: Sandbox) -> None:
     assert (result.status, result.reason) == ("timeout", "wall_limit")
 
 
-def test_fork_bomb_is_contained(sandbox: Sandbox) -> None:
+def test_fork_bomb_is_contained(sandbox: Sandbox, used_uids: set[int]) -> None:
     bomb = "import os\nwhile True:\n    os.fork()\n"
     result = sandbox.run_python(bomb)
     assert result.status in ("failure", "timeout")
@@ -65,7 +93,9 @@ def test_fork_bomb_is_contained(sandbox: Sandbox) -> None:
         assert "Resource temporarily unavailable" in result.stderr  # RLIMIT_NPROC stopped it
     else:
         assert "os.fork is not allowed" in result.stderr
-    assert _sandbox_processes() == []  # nothing survives the run
+    if sandbox.isolation == "namespaces":
+        assert len(used_uids) == 1
+    assert _processes_of(used_uids) == []  # nothing survives the run
 
 
 def test_ten_gigabyte_allocation_fails_cleanly(sandbox: Sandbox) -> None:
@@ -163,3 +193,69 @@ def test_namespace_mode_hides_home_and_project(tmp_path: Path) -> None:
     assert project_visible == "False"
     if tmp_path.is_relative_to("/tmp"):  # only the path to its own folder, not the host's /tmp
         assert tmp_listing.strip() == repr([tmp_path.relative_to("/tmp").parts[0]])
+
+
+@pytest.mark.parametrize("code", [137, 121, 128 + 24, 128 + 25])
+def test_the_programs_own_exit_code_is_not_read_as_a_limit_or_a_setup_failure(
+    sandbox: Sandbox, code: int
+) -> None:
+    # 137 is how namespace mode reports SIGKILL (128 + 9), 152/153 SIGXCPU/SIGXFSZ, 121 a failed setup.
+    result = sandbox.run_python(f"import sys\nprint('ran')\nsys.exit({code})")
+    assert (result.status, result.reason, result.exit_code, result.stdout) == (
+        "failure",
+        "exit",
+        code,
+        "ran\n",
+    )
+
+
+def test_a_real_cpu_limit_is_still_a_timeout(sandbox: Sandbox) -> None:
+    result = sandbox.run_python("import os, signal\nos.kill(os.getpid(), signal.SIGXCPU)")
+    if sandbox.isolation == "rlimits":
+        assert "os.kill is not allowed" in result.stderr  # the audit hook refuses signals
+    else:
+        assert (result.status, result.reason) == ("timeout", "cpu_limit")
+
+
+def test_uids_differ_across_sandboxes_of_one_process(tmp_path: Path) -> None:
+    cfg = SandboxConfig(isolation="rlimits", workdir_root=str(tmp_path))
+    first, second = Sandbox(cfg), Sandbox(cfg)
+    uids = [sb._next_uid() for sb in (first, second, first, second)]
+    assert len(set(uids)) == 4 and all(u >= 200_000 for u in uids)
+
+
+def test_a_setup_failure_inside_the_namespace_is_reported(tmp_path: Path) -> None:
+    # The launcher's child cannot exec the interpreter: the launcher reports a setup failure on its
+    # status pipe (the child's exit code 121 alone would no longer be believed).
+    if not namespaces_available():
+        pytest.skip("needs root and util-linux unshare")
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "main.py").write_text("print('never')")
+    read_fd, write_fd = os.pipe()
+    spec = {
+        "isolation": "namespaces",
+        "workdir": str(workdir),
+        "python": "/nonexistent/python3",
+        "python_prefix": os.path.realpath(sys.base_prefix),
+        "hide": [],
+        "drop_to_uid": sandbox_module.next_uid(),
+        "cpu_s": 2,
+        "memory_bytes": 256 * 2**20,
+        "output_bytes": 4096,
+        "max_processes": 4,
+        "status_fd": write_fd,
+    }
+    python = os.path.realpath(sys.executable)
+    argv = [shutil.which("unshare") or "unshare", *UNSHARE_ARGS, python, "-I", "-S", "-B"]
+    argv += [str(sandbox_module.LAUNCHER), json.dumps(spec)]
+    try:
+        proc = subprocess.run(argv, pass_fds=(write_fd,), capture_output=True, timeout=30)
+    finally:
+        os.close(write_fd)
+    report = sandbox_module._read_report(read_fd)
+    os.close(read_fd)
+    assert report == {"setup_failed": True}, proc.stderr
+    assert b"sandbox setup failed" in proc.stderr
+    status = sandbox_module._classify(proc.returncode, False, "namespaces", report)
+    assert status == ("failure", "setup_failed", 121)

@@ -71,3 +71,50 @@ def test_gsm8k_eval_problems_are_outside_the_warm_ups_draws() -> None:
     assert len(held_out) == 64
     trained = {p.prompt_id for step in range(200) for p in sample_split(env, 64, step, "train")}
     assert len(trained) > 5000 and not trained & held_out
+
+
+class _ListEnv:
+    """A dataset of `size` problems sampled like the data-backed environments (no repeats while the
+    pool lasts): every round of `sample_split` meets problems of earlier rounds again."""
+
+    name = "list"
+
+    def __init__(self, size: int) -> None:
+        self.problems = [Problem(f"p{i}", f"q{i}", "a", 1) for i in range(size)]
+
+    def sample_problems(self, n: int, seed: int, *, min_difficulty: int | None = None) -> list[Problem]:
+        import random
+
+        rng = random.Random(seed)
+        out: list[Problem] = []
+        while len(out) < n:
+            out += rng.sample(self.problems, min(n - len(out), len(self.problems)))
+        return out
+
+
+def test_a_set_has_no_repeats_while_the_split_has_enough_distinct_problems(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = _ListEnv(400)  # about 50 eval problems
+    n_eval = sum(split_of(p.prompt_id) == "eval" for p in env.problems)
+    with caplog.at_level(logging.WARNING, logger="libra_core.envs.splits"):
+        for seed in range(20):
+            held_out = eval_problems(env, seed, n_eval - 2)
+            assert len({p.prompt_id for p in held_out}) == n_eval - 2, seed
+            assert all(split_of(p.prompt_id) == "eval" for p in held_out)
+            train = sample_split(env, 300, seed, "train")
+            assert len({p.prompt_id for p in train}) == 300 and not {p.prompt_id for p in train} & {
+                p.prompt_id for p in held_out
+            }
+    assert caplog.text == ""
+    assert eval_problems(env, 3, 40) == eval_problems(env, 3, 40)  # reproducible from the seed
+
+
+def test_a_split_too_small_for_the_set_repeats_its_own_problems(caplog: pytest.LogCaptureFixture) -> None:
+    env = _ListEnv(400)
+    eval_ids = {p.prompt_id for p in env.problems if split_of(p.prompt_id) == "eval"}
+    with caplog.at_level(logging.WARNING, logger="libra_core.envs.splits"):
+        held_out = eval_problems(env, 0, 2 * len(eval_ids))
+    assert len(held_out) == 2 * len(eval_ids)
+    assert {p.prompt_id for p in held_out} == eval_ids  # every one, and nothing of the train split
+    assert "the set repeats them" in caplog.text

@@ -1,0 +1,82 @@
+"""Text protocol: code fences as models write them, and tool-call bodies with extra keys or names."""
+
+from __future__ import annotations
+
+import pytest
+
+from libra_core.envs.base import UNKNOWN_TOOL
+from libra_core.envs.protocol import CHATML, MARKERS, extract_code, split_call
+
+TOOLS = ("python", "calculator")
+CODE = "def f(x):\n    return x + 1\n"
+
+
+@pytest.mark.parametrize(
+    "info", ["", "python", "py", "Python", "PYTHON", "python3", "py3", "Py3", "python  "]
+)
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_python_like_fences_are_code_blocks(info: str, newline: str) -> None:
+    fenced = f"Here it is:{newline}```{info}{newline}{CODE.replace(chr(10), newline)}```{newline}Done."
+    assert extract_code(fenced) == CODE
+    action = CHATML.parse(f"{fenced}<|im_end|>", TOOLS, code_block_tool="python")
+    assert (action.kind, action.tool, action.arguments) == ("tool_call", "python", CODE)
+
+
+def test_other_languages_are_not_python_blocks() -> None:
+    text = "```bash\nls -la\n```"
+    assert extract_code(text) == text
+    assert extract_code("```pythonic\nx\n```") == "```pythonic\nx\n```"
+
+
+def test_json_arguments_with_several_keys_use_the_known_one() -> None:
+    assert split_call('{"name": "python", "arguments": {"code": "print(42)", "timeout": 5}}', TOOLS) == (
+        "python",
+        "print(42)",
+    )
+    assert split_call(
+        '{"name": "calculator", "arguments": {"precision": 3, "expression": "1+2"}}', TOOLS
+    ) == (
+        "calculator",
+        "1+2",
+    )
+    assert split_call('{"name": "python", "arguments": {"src": "print(1)"}}', TOOLS) == ("python", "print(1)")
+    assert split_call('{"name": "python", "arguments": {"a": 1, "b": 2}}', TOOLS) == (
+        "python",
+        '{"a": 1, "b": 2}',
+    )
+
+
+@pytest.mark.parametrize("body", ["shell:1", "bash:ls -la", "search:capital of France", "web-search: x"])
+def test_an_unknown_tool_name_is_kept_so_the_call_is_keyed_unknown(body: str) -> None:
+    name, _ = split_call(body, TOOLS)
+    assert name == body.split(":")[0] and name not in TOOLS
+    action = MARKERS.parse(f"<|call|>{body}<|/call|>", TOOLS)
+    assert action.tool == name
+
+
+def test_bodies_without_a_name_still_go_to_the_first_tool() -> None:
+    for body in (
+        "48/2",
+        "x = {1: 2}\nprint(x)",
+        "for i in range(3):\n    print(i)",
+        "try:\n    pass\nexcept: pass",
+    ):
+        assert split_call(body, TOOLS) == ("python", body)
+    assert split_call("calculator:48/2", TOOLS) == ("calculator", "48/2")
+
+
+def test_environments_answer_an_unknown_name_as_unknown(tmp_path) -> None:  # noqa: ANN001
+    import json
+
+    from libra_core.config.environments import CodeEnvConfig
+    from libra_core.envs.registry import build_environment
+
+    record = {"id": "add", "question": "Write add(a, b).", "tests": "assert add(1, 2) == 3\n"}
+    (tmp_path / "code.jsonl").write_text(json.dumps(record) + "\n")
+    env = build_environment(CodeEnvConfig(type="code", data_dir=str(tmp_path), files=("code.jsonl",)))
+    result = env.run_tool(env.parse_turn("<|call|>shell:1<|/call|>"))
+    assert (result.tool, result.status, result.observation) == (
+        UNKNOWN_TOOL,
+        "failure",
+        "error: unknown tool 'shell'",
+    )

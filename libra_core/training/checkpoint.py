@@ -9,12 +9,12 @@ The optimizer state lives in a separate state folder (it is the trainer's, not t
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from libra_core.data.atomic import atomic_path
 from libra_core.model.policy import WEIGHTS_FILE, refuse_sharded_checkpoint
 
 if TYPE_CHECKING:
@@ -71,13 +71,10 @@ def save_policy_weights(model: torch.nn.Module, policy_dir: Path) -> Path:
         "vLLM can reload"
     )
     target = policy_dir / WEIGHTS_FILE
-    # Hidden name that does not end in .safetensors, so a loader globbing *.safetensors never sees it.
-    tmp = policy_dir / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"
-    try:
+    # The temp name (`.model.safetensors.tmp-PID-HEX`) does not end in .safetensors, so a loader
+    # globbing *.safetensors never sees it, and a resume deletes one a killed update left.
+    with atomic_path(target) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
     return target
 
 
@@ -114,10 +111,6 @@ def save_optimizer_state(optimizer: torch.optim.Optimizer, state_dir: Path) -> P
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     target = state_dir / OPTIMIZER_FILE
-    tmp = state_dir / f".{OPTIMIZER_FILE}.{os.getpid()}.tmp"
-    try:
+    with atomic_path(target) as tmp:  # a resume deletes the temp file of a killed update
         torch.save(optimizer.state_dict(), tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
     return target

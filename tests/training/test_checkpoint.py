@@ -40,3 +40,30 @@ def test_mismatched_state_is_refused(tmp_path: Path):
     other = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(4))])
     with pytest.raises(ValueError, match="delete it"):
         load_optimizer_state(other, tmp_path, "cpu")
+
+
+def test_a_killed_write_leaves_a_temp_file_that_a_resume_deletes(tmp_path: Path, monkeypatch):  # noqa: ANN001
+    """The temp files of the policy weights and the optimizer state are named as `atomic_path`
+    names them, so `libra run --resume` finds and deletes what a killed update left (before
+    2026-12-06 they were `.NAME.PID.tmp`, which it did not look for)."""
+    from libra_core.pipeline import resume
+    from libra_core.pipeline.run_dir import RunLayout
+    from tests.pipeline.test_run_dir import make_run
+
+    layout: RunLayout = make_run(tmp_path)
+    written: list[Path] = []
+
+    def killed(obj, path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        Path(path).write_bytes(b"half a file")
+        written.append(Path(path))
+        raise KeyboardInterrupt  # stands in for the kill: what follows never runs
+
+    monkeypatch.setattr(torch, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_optimizer_state(_stepped_optimizer((3,), lr=1e-3), layout.trainer)
+    (tmp,) = written
+    assert tmp.parent == layout.trainer and tmp.name.startswith(f".{OPTIMIZER_FILE}.tmp-")
+    # atomic_path deletes it on an exception; a SIGKILL would not: put it back as a kill leaves it
+    tmp.write_bytes(b"half a file")
+    resume._remove_leftovers(layout)
+    assert not tmp.exists()

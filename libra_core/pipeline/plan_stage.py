@@ -98,7 +98,11 @@ def _observe(
     lake = read_lake(run_dir, iteration)
     h = history[iteration]
     measured = {"rollout": h["rollout_s"], "update": h["update_s"]}
-    planner.observe(lake, cfg.training.grpo.group_size, measured, iteration=iteration)
+    # The audit compares tokens per second of iteration, as the simulator's does: in async mode the
+    # stages overlap, and their sum would read a move that balances them as a loss.
+    planner.observe(
+        lake, cfg.training.grpo.group_size, measured, iteration=iteration, period_s=h["iteration_s"]
+    )
 
 
 def _drop_unfinished_decisions(run_dir: str, iteration: int) -> list[dict[str, Any]]:

@@ -168,9 +168,12 @@ class LibraPlanner:
         group_size: int,
         measured_s: dict[str, float],
         iteration: int | None = None,
+        period_s: float | None = None,
     ) -> None:
         """Feed one finished iteration: its trajectories and measured seconds per stage. With its
-        `iteration` number, its throughput (tokens over the stages' seconds) feeds the move audit."""
+        `iteration` number, its throughput feeds the move audit: tokens over `period_s`, the
+        iteration's wall time (in async mode about max(rollout, update), not their sum), or over the
+        stages' seconds summed when no period is given."""
         if isinstance(trajectories, Workload):
             w = trajectories
         else:
@@ -180,7 +183,9 @@ class LibraPlanner:
         self.window.add(w)
         if iteration is not None:
             tokens = float(w.total_tokens.sum()) * w.weight
-            self.audit.record(iteration, tokens, sum(s for s in measured_s.values() if s > 0))
+            if period_s is None or not period_s > 0:
+                period_s = sum(s for s in measured_s.values() if s > 0)
+            self.audit.record(iteration, tokens, period_s)
         if self._plan is None:
             return
         # The model's own prediction: the plan's times without the factors they were priced with

@@ -125,6 +125,18 @@ def test_service_reverts_a_move_that_measured_worse() -> None:
     assert planner.audit.extra_margin(5) > 0.5  # the predicted saving plus the 50% measured loss
 
 
+def test_the_audit_reads_the_iteration_period_when_given() -> None:
+    """In async mode the stages overlap: the iteration's wall time, not the stages' sum, is what a
+    move that balances them shortens. Here the stages sum to twice as long as before the move, but
+    the iterations ran as fast as before: confirmed, not reverted."""
+    planner, _, moved, seconds = _moved_service()
+    for i in (2, 3):
+        planner.observe(LONG, 16, {"rollout": seconds, "update": seconds}, iteration=i, period_s=seconds)
+    _, decision = planner.step(4)  # confirmed (a revert would come back instead of the replan's)
+    assert decision is not None and decision.action in ("keep", "apply"), decision
+    assert not planner.audit.refuses(moved, 5) and planner.audit.extra_margin(5) == 0.0
+
+
 def test_a_confirmed_move_does_not_skip_the_replan_due() -> None:
     planner, _, moved, seconds = _moved_service()
     for i in (2, 3):  # the moved plan measures as fast per token as before: confirmed at 4

@@ -137,10 +137,21 @@ class Plan:
         return self.rollout.instance_tps()
 
     def same_resources(self, other: Plan) -> bool:
-        """Same split, training layout and instance multiset: switching costs nothing to move."""
+        """Same split, training layout and instance multiset: the same plan but for its prices."""
         return (
             self.train_gpus == other.train_gpus
             and self.train.layout == other.train.layout
+            and self.instance_tps == other.instance_tps
+        )
+
+    def same_gpu_groups(self, other: Plan) -> bool:
+        """Same split, training parallel groups (TP/PP/DP/EP) and instance multiset: switching moves
+        no worker. ZeRO stage, recompute and micro-batch size may differ: the next update just runs
+        with the other settings."""
+        a, b = self.train.layout, other.train.layout
+        return (
+            self.train_gpus == other.train_gpus
+            and (a.tp, a.pp, a.dp, a.ep) == (b.tp, b.pp, b.dp, b.ep)
             and self.instance_tps == other.instance_tps
         )
 

@@ -253,7 +253,9 @@ class LibraPlanner:
             self.audit.moved(iteration, self._plan, proposed, gain)
         if decision.action == "apply":
             self._plan = proposed
-        elif current_now.same_resources(self._plan):  # re-priced on the window, nothing moves
+        elif current_now.same_gpu_groups(self._plan):
+            # Re-priced on the window, nothing moves; its ZeRO stage, recompute or micro-batch may
+            # differ (the old settings may no longer fit in memory): the next update runs with these.
             self._plan = current_now
         # else: the re-pricing re-chose how many instances of each degree run (evaluate_plan keeps
         # the degrees, not the counts); keeping means the running instances, so the plan stays.

@@ -185,3 +185,30 @@ def test_the_configured_reprefill_fraction_prices_the_prior_and_the_measured_tra
     pooled = planner.window.pooled()
     # prompt + payload + fraction x the 14-token context at the call
     assert pooled.prefill_tokens.tolist() == [10 + 3 + fraction * 14]
+
+
+def test_the_running_plan_takes_the_memory_settings_its_groups_need() -> None:
+    """Trajectories grow 4% an iteration. Re-priced on the window, the running plan's GPU groups may
+    need another ZeRO stage, recompute or micro-batch to fit: switching moves no worker, so the
+    service adopts them (before 2026-12-06 it kept the layout it was chosen with, which here stopped
+    fitting in memory, and its frozen price fed the online correction)."""
+    from libra_core.planner.train_cost import TrainShape, estimate_train
+
+    cluster, base = parse_cluster("16xH100"), workload_preset("math-short")
+    planner = LibraPlanner(
+        cluster, M, base, ReplanPolicy(), window_iterations=8, replan_every=1, staleness=1,
+        audit_window=0, mixed_margin=0.05, total_iterations=100,
+    )  # fmt: skip
+    settings = SearchSettings(staleness=1, mixed_margin=0.05)
+    layouts = []
+    for it in range(1, 6):
+        plan, _ = planner.step(it)
+        layouts.append(plan.train.layout)
+        actual = base.scaled(1.04**it)
+        priced = evaluate_plan(plan, M, cluster.hardware, actual, settings)
+        planner.observe(actual, 8, {"rollout": priced.t_rollout_s, "update": priced.t_train_s})
+    assert len({(x.tp, x.pp, x.dp) for x in layouts}) == 1  # the GPU groups stayed
+    assert len(set(layouts)) > 1  # their memory settings followed the workload
+    shape = TrainShape.from_workload(planner.window.pooled())
+    fits = estimate_train(M, cluster.hardware, planner.plan.train.layout, shape)
+    assert fits.feasible, planner.plan.train.layout.label()

@@ -7,7 +7,8 @@ All logic lives in libra_core.sim (docs/simulator.md). `--setting` changes the s
 `SimSettings` (e.g. `spill_factor=1`), `--spec` the scenario generator's `ScenarioSpec` (e.g.
 `prompts_per_iteration=128`) or, for a trace, its replay's `TraceSpec` (e.g. `latency_scale=10`):
 what-ifs. Exit 2 on an unknown scenario, hardware, policy or field,
-or a bad value, with the valid names in the message.
+or a bad value, with the valid names in the message, and when the outputs cannot be written (the
+table is printed first).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     from libra_core.sim import SimSettings, format_table, simulate
     from libra_core.sim.overrides import parse_overrides
-    from libra_core.sim.report import format_verdicts
+    from libra_core.sim.report import format_verdicts, write_problem
     from libra_core.sim.workloads import is_trace, spec_class
 
     for flag, value, least in (
@@ -113,8 +114,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         return fail(f"--policies names no policy ({args.policies!r}); give names or `all`")
-    problem = args.out is not None and output_problem(
-        args.out, folder=True, inputs=[args.scenario] if is_trace(args.scenario) else []
+    problem = args.out is not None and (
+        output_problem(args.out, folder=True, inputs=[args.scenario] if is_trace(args.scenario) else [])
+        or write_problem(Path(args.out))
     )
     if problem:
         return fail(problem)
@@ -131,7 +133,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 args.iterations,
                 policies,
                 seed=args.seed,
-                out_dir=Path(args.out) if args.out else None,
                 model=args.model,
                 settings=settings,
                 spec_overrides=spec,
@@ -140,7 +141,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             )
     except (ValueError, FileNotFoundError, KeyError) as err:
         return fail(str(err))
+    # The table first: an output folder that fails now (a full disk) loses the files, not the run.
     print(format_table(report))
     for line in format_verdicts(report):
         print(line)
+    if args.out:
+        try:
+            report.write(Path(args.out))
+        except OSError as err:
+            where = err.filename or args.out
+            return fail(f"the results above were not saved: cannot write {where}: {err.strerror or err}")
     return 0

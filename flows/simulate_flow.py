@@ -20,8 +20,8 @@ from flows.cli_common import output_problem
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim import SimReport, SimSettings, format_table, resolve_policies, simulate
 from libra_core.sim.overrides import parse_overrides
-from libra_core.sim.report import format_verdicts
-from libra_core.sim.workloads import spec_class
+from libra_core.sim.report import format_verdicts, write_problem
+from libra_core.sim.workloads import is_trace, scenario_spec, spec_class
 from tasks.common import TASK_OPTIONS
 
 
@@ -78,6 +78,24 @@ def _under(base: Path, path: str) -> Path:
     return (base / Path(path).expanduser()).resolve()
 
 
+def _claim_run_folder(parent: Path, stem: str) -> Path:
+    """A new folder `parent/STEM-TIMESTAMP` (`-2`, `-3`, ... after it if taken), created now, before
+    the simulation: two runs started in the same second no longer write into one folder."""
+    problem = output_problem(parent, folder=True)
+    if problem:
+        raise ValueError(f"out_dir: {problem}")
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        folder = parent / f"{stem}-{stamp}" if n == 1 else parent / f"{stem}-{stamp}-{n}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise ValueError(f"out_dir: 999 runs of {stem} at {stamp} already in {parent}; give out_dir")
+
+
 @flow(name="simulate", flow_run_name="simulate-{scenario}-{hardware}", log_prints=False)
 def simulate_flow(
     scenario: str = "r2e-gym",
@@ -99,28 +117,44 @@ def simulate_flow(
     --setting/--spec` takes them; `jobs`: policies simulated at once, each in its own process (the
     same numbers as one at a time); `model`: a model spec name, or a Hugging Face config.json or model
     spec YAML file (None: the scenario's); `hardware`'s GPU may be a hardware spec YAML file.
-    `out_dir` (None: `runs/simulate/SCENARIO-TIMESTAMP`) is resolved against `base_dir` when
-    relative: `libra serve` sets that to its working folder at start, so where a served run writes
-    does not depend on the working folder at the time it runs; None: this process's."""
-    names = [p for p in policies.split(",") if p]
-    if jobs < 1:
-        raise ValueError(f"jobs must be >= 1, got {jobs}")
-    # Unknown policies and malformed or out-of-range settings fail here, before the task runs.
+    `out_dir` (None: a new folder `runs/simulate/SCENARIO-TIMESTAMP`, made as the flow starts, with
+    `-2`, `-3`... if that is taken) is resolved against `base_dir` when relative: `libra serve` sets
+    that to its working folder at start, so where a served run writes does not depend on the working
+    folder at the time it runs; None: this process's."""
+    # As `libra simulate` reads `--policies`: "greedy, +elastic" names two policies.
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        raise ValueError(f"policies names no policy ({policies!r}); give names or `all`")
+    # Every input fails here, before the task runs (the same checks as `libra simulate`).
+    for name, value, least in (("iterations", iterations, 1), ("jobs", jobs, 1), ("seed", seed, 0)):
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
     resolve_policies(names)
     parse_cluster(hardware)  # an unknown GPU, or a bad spec file, fails here too
     if model is not None:
         get_model(model)
     knobs = parse_overrides(settings or [], SimSettings, "settings")
     SimSettings(**knobs)  # range checks
-    shape = parse_overrides(spec or [], spec_class(scenario), "spec")  # ranges: checked as the task loads it
+    shape = parse_overrides(spec or [], spec_class(scenario), "spec")
+    scenario_spec(scenario, model, shape)  # the name, and the spec's ranges
+    if is_trace(scenario) and not Path(scenario).expanduser().is_file():
+        raise ValueError(f"scenario {scenario!r}: no such trace file")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
-    # an empty out_dir is refused as such, not taken for base_dir itself
-    problem = out_dir is not None and output_problem(out_dir.strip() and _under(base, out_dir), folder=True)
-    if problem:  # before the simulation, not after it
-        raise ValueError(f"out_dir: {problem}")
-    report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape, jobs, model)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = _under(base, out_dir or str(Path("runs") / "simulate" / f"{Path(scenario).stem}-{stamp}"))
+    if out_dir is not None:
+        # an empty out_dir is refused as such, not taken for base_dir itself
+        problem = output_problem(out_dir.strip() and _under(base, out_dir), folder=True)
+        problem = problem or write_problem(_under(base, out_dir))
+        if problem:  # before the simulation, not after it
+            raise ValueError(f"out_dir: {problem}")
+        out = _under(base, out_dir)
+    else:
+        out = _claim_run_folder(_under(base, str(Path("runs") / "simulate")), Path(scenario).stem)
+    report = None
+    try:
+        report = simulate_task(scenario, hardware, iterations, names, seed, knobs, shape, jobs, model)
+    finally:
+        if report is None and out_dir is None and not any(out.iterdir()):
+            out.rmdir()  # the folder claimed for this run, left empty by its failure
     report.write(out)
     images = [
         f"![{png.stem}](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode('ascii')})"

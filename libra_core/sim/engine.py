@@ -293,6 +293,7 @@ class Simulator:
         }
         handlers = [by_kind[kind] for kind in sorted(Kind)]  # indexed by the event's priority
         decode_done, train_done = int(Kind.DECODE_DONE), int(Kind.TRAIN_DONE)
+        hybrid_ready = int(Kind.HYBRID_READY)
         recording = q.log is not None
         last_s, stale = 0.0, 0
         for ev in q.drain():
@@ -303,6 +304,9 @@ class Simulator:
                     continue
             elif priority == train_done and version != self.trainer.version:
                 stale += 1
+                continue
+            elif priority == hybrid_ready and isinstance(tgt, Instance) and version != tgt.loans:
+                stale += 1  # the ready of a loan that was given back before it joined
                 continue
             last_s = time_s
             if recording:  # the label is only for the trace

@@ -43,6 +43,11 @@ class Event(NamedTuple):
 
 _new_event = tuple.__new__
 
+# Events in a row at one simulated time past which `EventQueue.drain` takes the run as stuck; a
+# real run's bursts at one time (a rollout's admissions, turns of no tokens and no latency) are
+# orders of magnitude smaller.
+STUCK_EVENTS = 10_000_000
+
 
 class EventQueue:
     """Min-heap of events under the (time, priority, sequence) key; `log` keeps (time, kind) pairs."""
@@ -75,11 +80,23 @@ class EventQueue:
 
     def drain(self) -> Iterator[Event]:
         """`pop` until the queue is empty, including events pushed meanwhile (the simulator's main
-        loop: a generator resumes faster than a method call per event)."""
+        loop: a generator resumes faster than a method call per event). Asserts once
+        `STUCK_EVENTS` events in a row fall at one time: an event that re-schedules itself without
+        moving anything forward would otherwise spin for ever."""
         heap, heappop = self._heap, heapq.heappop
+        last, repeats, most = self.now_s, 0, STUCK_EVENTS
         while heap:
             ev = heappop(heap)
-            self.now_s = ev[0]
+            now = ev[0]
+            if now == last:
+                repeats += 1
+                assert repeats < most, (
+                    f"the simulation is stuck at {now!r} s: {repeats:,} events there in a row, the "
+                    f"last a {ev[3].name}; an event that moves nothing forward"
+                )
+            else:
+                last, repeats = now, 0
+            self.now_s = now
             self.processed += 1
             yield ev
 

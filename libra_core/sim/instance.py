@@ -25,6 +25,7 @@ import numpy as np
 from libra_core.planner.rollout_cost import RolloutCostModel
 
 _CTX_GRID = np.geomspace(16, 262_144, 57)
+_DONE_TOLERANCE = 1e-6  # decode steps: a turn this close to its end has ended (float rounding)
 
 
 class CostTables:
@@ -76,7 +77,10 @@ class Instance:
     reserved: float = 0.0  # sum of the running turns' final contexts (KV reservation)
     version: int = 0  # bumps whenever the next event moves (stale events are dropped)
     busy_s: float = 0.0
-    active: bool = True  # False while lent to training (elastic pool)
+    # False while lent to training and once retired (a training hybrid back to training): the
+    # router then never picks it, nor keeps a turn on it for its prefix (elastic pool).
+    active: bool = True
+    loans: int = 0  # times lent to training; a loan's HYBRID_READY carries its number
     # (clock at which the turn ends, join order, item, the turn's final context) per running turn.
     heap: list[tuple[float, int, Any, float]] = field(default_factory=list)
     _seq: int = 0
@@ -155,14 +159,22 @@ class Instance:
         self.version += 1
 
     def next_done_s(self) -> float | None:
+        """When the first running turn ends (None: none runs). Never `start` itself while that
+        turn has more than `pop_done`'s tolerance left: past ~1e8 s of simulated time a short
+        decode rounds to no time at all, and an event at `start` advanced nothing and was
+        scheduled again there, forever; the next float after `start` lets `advance` finish it."""
         heap = self.heap
         if not heap:
             return None
         b = len(heap)
         last, stall = self.last_s, self.stall_until_s
         start = last if last >= stall else stall
-        left = heap[0][0] - self.clock
-        return start + (left if left > 0.0 else 0.0) * self._itl(b, self.ctx_sum / b)
+        clock = self.clock
+        left = heap[0][0] - clock
+        done_s = start + (left if left > 0.0 else 0.0) * self._itl(b, self.ctx_sum / b)
+        if done_s <= start and heap[0][0] > clock + _DONE_TOLERANCE:
+            return math.nextafter(start, math.inf)
+        return done_s
 
     def pop_done(self, now_s: float) -> list[Any]:
         """Turns whose generation ended by `now_s`, in completion order, each turn's final context
@@ -171,7 +183,7 @@ class Instance:
         self.advance(now_s)
         heap = self.heap
         done = []
-        limit = self.clock + 1e-6
+        limit = self.clock + _DONE_TOLERANCE
         while heap and heap[0][0] <= limit:
             done.append(heapq.heappop(heap))
         if done and heap:

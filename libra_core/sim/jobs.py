@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from libra_core.sim.policies import PolicySpec
+from libra_core.sim.policies import Deployment, PolicySpec
 from libra_core.sim.report import PolicyResult
 from libra_core.sim.simulate import SimRun, run_policy
 
@@ -31,10 +31,12 @@ def _start_worker(ticks: Any) -> None:
     _ticks = ticks
 
 
-def _simulate_one(run: SimRun, spec: PolicySpec, index: int) -> PolicyResult:
+def _simulate_one(
+    run: SimRun, spec: PolicySpec, index: int, deployment: tuple[Deployment, float] | None
+) -> PolicyResult:
     ticks = _ticks
     report = None if ticks is None else (lambda stage, done, total: ticks.put((stage, done, total)))
-    return run_policy(run, run.load(), spec, index, report)
+    return run_policy(run, run.load(), spec, index, report, deployment)
 
 
 class _Relay:
@@ -58,10 +60,15 @@ class _Relay:
 
 
 def run_in_processes(
-    run: SimRun, specs: list[PolicySpec], jobs: int, progress: Progress | None
+    run: SimRun,
+    specs: list[PolicySpec],
+    jobs: int,
+    progress: Progress | None,
+    deployments: list[tuple[Deployment, float]] | None = None,
 ) -> list[PolicyResult]:
-    """Each of `specs` simulated in one of `min(jobs, len(specs))` worker processes; results in the
-    order of `specs`. The first policy to fail raises here; policies not yet started never start."""
+    """Each of `specs` simulated in one of `min(jobs, len(specs))` worker processes, from its
+    `deployments` entry (`simulate.first_deployment`'s) if given; results in the order of `specs`.
+    The first policy to fail raises here; policies not yet started never start."""
     ctx = mp.get_context("spawn")
     ticks = ctx.Queue() if progress is not None else None
     relay = None if progress is None else _Relay(progress)
@@ -76,7 +83,8 @@ def run_in_processes(
         while queued or futures:
             while queued and len(futures) < workers:
                 i, spec = queued.pop(0)
-                futures[pool.submit(_simulate_one, run, spec, i)] = i
+                dep = deployments[i] if deployments is not None else None
+                futures[pool.submit(_simulate_one, run, spec, i, dep)] = i
             finished, _ = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
             if relay is not None:
                 relay.drain(ticks)

@@ -87,8 +87,9 @@ def loan_pays(sim: Simulator, gpus: int) -> bool:
 
 def _lend(sim: Simulator, inst: Instance) -> None:
     inst.active = False
+    inst.loans += 1  # a loan given back before it joined leaves its ready behind: it is dropped
     sim.lent.append(inst)
-    sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, inst)
+    sim.q.push(sim.q.now_s + sim.join_s, Kind.HYBRID_READY, inst, inst.loans)
 
 
 def try_start_rollout(sim: Simulator) -> None:
@@ -115,7 +116,7 @@ def try_start_train(sim: Simulator) -> None:
     assert sim.dep is not None
     j = sim.pending_train.pop(0)
     shape = TrainShape.from_workload(sim.workload_of(j))
-    t = update_time_s(sim.model, sim.hw, sim.dep.train_layout, shape)
+    t = update_time_s(sim.model, sim.hw, sim.dep.train_layout, shape, f"{sim.p.name}, iteration {j}'s update")
     if sim.p.colocated:
         t += sim.switch_s  # rollout engines sleep, training states come back to HBM
     sim._account()  # the ledger books a running update's GPUs (engine._account): close the interval
@@ -214,6 +215,10 @@ def _hybrids_to_training(sim: Simulator, hybrids: list[Instance]) -> None:
     """Training hybrids leave rollout now; their GPUs rejoin the update `join_s` later."""
     sim.harvest(hybrids)
     for inst in hybrids:
+        # Retired: a turn whose prefix it held is re-prefilled elsewhere (`Router.holder` keeps a
+        # turn only on an active instance); before 2026-12-06 it stayed active, and such turns
+        # ran on it after it had left, its busy time unbooked and its GPUs counted on both sides.
+        inst.active = False
         sim.router.by_bucket[inst.bucket].remove(inst)
         sim.instances.remove(inst)
         sim.hybrids.remove(inst)

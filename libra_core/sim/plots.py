@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from libra_core.data.atomic import atomic_path
+from libra_core.sim.report import PLOT_FILES
 
 if TYPE_CHECKING:
     from libra_core.sim.report import SimReport
@@ -31,7 +32,8 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
-    """Write `throughput.png` and `iterations.png` into `out_dir`; return their paths."""
+    """Write `throughput.png` and `iterations.png` (`report.PLOT_FILES`) into `out_dir`; return
+    their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [r.policy for r in report.results]
 
@@ -44,7 +46,7 @@ def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
     ax.set_title(_title(report), fontsize=10)
     ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     ax.legend(loc="upper left", fontsize=8)
-    paths = [_save(fig, out_dir / "throughput.png")]
+    paths = [_save(fig, out_dir / PLOT_FILES[0])]
 
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -55,5 +57,5 @@ def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
     ax.set_ylabel("iteration makespan (s)")
     ax.set_title(_title(report), fontsize=10)
     ax.legend(fontsize=8, ncol=2)
-    paths.append(_save(fig, out_dir / "iterations.png"))
+    paths.append(_save(fig, out_dir / PLOT_FILES[1]))
     return paths

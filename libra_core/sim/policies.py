@@ -89,16 +89,20 @@ GREEDY_RESPLIT_AT = 2
 
 
 def resolve_policies(names: list[str] | tuple[str, ...]) -> list[PolicySpec]:
-    """Policy names (or `all`, or the alias `libra`); unknown names raise a ValueError."""
-    if list(names) == ["all"]:
-        return [p for p in POLICIES.values() if p.name not in CALIBRATION]
-    out = []
+    """The policies `names` give, in order, each once: `all` (alone or among other names) stands for
+    every policy but the calibration ones, `libra` for `+elastic`, and a policy named again (also
+    through `all` or an alias) keeps its first place. Unknown names raise a ValueError.
+
+    Before 2026-12-06 a repeated name ran twice (two identical rows, a repeated CSV column) and
+    `all` was refused beside other names."""
+    out: dict[str, PolicySpec] = {}
     for n in names:
-        key = ALIASES.get(n, n)
-        if key not in POLICIES:
-            raise ValueError(f"unknown policy {n!r}; valid: {[*POLICIES, *ALIASES, 'all']}")
-        out.append(POLICIES[key])
-    return out
+        keys = [k for k in POLICIES if k not in CALIBRATION] if n == "all" else [ALIASES.get(n, n)]
+        for key in keys:
+            if key not in POLICIES:
+                raise ValueError(f"unknown policy {n!r}; valid: {[*POLICIES, *ALIASES, 'all']}")
+            out.setdefault(key, POLICIES[key])
+    return list(out.values())
 
 
 def check_cluster_size(specs: list[PolicySpec], num_gpus: int) -> None:

@@ -25,6 +25,9 @@ from libra_core.sim.instance import CostTables
 from libra_core.sim.policies import ABLATION
 from libra_core.sim.workloads import SimTrajectory, long_tail_share
 
+# `plots.write_plots`'s files (named here: plots.py imports matplotlib, this module stays light).
+PLOT_FILES = ("throughput.png", "iterations.png")
+
 PAPER = {
     "r2e-gym": "paper (48xA800, R2E-Gym ablation): 423 -> 510 (+planning) -> 551 (+hetero TP) -> 666 "
     "(+C-MLFQ) -> 763 (+elastic) tok/s",
@@ -64,7 +67,7 @@ class SimReport:
     hardware: str
     model: str
     iterations: int
-    seed: int
+    seed: int | None  # None: a trace replay, which draws nothing
     lower_bound_s: float
     lower_bound_tokens_per_s: float
     results: list[PolicyResult]
@@ -88,10 +91,11 @@ class SimReport:
 
     def write(self, out_dir: Path) -> list[Path]:
         """summary.json (`to_dict`), iterations.csv (makespan per iteration and policy), policies.csv
-        and the PNG plots (`plots.write_plots`)."""
+        and the PNG plots (`plots.write_plots`): `OUTPUT_FILES`. An OSError (a full disk, a folder
+        in a file's place) propagates; `write_problem` tells the causes that show beforehand."""
         # Each file whole or not at all: benchmarks and notebooks read summary.json back.
         out_dir.mkdir(parents=True, exist_ok=True)
-        paths = [out_dir / "summary.json", out_dir / "iterations.csv", out_dir / "policies.csv"]
+        paths = [out_dir / name for name in OUTPUT_FILES[:3]]
         with atomic_path(paths[0]) as tmp:
             tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
         with atomic_path(paths[1]) as tmp, tmp.open("w", newline="") as fh:
@@ -111,6 +115,22 @@ class SimReport:
         from libra_core.sim.plots import write_plots
 
         return paths + write_plots(self, out_dir)
+
+
+# What `SimReport.write` writes into its folder, the last two by `plots.write_plots`.
+OUTPUT_FILES = ("summary.json", "iterations.csv", "policies.csv", *PLOT_FILES)
+
+
+def write_problem(out_dir: Path) -> str | None:
+    """Why `SimReport.write` would fail in `out_dir`, as far as looking (not writing) tells; None
+    when nothing shows. Checked before a simulation, so a run is not lost to its output path."""
+    if out_dir.exists() and not out_dir.is_dir():
+        return f"{out_dir}: exists and is not a folder"
+    for name in OUTPUT_FILES:
+        path = out_dir / name
+        if path.exists() and not path.is_file():
+            return f"{path}: is a folder (or not a file); the simulation writes a file there"
+    return None
 
 
 def lower_bound_s(
@@ -162,10 +182,8 @@ def tail_share(latencies_s: list[float]) -> float:
 
 def format_table(report: SimReport) -> str:
     """Plain markdown table of every policy and the lower bound, then the workload and the paper's figures."""
-    head = (
-        f"{report.scenario} on {report.hardware} ({report.model}), {report.iterations} iterations, "
-        f"seed {report.seed}"
-    )
+    drawn = "trace replay (no seed)" if report.seed is None else f"seed {report.seed}"
+    head = f"{report.scenario} on {report.hardware} ({report.model}), {report.iterations} iterations, {drawn}"
     rows = [
         "| policy | tok/s | makespan s | mean iter s | rollout idle | train idle | request moves | "
         "plan moves | tail lat / wall | deployment (last) |",

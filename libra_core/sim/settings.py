@@ -12,6 +12,16 @@ from dataclasses import dataclass
 from libra_core.planner.search import DEFAULT_MIXED_MARGIN
 from libra_core.planner.specs import HardwareSpec
 from libra_core.sim.router import SPILL_FACTOR
+from libra_core.traces.schema import MAX_TOOL_LATENCY_S
+
+# The instances' cost tables hold a row per batch size and TP degree (`instance.CostTables`): at
+# 4,096 sequences, ~30 MB and half a second to build; vLLM serves 256 by default, and no KV cache
+# holds 4,096 agentic contexts. Larger values filled memory before the first event.
+MAX_NUM_SEQS = 4096
+# A switch or restart longer than a day is a unit error (and past ~1e8 s of simulated time the
+# float clock can no longer resolve a decode step), as a trace's tool call (traces/schema.py).
+MAX_SWITCH_S = MAX_TOOL_LATENCY_S
+MAX_SERVING_OVERHEAD_US = 1e6  # a second of CPU time per decode step
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,21 @@ class SimSettings:
         for name in (*nonnegative, "cmlfq_cost_ratio"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SimSettings.{name} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.mixed_margin < 1.0:
-            raise ValueError(f"SimSettings.mixed_margin must be in [0, 1), got {self.mixed_margin}")
+        for name in ("mixed_margin", "min_gain_fraction"):  # a share of the iteration time
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"SimSettings.{name} must be in [0, 1), got {getattr(self, name)}")
+        most = {
+            "max_num_seqs": MAX_NUM_SEQS,
+            "engine_restart_s": MAX_SWITCH_S,
+            "wake_s": MAX_SWITCH_S,
+            "serving_step_overhead_us": MAX_SERVING_OVERHEAD_US,
+            "serving_seq_overhead_us": MAX_SERVING_OVERHEAD_US,
+        }
+        for name, limit in most.items():
+            if getattr(self, name) > limit:
+                low = int(name == "max_num_seqs")
+                raise ValueError(
+                    f"SimSettings.{name} must be in [{low}, {limit:g}], got {getattr(self, name):g}"
+                )
         if not self.spill_factor > 0:
             raise ValueError(f"SimSettings.spill_factor must be > 0, got {self.spill_factor}")

@@ -14,11 +14,11 @@ from libra_core.planner.rollout_cost import RolloutCostModel, instance_tp_degree
 from libra_core.planner.specs import ClusterSpec, HardwareSpec, ModelSpec, get_model, parse_cluster
 from libra_core.sim.engine import Simulator
 from libra_core.sim.instance import CostTables
-from libra_core.sim.policies import PolicySpec, check_cluster_size, resolve_policies
-from libra_core.sim.report import PolicyResult, SimReport, lower_bound_s, tail_share
+from libra_core.sim.policies import Deployment, PolicySpec, check_cluster_size, resolve_policies
+from libra_core.sim.report import PolicyResult, SimReport, lower_bound_s, tail_share, write_problem
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import IterationRecord, RunStats
-from libra_core.sim.workloads import load_scenario
+from libra_core.sim.workloads import is_trace, load_scenario
 
 log = logging.getLogger(__name__)
 
@@ -118,22 +118,51 @@ class SimRun:
         return cluster, wl, get_model(wl.model), (self.settings or SimSettings()).hardware(cluster.hardware)
 
 
+def first_deployment(
+    run: SimRun, loaded: tuple[ClusterSpec, Any, ModelSpec, HardwareSpec], spec: PolicySpec
+) -> tuple[Deployment, float]:
+    """(`spec`'s deployment for iteration 0, seconds it took): what its `Simulator` would build
+    (the planner's search, and with `rerank_plans` the candidates' simulations). `simulate` builds
+    every policy's before it runs any, so one that cannot deploy on the cluster (a ValueError that
+    names it) stops the run before the others have spent their time."""
+    cluster, wl, mspec, hw = loaded
+    t0 = time.perf_counter()
+    try:
+        sim = Simulator(spec, wl, mspec, hw, cluster.num_gpus, run.iterations, random.Random(0), run.settings)
+    except ValueError as err:  # the planner's and the layouts' messages do not know the policy
+        raise ValueError(f"policy {spec.name} cannot deploy: {err}") from err
+    assert sim.dep is not None, "a Simulator deploys as it is built"
+    return sim.dep, time.perf_counter() - t0
+
+
 def run_policy(
     run: SimRun,
     loaded: tuple[ClusterSpec, Any, ModelSpec, HardwareSpec],
     spec: PolicySpec,
     index: int,
     progress: Callable[[str, int, int], None] | None = None,
+    deployment: tuple[Deployment, float] | None = None,
 ) -> PolicyResult:
-    """Simulate `spec`, the run's `index`-th policy (which picks its RNG stream), on `run.load()`."""
+    """Simulate `spec`, the run's `index`-th policy (which picks its RNG stream), on `run.load()`,
+    from `deployment` (`first_deployment`'s, whose seconds count in the wall time) if given."""
     cluster, wl, mspec, hw = loaded
     t0 = time.perf_counter()
     tick = None if progress is None else _ticker(progress, spec.name, run.iterations)
     rng = random.Random(run.seed * 1000 + index)
+    dep, setup_s = deployment or (None, 0.0)
     sim = Simulator(
-        spec, wl, mspec, hw, cluster.num_gpus, run.iterations, rng, run.settings, on_iteration=tick
+        spec,
+        wl,
+        mspec,
+        hw,
+        cluster.num_gpus,
+        run.iterations,
+        rng,
+        run.settings,
+        deployment=dep,
+        on_iteration=tick,
     )
-    result = _result(spec.name, sim.run(), time.perf_counter() - t0)
+    result = _result(spec.name, sim.run(), setup_s + time.perf_counter() - t0)
     log.info("%s: %.0f tok/s in %.1fs wall", spec.name, result.tokens_per_s, result.wall_s)
     return result
 
@@ -165,19 +194,30 @@ def simulate(
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if seed < 0:  # as `libra simulate --seed` refuses it
+        raise ValueError(f"seed must be >= 0, got {seed}")
     run = SimRun(scenario, hardware, iterations, seed, model, settings, spec_overrides)
     specs = resolve_policies(policies)
+    if not specs:
+        raise ValueError("no policy to simulate; give policy names or `all`")
+    problem = out_dir is not None and write_problem(Path(out_dir))
+    if problem:  # before the simulation, not after it
+        raise ValueError(problem)
     loaded = run.load()
     cluster, wl, mspec, hw = loaded
     check_cluster_size(specs, cluster.num_gpus)
+    deployments = [first_deployment(run, loaded, spec) for spec in specs]
     if jobs > 1 and len(specs) > 1:
         from libra_core.sim.jobs import run_in_processes
 
-        results = run_in_processes(run, specs, jobs, progress)
+        results = run_in_processes(run, specs, jobs, progress, deployments)
     else:
         # One at a time, each run freed (its C-MLFQ tree is the largest live structure) before the
         # next and before the lower bound's pass, whose garbage collections would rescan it.
-        results = [run_policy(run, loaded, spec, i, progress) for i, spec in enumerate(specs)]
+        results = [
+            run_policy(run, loaded, spec, i, progress, dep)
+            for i, (spec, dep) in enumerate(zip(specs, deployments, strict=True))
+        ]
     lb_s, tokens, work_s, path_s = scenario_lower_bound(
         wl,
         iterations,
@@ -192,7 +232,7 @@ def simulate(
         cluster.label,
         mspec.name,
         iterations,
-        seed,
+        None if is_trace(scenario) else seed,  # a replay draws nothing: no seed shapes it
         lb_s,
         tokens / lb_s if lb_s > 0 else 0.0,
         results,

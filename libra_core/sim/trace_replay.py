@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from libra_core.sim.workloads import SimTrajectory
-from libra_core.traces.schema import UNTIMED_TIMEOUT_FACTOR, read_trace
+from libra_core.traces.schema import MAX_TOOL_LATENCY_S, UNTIMED_TIMEOUT_FACTOR, read_trace
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,13 @@ class TraceSpec:
             value = getattr(self, f.name)
             if not (math.isfinite(value) and value >= 0.0):
                 raise ValueError(f"trace replay: {f.name} must be a finite number >= 0, got {value}")
+        # As a trace's recorded calls (traces/schema.py); `latency_scale` is bounded by the trace it
+        # scales (`TraceWorkload`): a CPU run's microsecond calls may well be scaled by 1e6.
+        if self.tool_latency_s > MAX_TOOL_LATENCY_S:
+            raise ValueError(
+                f"trace replay: tool_latency_s must be in [0, {MAX_TOOL_LATENCY_S:.0f}] (a day), "
+                f"got {self.tool_latency_s:g}"
+            )
 
 
 class TraceWorkload:
@@ -46,15 +53,25 @@ class TraceWorkload:
         self.timed_calls = 0  # tool calls whose latency the trace recorded
         self.untimed_calls = 0  # calls that cost `spec.tool_latency_s`
         by_iter: dict[int, list[SimTrajectory]] = {}
+        longest_s = 0.0  # the longest recorded call
         for r in rows:
-            recorded = [x is not None for u, x in zip(r.turns, r.turn_latencies_s(), strict=True) if u.tool]
-            self.timed_calls += sum(recorded)
-            self.untimed_calls += len(recorded) - sum(recorded)
+            calls = [x for u, x in zip(r.turns, r.turn_latencies_s(), strict=True) if u.tool]
+            recorded = [x for x in calls if x is not None]
+            longest_s = max(longest_s, *recorded) if recorded else longest_s
+            self.timed_calls += len(recorded)
+            self.untimed_calls += len(calls) - len(recorded)
             lat = r.priced_latencies_s(self.spec.tool_latency_s, self.spec.latency_scale)
             traj = SimTrajectory(r.trajectory_id, r.prompt_id, r.iteration, r.prompt_tokens, r.turns, lat)
             by_iter.setdefault(r.iteration, []).append(traj)
         if not by_iter:
             raise ValueError(f"trace {path} holds no trajectories; nothing to replay")
+        scale = self.spec.latency_scale
+        if longest_s * scale > MAX_TOOL_LATENCY_S:  # a wait no trace may record (a unit error)
+            raise ValueError(
+                f"trace replay: latency_scale {scale:g} makes the longest tool call of {path} "
+                f"({longest_s:g} s) last {longest_s * scale:g} s, over a day; for this trace "
+                f"latency_scale must be in [0, {MAX_TOOL_LATENCY_S / longest_s:g}]"
+            )
         self._iters = [by_iter[k] for k in sorted(by_iter)]
 
     def describe(self) -> str:

@@ -2,7 +2,8 @@
 
 An update on the layout's `train_gpus` takes `estimate_train(...)` seconds for the iteration's actual
 token counts and sequence lengths (`TrainShape`); if that layout no longer fits in memory, the best
-layout on the same GPUs (`best_train`) is used, as the planner's re-pricing does. Progress is a
+layout on the same GPUs (`best_train`) is used, as the planner's re-pricing does, and if none fits
+the run stops with a ValueError (an update that cannot run has no time). Progress is a
 fraction of the update; elastic hybrids (whole data-parallel replicas, docs/elastic.md) change the
 rate while it runs: with `g` GPUs the rate is `(min(g, n) + efficiency x max(0, g - n)) / n` of the
 core rate, and fewer than `n` (hybrids not back yet) slows it proportionally.
@@ -19,12 +20,25 @@ from libra_core.planner.train_cost import TrainLayout, TrainShape, estimate_trai
 HYBRID_EFFICIENCY = 0.9  # a hybrid replica's share of a core replica's throughput (extra all-reduce)
 
 
-def update_time_s(model: ModelSpec, hw: HardwareSpec, layout: TrainLayout, shape: TrainShape) -> float:
+def update_time_s(
+    model: ModelSpec, hw: HardwareSpec, layout: TrainLayout, shape: TrainShape, who: str = "an update"
+) -> float:
+    """Seconds of one update of `shape` on `layout`'s GPUs (pipeline.try_start_train, per update).
+    Raises a ValueError, opening with `who` (the policy and iteration), when no layout on those
+    GPUs fits the update in memory; before 2026-12-06 the layout's time was used as if it did."""
     est = estimate_train(model, hw, layout, shape)
     if est.feasible:
         return est.time_s
     alt = best_train(model, hw, layout.num_gpus, shape)
-    return alt.time_s if alt is not None else est.time_s
+    if alt is None:
+        n = layout.num_gpus
+        raise ValueError(
+            f"{who}: the training layout {layout.label()} needs {est.memory.total_bytes / 1e9:,.1f} GB "
+            f"per GPU for sequences of up to {shape.max_seq_len:,.0f} tokens, where the GPU "
+            f"({hw.name}) has {hw.mem_bytes / 1e9:,.1f} GB, and no layout on {n} GPU{'s' * (n > 1)} "
+            "fits. Use more or larger GPUs, or shorter trajectories (max_total_tokens)"
+        )
+    return alt.time_s
 
 
 @dataclass

@@ -37,9 +37,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from libra_core.scheduling.base import ToolStatus, Turn
+from libra_core.traces.schema import MAX_TOOL_LATENCY_S
 
 if TYPE_CHECKING:
-    from libra_core.sim.trace_replay import TraceWorkload
+    from libra_core.sim.trace_replay import TraceSpec, TraceWorkload
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,18 @@ class SimTrajectory:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + sum(t.gen_tokens + t.payload_tokens for t in self.turns)
+
+
+# Upper bounds of `ScenarioSpec` fields (each a ValueError naming the field past it).
+MAX_PROMPT_POOL = 1_000_000  # the pool's per-prompt draws are held in memory: ~130 MB at this size
+MAX_TRAJECTORIES = 100_000  # per iteration (prompts x group); the built-in scenarios run 512
+MAX_TURNS = 10_000
+MAX_TOKENS = 10_000_000  # a trajectory's token cap and each token median
+MAX_SIGMA = 10.0  # a log-normal's sigma: e^10 (22,000x) per standard deviation
+MAX_DRIFT = 100.0  # gen_drift: generated lengths 100x longer by the last iteration
+MAX_MEAN_SUBTASKS = 10_000.0  # mean_subtasks x turn_drift (turns are capped by max_turns anyway)
+_TOKEN_MEDIANS = ("prompt_median", "gen_median", "payload_median", "big_payload_tokens")
+_MAY_BE_ZERO = ("timeout_s", "difficulty_sigma", "turn_sigma", "prompt_latency_sigma")
 
 
 @dataclass(frozen=True)
@@ -110,6 +123,41 @@ class ScenarioSpec:
         for name in ("difficulty_sigma", "turn_sigma", "timeout_s", "prompt_latency_sigma"):
             if getattr(self, name) < 0.0:
                 raise ValueError(f"scenario {self.name!r}: {name} must be >= 0, got {getattr(self, name)}")
+        self._check_upper_bounds()
+
+    def _check_upper_bounds(self) -> None:
+        """Values past these drew overflowing log-normals, divided by zero in the subtask draw,
+        filled memory, or pushed the simulated clock where a decode step no longer moves it."""
+        limits: dict[str, float] = {
+            "prompt_pool": MAX_PROMPT_POOL,
+            "max_turns": MAX_TURNS,
+            "max_total_tokens": MAX_TOKENS,
+            "gen_drift": MAX_DRIFT,
+            **dict.fromkeys(_TOKEN_MEDIANS, MAX_TOKENS),
+            **dict.fromkeys(("tool_latency_s", "timeout_s"), MAX_TOOL_LATENCY_S),
+            **dict.fromkeys(("difficulty_sigma", "turn_sigma", "prompt_latency_sigma"), MAX_SIGMA),
+        }
+        for name, limit in limits.items():
+            value = getattr(self, name)
+            if value > limit:
+                low = "[1" if isinstance(value, int) else "[0" if name in _MAY_BE_ZERO else "(0"
+                raise ValueError(
+                    f"scenario {self.name!r}: {name} must be in {low}, {limit:g}], got {value:g}"
+                )
+        subtasks = self.mean_subtasks * max(1.0, self.turn_drift)
+        if subtasks > MAX_MEAN_SUBTASKS:
+            raise ValueError(
+                f"scenario {self.name!r}: mean_subtasks x turn_drift (the mean subtasks at the last "
+                f"iteration) must be in (0, {MAX_MEAN_SUBTASKS:g}], got {self.mean_subtasks:g} x "
+                f"{self.turn_drift:g} = {subtasks:g}"
+            )
+        per_iteration = self.prompts_per_iteration * self.group_size
+        if per_iteration > MAX_TRAJECTORIES:
+            raise ValueError(
+                f"scenario {self.name!r}: prompts_per_iteration x group_size (trajectories per "
+                f"iteration) must be in [1, {MAX_TRAJECTORIES}], got {self.prompts_per_iteration} x "
+                f"{self.group_size} = {per_iteration}"
+            )
 
 
 SCENARIOS: dict[str, ScenarioSpec] = {
@@ -286,7 +334,11 @@ class ScenarioWorkload:
         rand, bits = rng.random, rng.getrandbits
         d = self._difficulty[p]
         mean = max(1.0, s.mean_subtasks * math.sqrt(d) * turn_scale)
-        todo = 1 + int(math.log(1.0 - rand()) / math.log(1.0 - 1.0 / mean)) if mean > 1 else 1
+        if mean > 1:  # Geometric(1 / mean) by inversion
+            q = math.log(1.0 - 1.0 / mean)  # 0.0 past mean ~ 1e16 (a hard prompt at a large sigma)
+            todo = 1 + int(math.log(1.0 - rand()) / (q if q < 0.0 else math.log1p(-1.0 / mean)))
+        else:
+            todo = 1
         budget = s.max_total_tokens - self._prompt_len[p]
         gen_mu = math.log(s.gen_median * d**0.3 * gen_scale)
         latency_mu = math.log(s.tool_latency_s) + self._latency_shift[p]
@@ -373,17 +425,14 @@ def spec_class(scenario: str | Path) -> type:
     return ScenarioSpec
 
 
-def load_scenario(
-    scenario: str | Path,
-    iterations: int,
-    seed: int,
-    model: str | None = None,
-    spec_overrides: dict[str, Any] | None = None,
-) -> ScenarioWorkload | TraceWorkload:
-    """A scenario name (`SCENARIOS`) or a trace Parquet path; unknown names raise a ValueError.
-    `spec_overrides` changes fields of the scenario's `spec_class` (a what-if)."""
+def scenario_spec(
+    scenario: str | Path, model: str | None = None, spec_overrides: dict[str, Any] | None = None
+) -> ScenarioSpec | TraceSpec:
+    """The spec `load_scenario` runs `scenario` with: a built-in generator's `ScenarioSpec`, or a
+    trace replay's `TraceSpec`, changed by `spec_overrides`. Reads no file and draws nothing, so a
+    caller checks names, fields and ranges with it before a long task (ValueErrors)."""
     if is_trace(scenario):
-        from libra_core.sim.trace_replay import TraceSpec, TraceWorkload
+        from libra_core.sim.trace_replay import TraceSpec
 
         valid = {f.name for f in fields(TraceSpec)}
         bad = sorted(set(spec_overrides or {}) - valid)
@@ -391,7 +440,7 @@ def load_scenario(
             raise ValueError(
                 f"fields {bad} do not apply to a trace replay; a trace's --spec fields are {sorted(valid)}"
             )
-        return TraceWorkload(scenario, model or "qwen3-8b", TraceSpec(**(spec_overrides or {})))
+        return TraceSpec(**(spec_overrides or {}))
     if scenario not in SCENARIOS:
         raise ValueError(
             f"unknown scenario {scenario!r}; valid: {sorted(SCENARIOS)} or a trace .parquet path"
@@ -401,7 +450,24 @@ def load_scenario(
         spec = replace(spec, model=model)
     if spec_overrides:
         spec = replace(spec, **spec_overrides)
-    return ScenarioWorkload(spec, iterations, seed)
+    return spec
+
+
+def load_scenario(
+    scenario: str | Path,
+    iterations: int,
+    seed: int,
+    model: str | None = None,
+    spec_overrides: dict[str, Any] | None = None,
+) -> ScenarioWorkload | TraceWorkload:
+    """A scenario name (`SCENARIOS`) or a trace Parquet path; unknown names raise a ValueError.
+    `spec_overrides` changes fields of the scenario's `spec_class` (a what-if)."""
+    spec = scenario_spec(scenario, model, spec_overrides)
+    if isinstance(spec, ScenarioSpec):
+        return ScenarioWorkload(spec, iterations, seed)
+    from libra_core.sim.trace_replay import TraceWorkload
+
+    return TraceWorkload(scenario, model or "qwen3-8b", spec)
 
 
 def long_tail_share(latencies_s: Sequence[float], top: float = 0.1) -> float:

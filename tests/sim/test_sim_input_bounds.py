@@ -1,0 +1,154 @@
+"""Extreme inputs are refused with a message naming the field, the value and the range, and the
+engine finishes (or stops loudly) where a float clock can no longer resolve a decode step.
+
+Each value below passed validation before 2026-12-06 and then hung or crashed: a day-long-plus tool
+latency or switch pushed the clock past ~1e8 s, where a decode step rounded to no time and the same
+event was re-scheduled forever; huge sigmas overflowed a log-normal; a huge mean subtask count made
+the geometric draw divide by zero; a huge pool or batch filled memory before the first event.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from libra_core.planner.specs import get_model, parse_cluster
+from libra_core.scheduling.base import Turn
+from libra_core.sim import events
+from libra_core.sim.engine import Simulator
+from libra_core.sim.instance import Instance
+from libra_core.sim.policies import resolve_policies
+from libra_core.sim.settings import SimSettings
+from libra_core.sim.trace_replay import TraceSpec, TraceWorkload
+from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, load_scenario
+from libra_core.traces.schema import TraceTrajectory, trace_table, write_trace
+from tests.sim.builders import build_sim
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("tool_latency_s", 1e7, r"tool_latency_s must be in \(0, 86400\], got 1e\+07"),
+        ("timeout_s", 1e308, r"timeout_s must be in \[0, 86400\], got 1e\+308"),
+        ("difficulty_sigma", 1000.0, r"difficulty_sigma must be in \[0, 10\], got 1000"),
+        ("difficulty_sigma", 200.0, r"difficulty_sigma must be in \[0, 10\], got 200"),
+        ("prompt_latency_sigma", 1000.0, r"prompt_latency_sigma must be in \[0, 10\], got 1000"),
+        ("gen_median", 1e300, r"gen_median must be in \(0, 1e\+07\], got 1e\+300"),
+        ("gen_drift", 1e300, r"gen_drift must be in \(0, 100\], got 1e\+300"),
+        ("max_turns", 10**9, r"max_turns must be in \[1, 10000\], got 1e\+09"),
+        ("prompt_pool", 2 * 10**6, r"prompt_pool must be in \[1, 1e\+06\], got 2e\+06"),
+        (
+            "mean_subtasks",
+            1e17,
+            r"mean_subtasks x turn_drift \(the mean subtasks at the last iteration\) must be in "
+            r"\(0, 10000\], got 1e\+17 x 1.5 = 1.5e\+17",
+        ),
+        ("turn_drift", 1e17, r"mean_subtasks x turn_drift .* got 2 x 1e\+17 = 2e\+17"),
+        (
+            "group_size",
+            10**6,
+            r"prompts_per_iteration x group_size .* must be in \[1, 100000\], got 4 x 1000000",
+        ),
+    ],
+)
+def test_a_scenario_value_past_its_range_is_refused(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=rf"scenario 'tiny': {message}"):
+        load_scenario("tiny", 2, 0, spec_overrides={field: value})
+
+
+def test_the_subtask_draw_of_a_prompt_of_astronomic_difficulty_is_finite() -> None:
+    # A difficulty of 1e40 (sigma 10 allows e^120): `1 - 1/mean` rounds to 1, and the geometric
+    # draw divided by its log, 0 (ZeroDivisionError before 2026-12-06).
+    wl = load_scenario("tiny", 2, 0)
+    assert isinstance(wl, ScenarioWorkload)
+    wl._difficulty = [1e40] * len(wl._difficulty)
+    for j in range(2):
+        ts = wl.trajectories(j)
+        assert ts and all(len(t.turns) <= SCENARIOS["tiny"].max_turns for t in ts)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("wake_s", 1e308, r"wake_s must be in \[0, 86400\], got 1e\+308"),
+        ("engine_restart_s", 1e6, r"engine_restart_s must be in \[0, 86400\], got 1e\+06"),
+        ("max_num_seqs", 10**9, r"max_num_seqs must be in \[1, 4096\], got 1e\+09"),
+        ("serving_step_overhead_us", 1e300, r"serving_step_overhead_us must be in \[0, 1e\+06\]"),
+        ("min_gain_fraction", 1.0, r"min_gain_fraction must be in \[0, 1\), got 1.0"),
+        ("min_gain_fraction", 5.0, r"min_gain_fraction must be in \[0, 1\), got 5.0"),
+    ],
+)
+def test_a_setting_past_its_range_is_refused(field: str, value: float, message: str) -> None:
+    with pytest.raises(ValueError, match=rf"SimSettings.{message}"):
+        SimSettings(**{field: value})
+
+
+def _trace(tmp_path: Path, latency_s: float) -> Path:
+    turns = (Turn(30, "calc", 5, "success"), Turn(20, None, 0, None))
+    rows = [TraceTrajectory(f"t{g}", "p0", 0, 50, turns, (latency_s, None)) for g in range(4)]
+    return write_trace(trace_table(rows), tmp_path / "t.parquet")
+
+
+def test_a_trace_replay_past_a_day_per_call_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(
+        ValueError, match=r"trace replay: tool_latency_s must be in \[0, 86400\] \(a day\), got 1e\+06"
+    ):
+        TraceSpec(tool_latency_s=1e6)
+    day_long = _trace(tmp_path, 80_000.0)
+    with pytest.raises(
+        ValueError, match=r"latency_scale 10000 makes the longest tool call .* \(80000 s\) last 8e\+08 s"
+    ):
+        TraceWorkload(day_long, "qwen3-8b", TraceSpec(latency_scale=10_000.0))
+    with pytest.raises(ValueError, match=r"for this trace latency_scale must be in \[0, 1.08\]"):
+        TraceWorkload(day_long, "qwen3-8b", TraceSpec(latency_scale=2.0))
+    # A microsecond call (a CPU run's calculator) may be scaled a millionfold: a second.
+    quick = TraceWorkload(_trace(tmp_path, 1e-6), "qwen3-8b", TraceSpec(latency_scale=1e6))
+    assert quick.trajectories(0)[0].tool_latency_s == pytest.approx((1.0, 0.0))
+
+
+def test_a_decode_shorter_than_the_clocks_resolution_still_ends() -> None:
+    # At 1e10 s a float moves in steps of 1.9e-6 s, more than the turn's last 2e-6 decode steps
+    # take: the end rounded to `now`, where `advance` did nothing, and the event came back forever.
+    sim = build_sim("tiny", "greedy")
+    now = 1e10
+    inst = Instance(0, 1, 0, sim.tables, sim.tables.kv_capacity[1], last_s=now)
+    inst.join(now, "turn", 100.0, 0.0, 1)
+    inst.clock = 1.0 - 2e-6  # the turn's end is 2e-6 steps away
+    assert now + 2e-6 * sim.tables.itl_s(1, 1, 100.0) == now
+    done: list[object] = []
+    for _ in range(3):
+        t = inst.next_done_s()
+        assert t is not None
+        done = inst.pop_done(t)
+        if done:
+            break
+    assert done == ["turn"]
+    assert t == math.nextafter(now, math.inf)
+
+
+def test_a_run_whose_clock_passes_1e8_s_finishes() -> None:
+    # `tiny` with 1e7 s tool calls (refused as a spec now, fed to the engine directly): its second
+    # iteration's decode rounded to `now` at ~1.1e8 s and the run never ended.
+    spec = copy.copy(SCENARIOS["tiny"])
+    object.__setattr__(spec, "tool_latency_s", 1e7)
+    wl = ScenarioWorkload(spec, 2, 0)
+    cluster = parse_cluster("8xA800")
+    policy = resolve_policies(["greedy"])[0]
+    sim = Simulator(policy, wl, get_model(wl.model), cluster.hardware, 8, 2, random.Random(0))
+    stats = sim.run()
+    assert len(stats.records) == 2 and stats.makespan_s > 1e8
+
+
+def test_an_event_that_moves_nothing_forward_stops_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A stand-in for any such bug: an instance whose next event is always its last time.
+    monkeypatch.setattr(events, "STUCK_EVENTS", 1000)
+    monkeypatch.setattr(Instance, "next_done_s", lambda self: self.last_s if self.heap else None)
+    sim = build_sim("tiny", "greedy")
+    with pytest.raises(
+        AssertionError, match=r"the simulation is stuck at 0.0 s: 1,000 events there in a row"
+    ):
+        sim.run()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import task
 
 from libra_core.config import load_config, write_resolved_config
+from libra_core.config.loader import apply_overrides, parse_overrides
 from libra_core.pipeline.resume import apply_resume, plan_resume
 from libra_core.pipeline.run_dir import (
     RunLayout,
@@ -34,16 +37,50 @@ def anchor_paths(
 ) -> tuple[str | None, list[str], str | None]:
     """`config_path`, `overrides` and `resume` with their relative paths resolved against
     `base_dir`: a relative `experiment.output_dir` of the config they load (its file's or the
-    overrides') becomes one more override, `base_dir/output_dir`. A resume keeps its run's folder."""
+    overrides') becomes one more override, `base_dir/output_dir`, and so does a planner spec file
+    (`planner.model_spec`, the FILE of `planner.hardware` COUNTxFILE) given as a relative path of a
+    file under `base_dir`: a resumed run re-reads its specs from its resolved config, maybe from
+    another folder. A resume keeps its run's folder and anchors the spec files of its overrides."""
     base = Path(base_dir)
     if resume is not None:
+        raw = apply_overrides({}, parse_overrides(overrides)).get("planner")
+        if isinstance(raw, dict):
+            hardware, model_spec = raw.get("hardware"), raw.get("model_spec")
+            overrides = [*overrides, *_anchored_specs(hardware, model_spec, base)]
         return config_path, overrides, str((base / resume).resolve())
     if config_path is not None:
         config_path = str((base / config_path).resolve())
-    output_dir = load_config(config_path, overrides).experiment.output_path
+    cfg = load_config(config_path, overrides)
+    output_dir = cfg.experiment.output_path
     if not output_dir.is_absolute():
         overrides = [*overrides, f"experiment.output_dir={(base / output_dir).resolve()}"]
+    overrides = [*overrides, *_anchored_specs(cfg.planner.hardware, cfg.planner.model_spec, base)]
     return config_path, overrides, resume
+
+
+def _anchored_specs(hardware: object, model_spec: object, base: Path) -> list[str]:
+    """Overrides giving the planner's spec files as absolute paths under `base`. Built-in names
+    (`48xA800`, `qwen3-8b`, `Qwen/Qwen3-8B`), absolute or `~` paths and text that names no file
+    under `base` stay as written (the planner's check names a missing file as the user wrote it)."""
+    from libra_core.planner.specs import builtin_hardware, builtin_model
+
+    def anchored(path_text: str) -> Path | None:
+        path = Path(path_text)
+        if path.expanduser().is_absolute() or not (base / path).is_file():
+            return None
+        return (base / path).resolve()
+
+    out = []
+    match = re.match(r"^([0-9]+)x(.*)$", hardware) if isinstance(hardware, str) else None
+    if match and builtin_hardware(match.group(2)) is None:
+        path = anchored(match.group(2).strip())
+        if path is not None:
+            out.append(f"planner.hardware={json.dumps(f'{match.group(1)}x{path}')}")
+    if isinstance(model_spec, str) and builtin_model(model_spec) is None:
+        path = anchored(model_spec.strip())
+        if path is not None:
+            out.append(f"planner.model_spec={json.dumps(str(path))}")
+    return out
 
 
 @task(name="create-run", **TASK_OPTIONS)
@@ -53,9 +90,10 @@ def create_run_task(
     """New run: validate config, make the folder, write the resolved config. Resume: check, then
     restore (pipeline/resume.py). Either way this process takes the folder's lock (run_lock.py),
     which the experiment flow releases when the run ends. `base_dir` (set by `libra serve`): the
-    folder relative paths resolve against (`anchor_paths`); None: this process's working folder."""
-    if base_dir is not None:
-        config_path, overrides, resume = anchor_paths(config_path, overrides, resume, base_dir)
+    folder relative paths resolve against (`anchor_paths`); None: this process's working folder.
+    The resolved config records them absolute, so a resume from another folder reads the same."""
+    base = base_dir if base_dir is not None else str(Path.cwd())
+    config_path, overrides, resume = anchor_paths(config_path, overrides, resume, base)
     if resume:
         root = Path(resume).resolve()
         lock_run(root)

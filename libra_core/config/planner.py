@@ -23,13 +23,16 @@ class PlannerConfig(Frozen):
         "1xcpu",
         pattern=r"^[0-9]+x\S.*$",
         description="Cluster as COUNTxGPU, e.g. 48xA800; GPU names in libra_core/planner/hardware.yaml, "
-        "or a hardware spec YAML file (e.g. 16x./my_gpu.yaml; docs/planner.md, 'Your own model or GPU').",
+        "or a hardware spec YAML file (e.g. 16x./my_gpu.yaml; docs/planner.md, 'Your own model or GPU'). "
+        "A relative file path is read from the folder the run starts in; the run's resolved config "
+        "records it absolute, so a resume from another folder reads the same file.",
     )
     gpu_budget: int = Field(0, ge=0, description="Devices the planner may use; 0: all of `hardware`.")
     model_spec: str | None = Field(
         None,
         description="Model name in libra_core/planner/models.yaml or a Hugging Face id of one, or a file: "
-        "the model's Hugging Face config.json or a model spec YAML; null: derived from `model`.",
+        "the model's Hugging Face config.json or a model spec YAML (a relative path is recorded "
+        "absolute in the run's resolved config, as planner.hardware's); null: derived from `model`.",
     )
     initial_workload: str = Field(
         "arith-tiny", min_length=1, description="Workload preset assumed before any trajectory is measured."

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ import numpy as np
 
 from libra_core.planner.ops import all_reduce_s, gemm_time_s, memory_bound_s, send_recv_s
 from libra_core.planner.specs import HardwareSpec
+
+log = logging.getLogger(__name__)
 
 # Profile sub-paths of the Vidur dataset (folder layout of ../shared/data/profiles).
 COMPUTE_PROFILES = {
@@ -59,12 +62,27 @@ class OpSample:
     ranks_per_node: int = 1
 
 
+def _median_s(path: Path, line: int, row: dict[str, str], column: str) -> float:
+    """The row's median time in seconds (the CSV has ms); refuses what no fit can use: a time of 0
+    (the log error is infinite, the fit ended with an efficiency of 0), a negative or NaN one."""
+    text = row.get(column)
+    try:
+        ms = float(text) if text is not None else math.nan
+    except ValueError:
+        ms = math.nan
+    if not (math.isfinite(ms) and ms > 0):
+        raise ValueError(f"{path}, line {line}: {column} must be a time > 0 ms, got {text!r}")
+    return ms * 1e-3
+
+
 def load_compute_samples(path: Path) -> list[OpSample]:
-    """MLP-block operators of a Vidur `mlp.csv` as roofline problems (times in the CSV are ms)."""
+    """MLP-block operators of a Vidur `mlp.csv` as roofline problems (times in the CSV are ms).
+    A time that is not > 0 raises a ValueError naming the file, line and column."""
     out: list[OpSample] = []
     source = path.parent.name
     with path.open(newline="") as f:
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        for row in reader:
             h, heads, kvh = int(row["n_embd"]), int(row["n_head"]), int(row["n_kv_head"])
             ffn, tokens, tp = (
                 int(row["n_expanded_embd"]),
@@ -88,13 +106,13 @@ def load_compute_samples(path: Path) -> list[OpSample]:
                 "attn_rope": tokens * 2 * (q + kv) * b,
             }
             for op, (k, n) in gemms.items():
-                ms = float(row[f"time_stats.{op}.median"])
+                seconds = _median_s(path, reader.line_num, row, f"time_stats.{op}.median")
                 out.append(
                     OpSample(
                         source,
                         op,
                         "gemm",
-                        ms * 1e-3,
+                        seconds,
                         2.0 * tokens * k * n,
                         b * (tokens * k + k * n + tokens * n),
                         tokens,
@@ -103,16 +121,18 @@ def load_compute_samples(path: Path) -> list[OpSample]:
                     )
                 )
             for op, nbytes in elem_bytes.items():
-                ms = float(row[f"time_stats.{op}.median"])
-                out.append(OpSample(source, op, "elementwise", ms * 1e-3, 0.0, nbytes))
+                seconds = _median_s(path, reader.line_num, row, f"time_stats.{op}.median")
+                out.append(OpSample(source, op, "elementwise", seconds, 0.0, nbytes))
     return out
 
 
 def load_network_samples(path: Path) -> list[OpSample]:
-    """Collectives of a Vidur network CSV; `size` is bytes (Vidur records 2 x fp16 elements)."""
+    """Collectives of a Vidur network CSV; `size` is bytes (Vidur records 2 x fp16 elements).
+    A time that is not > 0 raises a ValueError naming the file, line and column."""
     out = []
     with path.open(newline="") as f:
-        for row in csv.DictReader(f):
+        reader = csv.DictReader(f)
+        for row in reader:
             coll = row["collective"]
             ranks, per_node = int(row["num_workers"]), int(row["devices_per_node"])
             # inter: a ring over full nodes (how the planner places groups); inter_partial: fewer
@@ -124,13 +144,13 @@ def load_network_samples(path: Path) -> list[OpSample]:
                 if per_node == int(row["max_devices_per_node"])
                 else "inter_partial"
             )
-            ms = float(row[f"time_stats.{coll}.median"])
+            seconds = _median_s(path, reader.line_num, row, f"time_stats.{coll}.median")
             out.append(
                 OpSample(
                     path.parent.name,
                     coll,
                     f"{coll}_{where}",
-                    ms * 1e-3,
+                    seconds,
                     bytes_moved=float(row["size"]),
                     ranks=ranks,
                     ranks_per_node=per_node,
@@ -189,46 +209,66 @@ def _log_error(hw: HardwareSpec, samples: list[OpSample]) -> float:
     return float(np.mean([abs(math.log(predict(hw, s) / s.measured_s)) for s in samples]))
 
 
+def _check_times(samples: Iterable[OpSample]) -> None:
+    """A fit's samples must be timed: a time of 0 makes every candidate's log error infinite, and
+    the fit used to return an efficiency of 0 (a division by zero in the next prediction)."""
+    for s in samples:
+        if not (math.isfinite(s.measured_s) and s.measured_s > 0):
+            raise ValueError(
+                f"sample {s.source}/{s.op} ({s.kind}): measured_s must be a time > 0 s, got {s.measured_s!r}"
+            )
+
+
+def _fitted(hw: HardwareSpec, update: dict[str, float]) -> HardwareSpec:
+    """`hw` with the fitted factors, validated (`model_copy` alone would skip the field bounds)."""
+    return HardwareSpec.model_validate({**hw.model_dump(), **update})
+
+
 def fit_compute(hw: HardwareSpec, samples: list[OpSample]) -> HardwareSpec:
     """Grid-search the compute factors minimising mean |log error|.
 
     GEMMs fix gemm_compute_eff, mem_bw_eff and op_overhead_us; elementwise operators then fix
     elementwise_bw_eff (they reach a much lower share of HBM bandwidth than weight streaming).
+    A kind with no samples keeps `hw`'s factors; a sample timed 0 (or not finite) raises ValueError.
     """
     gemm = [s for s in samples if s.kind == "gemm"]
     elem = [s for s in samples if s.kind == "elementwise"]
-    flops = np.array([s.flops for s in gemm])
-    gbytes = np.array([s.bytes_moved for s in gemm])
-    meas_g = np.array([s.measured_s for s in gemm])
+    _check_times([*gemm, *elem])
     peak, bw = hw.peak_flops_per_s("bfloat16"), hw.mem_bw_bytes_per_s
-    best = (math.inf, hw.gemm_compute_eff, hw.mem_bw_eff, hw.op_overhead_us)
-    for oh_us in np.arange(0.0, 16.01, 1.0):
-        for ec, em in itertools.product(np.arange(0.3, 1.001, 0.02), np.arange(0.3, 1.001, 0.02)):
-            pred = np.maximum(flops / (peak * ec), gbytes / (bw * em)) + oh_us * 1e-6
-            err = float(np.abs(np.log(pred / meas_g)).mean())
-            if err < best[0]:
-                best = (err, float(ec), float(em), float(oh_us))
-    _, fit_ec, fit_em, oh = best
-    ebytes = np.array([s.bytes_moved for s in elem])
-    meas_e = np.array([s.measured_s for s in elem])
-    best_e = (math.inf, 0.0, 0.0)
-    for e_oh in np.arange(0.0, 10.01, 0.5):
-        for ee in np.arange(0.1, 1.001, 0.02):
-            err = float(np.abs(np.log((ebytes / (bw * ee) + e_oh * 1e-6) / meas_e)).mean())
-            if err < best_e[0]:
-                best_e = (err, float(ee), float(e_oh))
-    update = {
-        "gemm_compute_eff": round(fit_ec, 2),
-        "mem_bw_eff": round(fit_em, 2),
-        "op_overhead_us": oh,
-        "elementwise_bw_eff": round(best_e[1], 2),
-        "elementwise_overhead_us": best_e[2],
-    }
-    return hw.model_copy(update=update)
+    update: dict[str, float] = {}
+    if gemm:
+        flops = np.array([s.flops for s in gemm])
+        gbytes = np.array([s.bytes_moved for s in gemm])
+        meas_g = np.array([s.measured_s for s in gemm])
+        best = (math.inf, hw.gemm_compute_eff, hw.mem_bw_eff, hw.op_overhead_us)
+        for oh_us in np.arange(0.0, 16.01, 1.0):
+            for ec, em in itertools.product(np.arange(0.3, 1.001, 0.02), np.arange(0.3, 1.001, 0.02)):
+                pred = np.maximum(flops / (peak * ec), gbytes / (bw * em)) + oh_us * 1e-6
+                err = float(np.abs(np.log(pred / meas_g)).mean())
+                if err < best[0]:
+                    best = (err, float(ec), float(em), float(oh_us))
+        _, fit_ec, fit_em, oh = best
+        update |= {"gemm_compute_eff": round(fit_ec, 2), "mem_bw_eff": round(fit_em, 2), "op_overhead_us": oh}
+    else:
+        log.info("fit_compute: no gemm samples; keeping %s's gemm factors", hw.name)
+    if elem:
+        ebytes = np.array([s.bytes_moved for s in elem])
+        meas_e = np.array([s.measured_s for s in elem])
+        best_e = (math.inf, hw.elementwise_bw_eff, hw.elementwise_overhead_us)
+        for e_oh in np.arange(0.0, 10.01, 0.5):
+            for ee in np.arange(0.1, 1.001, 0.02):
+                err = float(np.abs(np.log((ebytes / (bw * ee) + e_oh * 1e-6) / meas_e)).mean())
+                if err < best_e[0]:
+                    best_e = (err, float(ee), float(e_oh))
+        update |= {"elementwise_bw_eff": round(best_e[1], 2), "elementwise_overhead_us": best_e[2]}
+    else:
+        log.info("fit_compute: no elementwise samples; keeping %s's elementwise factors", hw.name)
+    return _fitted(hw, update)
 
 
 def fit_network(hw: HardwareSpec, samples: list[OpSample]) -> HardwareSpec:
-    """Grid-search bus-bandwidth efficiency and latency, separately for intra- and inter-node."""
+    """Grid-search bus-bandwidth efficiency and latency, separately for intra- and inter-node.
+    A group with no samples keeps `hw`'s factors; a sample timed 0 (or not finite) raises ValueError."""
     update: dict[str, float] = {}
     # Inter-node factors are fitted on rings over full nodes, the placement the planner uses.
     # Where no full-node inter-node all-reduce was profiled (H100), send/recv across nodes stands in.
@@ -242,8 +282,10 @@ def fit_network(hw: HardwareSpec, samples: list[OpSample]) -> HardwareSpec:
     for (eff_key, lat_key), kinds in groups.items():
         subset = [s for s in samples if s.kind in kinds]
         if not subset:
+            log.info("fit_network: no %s samples; keeping %s's %s and %s", kinds, hw.name, eff_key, lat_key)
             continue
-        best = (math.inf, 0.0, 0.0)
+        _check_times(subset)
+        best = (math.inf, getattr(hw, eff_key), getattr(hw, lat_key))
         lats = (2.0, 5.0, 8.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0)
         for eff in np.arange(0.05, 1.001, 0.05):
             for lat in lats:
@@ -251,7 +293,7 @@ def fit_network(hw: HardwareSpec, samples: list[OpSample]) -> HardwareSpec:
                 if err < best[0]:
                     best = (err, round(float(eff), 2), lat)
         update[eff_key], update[lat_key] = best[1], best[2]
-    return hw.model_copy(update=update)
+    return _fitted(hw, update)
 
 
 @dataclass
@@ -259,9 +301,15 @@ class StageCorrection:
     """Per-stage multiplicative correction of predicted times, learned from measured ones.
 
     Called by the plan stage once per iteration per stage (`rollout`, `update`, ...) with the time
-    the model predicted for the plan that ran and the time measured. The factor is an EWMA of
-    log(measured / predicted), clamped to [min_factor, max_factor] so one outlier (a straggler, a
-    cold cache) cannot swing the plan. Mutates only its own state.
+    the model predicted for the plan that ran and the time measured; the simulator calls it at its
+    replans. The factor is an EWMA of log(measured / predicted), each observation clamped to
+    [min_factor, max_factor]. A stage's first observation is taken whole (there is nothing to
+    average it with): one outlier then (a cold cache, a straggler in the first iteration) sets the
+    factor to its ratio, up to the clamp, and later observations pull it back by a share `alpha`
+    each (from 3x at alpha 0.3: 2.2x, 1.7x, 1.5x... once the model is right again). After the first,
+    one outlier moves the log factor by at most alpha x log(max_factor). An observation with a time
+    that is not finite or not > 0 (NaN, inf: a stage that was not timed) is ignored, the factor
+    unchanged; a finite time <= 0 is the caller's error (ValueError). Mutates only its own state.
     """
 
     alpha: float = 0.3
@@ -271,6 +319,13 @@ class StageCorrection:
     _count: dict[str, int] = field(default_factory=dict)
 
     def observe(self, stage: str, predicted_s: float, measured_s: float) -> float:
+        """Fold one (predicted, measured) pair into `stage`'s factor; returns the factor now."""
+        if not (math.isfinite(predicted_s) and math.isfinite(measured_s)):
+            # NaN passed the `<= 0` check below and became the 0.2 clamp; inf raised a math error.
+            log.debug(
+                "stage %r: ignored predicted %r s, measured %r s (not finite)", stage, predicted_s, measured_s
+            )
+            return self.factor(stage)
         if predicted_s <= 0 or measured_s <= 0:
             raise ValueError(f"stage {stage!r}: predicted_s and measured_s must be > 0")
         lo, hi = math.log(self.min_factor), math.log(self.max_factor)

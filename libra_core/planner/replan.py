@@ -104,7 +104,7 @@ class ReplanPolicy:
         horizon = self.expected_iterations
         if iterations_left is not None:
             horizon = max(0, min(horizon, iterations_left))
-        free = proposed.same_resources(current)
+        free = proposed.same_gpu_groups(current)
         if free:
             cost = 0.0
         saving = current_now.t_iter_s - proposed.t_iter_s
@@ -170,16 +170,23 @@ def initial_decision(iteration: int, plan: Plan, window: Workload, policy: Repla
 def audit_decision(
     iteration: int, verdict: AuditVerdict, window: Workload, policy: ReplanPolicy, move_cost_s: float
 ) -> ReplanDecision:
-    """The record of a move's audit: measured tokens/s before and after stand in the t_iter fields'
-    place as seconds per million tokens, so `saving_per_iter_s` < 0 reads as the loss it measured."""
+    """The record of a move's audit. The seconds fields are seconds per iteration of the window's
+    size (its tokens per iteration) at the measured throughput: `current_t_iter_s` after the move,
+    `proposed_t_iter_s` at the plan the decision runs next (before the move's for a revert), and
+    `saving_per_iter_s` what going back saves (> 0 for a revert, 0 for a confirm). The throughputs
+    themselves are in `reason`. Before 2026-12-06 these fields held seconds per million tokens
+    (1e6 / tokens per second), which the run report showed beside real seconds; logs written then
+    still load (same fields), their audit rows in those units."""
     stats = window.stats()
-    before_s = 1e6 / verdict.before_tokens_per_s
-    after_s = 1e6 / verdict.after_tokens_per_s
+    tokens = stats["tokens_per_iteration"]
+    before_s = tokens / verdict.before_tokens_per_s
+    after_s = tokens / verdict.after_tokens_per_s
     reverted = verdict.action == "revert"
     why = (
         f"the move at iteration {verdict.moved_at} changed measured throughput by "
         f"{verdict.change_fraction:+.1%} ({verdict.before_tokens_per_s:,.0f} -> "
-        f"{verdict.after_tokens_per_s:,.0f} tok/s)"
+        f"{verdict.after_tokens_per_s:,.0f} tok/s; {tokens:,.0f} tokens/iteration: "
+        f"{before_s:,.1f} -> {after_s:,.1f} s)"
     )
     return ReplanDecision(
         iteration=iteration,

@@ -119,8 +119,14 @@ def plan_cluster(
     w = workload if isinstance(workload, Workload) else load_workload(workload, seed)
     gpus = cluster.num_gpus if gpu_budget is None else min(gpu_budget, cluster.num_gpus)
     t0 = time.perf_counter()
+    # The search re-solves its `top_k` best-looking splits exactly, so a smaller pool could miss the
+    # best plan: at least the default pool is searched whatever `top_k` lists (before 2026-12-06,
+    # `--top 1` could print another best plan than `--top 4`). A larger `top_k` searches more.
     settings = SearchSettings(
-        staleness=staleness, top_k=top_k, mixed_margin=mixed_margin, two_phase_path=two_phase_path
+        staleness=staleness,
+        top_k=max(top_k, SearchSettings().top_k),
+        mixed_margin=mixed_margin,
+        two_phase_path=two_phase_path,
     )
     # With a margin the search also returns the one-degree layouts' best (up to 2 x top_k plans).
     plans = search_plans(spec, cluster.hardware, gpus, w, settings)[:top_k]

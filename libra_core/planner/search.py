@@ -216,7 +216,9 @@ def search_plans(
         plans += _search_splits(model, hw, num_gpus, one, table, shape, t_sync, spread)
     assert 0.0 <= s.mixed_margin < 1.0, f"mixed_margin must be in [0, 1), got {s.mixed_margin}"
     plans.sort(key=lambda p: _margin_rank(p, s.mixed_margin))
-    return plans
+    # The DP and the one-bucket search can both return one plan's resources (priced apart): list
+    # each once, at its better rank.
+    return [p for i, p in enumerate(plans) if not any(p.same_resources(q) for q in plans[:i])]
 
 
 def segment_table(

@@ -131,8 +131,15 @@ def _from_hf_config(path: Path, cfg: dict[str, Any]) -> dict[str, Any]:
         return ValueError(f"model file {path}: {msg}")
 
     def count(key: str, default: int | None = None) -> int:
-        value = cfg.get(key, default)
+        # null is how transformers writes "unset": a key with a default takes it (Llama, Mistral
+        # and Qwen2 configs read num_key_value_heads null as num_attention_heads), one without says
+        # null, not missing (it used to say "has no 'num_key_value_heads'" for a key that was there)
+        value = cfg.get(key)
         if value is None:
+            value = default
+        if value is None:
+            if key in cfg:
+                raise fail(f"config.json sets {key!r} to null; it needs a whole number")
             raise fail(f"config.json has no {key!r} (a decoder-only LM?)")
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 1 << 31:
             raise fail(f"{key} must be a whole number from 1 to 2^31-1, got {value!r}")

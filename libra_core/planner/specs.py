@@ -23,44 +23,86 @@ from libra_core.planner import spec_files
 
 class _Spec(BaseModel):
     # No inf or NaN: a spec file's `.inf` would plan on infinite memory and write invalid JSON.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    # Strict types: a count is an integer and a switch a boolean, never coerced (lax mode read
+    # `gpus_per_node: true` as 1, `tie_embeddings: "yes"` as True and `memory_gb: "80"` as 80.0);
+    # an integer is still a valid float (`memory_gb: 80`).
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
+
+
+# Plausibility caps of spec fields, an order of magnitude or more above the largest device or model
+# in use (B200: ~2,250 bf16 TFLOP/s, 192 GB, 8,000 GB/s; NVL72 nodes; 405B-class models have 126
+# layers, hidden 16,384, FFN 53,248; vocabularies reach ~260K). They catch a value typed in the wrong
+# unit (memory_gb in bytes) or with extra digits, which would otherwise be planned on (and print a
+# parameter count of hundreds of digits); raise one in a spec's docs before a real model exceeds it.
+MAX_TFLOPS = 100_000.0
+MAX_MEMORY_GB = 10_000.0
+MAX_BANDWIDTH_GBPS = 100_000.0
+MAX_GPUS_PER_NODE = 1_024
+MAX_OVERHEAD_US = 1_000_000.0  # one second per operator, collective or decode step
+MAX_LAYERS = 10_000
+MAX_HIDDEN_SIZE = 1_000_000
+MAX_HEADS = 65_536
+MAX_HEAD_DIM = 65_536
+MAX_FFN_SIZE = 10_000_000
+MAX_VOCAB_SIZE = 10_000_000
+MAX_EXPERTS = 65_536
 
 
 class HardwareSpec(_Spec):
     """One accelerator type; YAML fields carry human units, properties give SI units."""
 
     name: str
-    aliases: tuple[str, ...] = ()
-    bf16_tflops: float = Field(gt=0, description="Dense bf16 tensor-core peak, TFLOP/s.")
-    fp32_tflops: float = Field(gt=0, description="fp32 peak (non-tensor-core), TFLOP/s.")
-    memory_gb: float = Field(gt=0, description="Device memory, 10^9 bytes.")
-    hbm_gbps: float = Field(gt=0, description="Device memory bandwidth, GB/s.")
-    nvlink_gbps_per_dir: float = Field(gt=0, description="Intra-node bandwidth per device and direction.")
-    nic_gbps_per_gpu: float = Field(gt=0, description="Inter-node bandwidth per device and direction.")
-    gpus_per_node: int = Field(ge=1)
+    aliases: tuple[str, ...] = Field((), strict=False)  # YAML gives a list
+    bf16_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="Dense bf16 tensor-core peak, TFLOP/s.")
+    fp32_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="fp32 peak (non-tensor-core), TFLOP/s.")
+    memory_gb: float = Field(gt=0, le=MAX_MEMORY_GB, description="Device memory, 10^9 bytes.")
+    hbm_gbps: float = Field(gt=0, le=MAX_BANDWIDTH_GBPS, description="Device memory bandwidth, GB/s.")
+    nvlink_gbps_per_dir: float = Field(
+        gt=0, le=MAX_BANDWIDTH_GBPS, description="Intra-node bandwidth per device and direction."
+    )
+    nic_gbps_per_gpu: float = Field(
+        gt=0, le=MAX_BANDWIDTH_GBPS, description="Inter-node bandwidth per device and direction."
+    )
+    gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
     gemm_compute_eff: float = Field(gt=0, le=1, description="Achieved share of peak in large GEMMs.")
     mem_bw_eff: float = Field(
         gt=0, le=1, description="Achieved share of memory bandwidth in GEMMs/attention."
     )
     elementwise_bw_eff: float = Field(gt=0, le=1, description="Achieved share in norms, activations, adds.")
-    elementwise_overhead_us: float = Field(ge=0, description="Fixed cost per elementwise operator.")
-    op_overhead_us: float = Field(ge=0, description="Fixed cost per operator (launch, tails).")
+    elementwise_overhead_us: float = Field(
+        ge=0, le=MAX_OVERHEAD_US, description="Fixed cost per elementwise operator."
+    )
+    op_overhead_us: float = Field(
+        ge=0, le=MAX_OVERHEAD_US, description="Fixed cost per operator (launch, tails)."
+    )
     intra_allreduce_eff: float = Field(gt=0, le=1, description="Bus-bandwidth share in intra-node rings.")
-    intra_latency_us: float = Field(ge=0, description="Fixed cost of an intra-node collective.")
+    intra_latency_us: float = Field(
+        ge=0, le=MAX_OVERHEAD_US, description="Fixed cost of an intra-node collective."
+    )
     intra_p2p_eff: float = Field(gt=0, le=1, description="NVLink share reached by a send/recv.")
-    intra_p2p_latency_us: float = Field(ge=0, description="Fixed cost of an intra-node send/recv.")
+    intra_p2p_latency_us: float = Field(
+        ge=0, le=MAX_OVERHEAD_US, description="Fixed cost of an intra-node send/recv."
+    )
     inter_allreduce_eff: float = Field(gt=0, le=1, description="Bus-bandwidth share across nodes.")
-    inter_latency_us: float = Field(ge=0, description="Fixed cost of an inter-node collective.")
+    inter_latency_us: float = Field(
+        ge=0, le=MAX_OVERHEAD_US, description="Fixed cost of an inter-node collective."
+    )
     train_mfu: float = Field(gt=0, le=1, description="Share of peak reached by training compute.")
     # Per decode step of a rollout instance, outside the GPU kernels (the serving engine's CPU work:
     # scheduling, input preparation, sampling, detokenizing). The Vidur profiles the efficiencies
     # were fitted on time kernels only, so hardware.yaml leaves both at 0; the simulator sets them
     # as a what-if (SimSettings). benchmarks/rollout_tp_economics.py compares with vLLM's ITL.
     serving_step_overhead_us: float = Field(
-        0.0, ge=0, description="Fixed CPU time per decode step of a rollout instance, microseconds."
+        0.0,
+        ge=0,
+        le=MAX_OVERHEAD_US,
+        description="Fixed CPU time per decode step of a rollout instance, microseconds.",
     )
     serving_seq_overhead_us: float = Field(
-        0.0, ge=0, description="CPU time per decode step per sequence in the batch, microseconds."
+        0.0,
+        ge=0,
+        le=MAX_OVERHEAD_US,
+        description="CPU time per decode step per sequence in the batch, microseconds.",
     )
     source: str
 
@@ -89,17 +131,17 @@ class ModelSpec(_Spec):
 
     name: str
     hf_id: str
-    num_layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    num_heads: int = Field(ge=1)
-    num_kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    intermediate_size: int = Field(ge=1)
-    vocab_size: int = Field(ge=1)
+    num_layers: int = Field(ge=1, le=MAX_LAYERS)
+    hidden_size: int = Field(ge=1, le=MAX_HIDDEN_SIZE)
+    num_heads: int = Field(ge=1, le=MAX_HEADS)
+    num_kv_heads: int = Field(ge=1, le=MAX_HEADS)
+    head_dim: int = Field(ge=1, le=MAX_HEAD_DIM)
+    intermediate_size: int = Field(ge=1, le=MAX_FFN_SIZE)
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB_SIZE)
     tie_embeddings: bool
-    num_experts: int = Field(0, ge=0)
-    experts_per_token: int = Field(0, ge=0)
-    moe_intermediate_size: int = Field(0, ge=0)
+    num_experts: int = Field(0, ge=0, le=MAX_EXPERTS)
+    experts_per_token: int = Field(0, ge=0, le=MAX_EXPERTS)
+    moe_intermediate_size: int = Field(0, ge=0, le=MAX_FFN_SIZE)
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
     reported_params_b: float | None = None
     reported_active_params_b: float | None = None
@@ -107,6 +149,13 @@ class ModelSpec(_Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
+        if not self.num_experts and (self.experts_per_token or self.moe_intermediate_size):
+            # A dense model would silently ignore them (e.g. `base:` a MoE model, `num_experts: 0`).
+            raise ValueError(
+                f"{self.name}: experts_per_token ({self.experts_per_token}) and moe_intermediate_size "
+                f"({self.moe_intermediate_size}) are mixture-of-experts fields but num_experts is 0; "
+                "set them to 0 for a dense model, or set num_experts"
+            )
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"{self.name}: num_heads {self.num_heads} not a multiple of {self.num_kv_heads}")
         if self.num_experts and not (0 < self.experts_per_token <= self.num_experts):
@@ -221,14 +270,31 @@ def model_specs() -> dict[str, ModelSpec]:
     return {name: ModelSpec(name=name, **fields) for name, fields in _load_yaml("models.yaml").items()}
 
 
+def builtin_hardware(name: str) -> HardwareSpec | None:
+    """The built-in accelerator `name` names (its name or an alias, case-insensitive), else None."""
+    key = name.strip().lower()
+    for spec in hardware_specs().values():
+        if key == spec.name.lower() or key in (a.lower() for a in spec.aliases):
+            return spec
+    return None
+
+
+def builtin_model(name: str) -> ModelSpec | None:
+    """The built-in model `name` names (its name or Hugging Face id, case-insensitive), else None."""
+    specs = model_specs()
+    key = name.strip().lower()
+    if key in specs:
+        return specs[key]
+    return next((spec for spec in specs.values() if key == spec.hf_id.lower()), None)
+
+
 def get_hardware(name: str) -> HardwareSpec:
     """A built-in accelerator by name or alias (case-insensitive), or a hardware spec YAML file
     (`spec_files`: hardware.yaml's fields, optionally `base: NAME` to start from a built-in one)."""
     specs = hardware_specs()
-    key = name.strip().lower()
-    for spec in specs.values():
-        if key == spec.name.lower() or key in (a.lower() for a in spec.aliases):
-            return spec
+    spec = builtin_hardware(name)
+    if spec is not None:
+        return spec
     if spec_files.looks_like_file(name.strip()):
         return spec_files.load_hardware_file(name.strip())
     valid = sorted([*specs, *(a for s in specs.values() for a in s.aliases)])
@@ -239,12 +305,9 @@ def get_model(name: str) -> ModelSpec:
     """A built-in model by name or Hugging Face id (case-insensitive), or a file: the model's
     Hugging Face config.json, or a model spec YAML file (`spec_files`)."""
     specs = model_specs()
-    key = name.strip().lower()
-    if key in specs:
-        return specs[key]
-    for spec in specs.values():
-        if key == spec.hf_id.lower():
-            return spec
+    spec = builtin_model(name)
+    if spec is not None:
+        return spec
     if spec_files.looks_like_file(name.strip()):
         return spec_files.load_model_file(name.strip())
     raise ValueError(

@@ -70,7 +70,9 @@ def test_audit_record_reads_as_the_loss() -> None:
     assert v is not None
     d = audit_decision(9, v, workload_preset("math-short"), ReplanPolicy(), move_cost_s=60.0)
     assert d.action == "revert" and d.move_cost_s == 60.0
-    assert d.saving_per_iter_s == pytest.approx(1e6 / 80 - 1e6 / 100)  # seconds per million tokens
+    tokens = workload_preset("math-short").stats()["tokens_per_iteration"]
+    # seconds per iteration of the window's size, at the throughput measured after and before
+    assert d.saving_per_iter_s == pytest.approx(tokens / 80 - tokens / 100)
     assert "-20.0%" in d.reason and d.proposed_split != d.current_split
 
 

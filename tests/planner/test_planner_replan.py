@@ -212,3 +212,20 @@ def test_the_running_plan_takes_the_memory_settings_its_groups_need() -> None:
     shape = TrainShape.from_workload(planner.window.pooled())
     fits = estimate_train(M, cluster.hardware, planner.plan.train.layout, shape)
     assert fits.feasible, planner.plan.train.layout.label()
+
+
+def test_a_proposal_with_the_same_gpu_groups_applies_on_any_saving() -> None:
+    """Only recompute differs: no worker moves, so no move cost and no hysteresis (before
+    2026-12-06 the full training layout was compared and such a proposal was priced as a move)."""
+    from dataclasses import replace
+
+    current = search_plans(M, HW, 16, workload_preset("math-short"), SET)[0]
+    layout = current.train.layout
+    proposed = replace(
+        current,
+        train=replace(current.train, layout=replace(layout, recompute=not layout.recompute)),
+        t_iter_s=current.t_iter_s * 0.99,  # a 1% saving, below the 5% hysteresis
+    )
+    assert proposed.same_gpu_groups(current) and not proposed.same_resources(current)
+    decision = ReplanPolicy().decide(10, current, current, proposed, workload_preset("math-short"))
+    assert decision.action == "apply" and decision.move_cost_s == 0.0, decision

@@ -219,3 +219,14 @@ def test_plan_report_notes_the_margin_only_when_it_reorders() -> None:
 
     assert note(0.0) is None  # by price alone nothing priced faster ranks behind
     assert note(0.05) is not None and "5%" in note(0.05)
+
+
+def test_top_n_lists_without_changing_the_best_plan_or_repeating_one() -> None:
+    """`libra plan --top 1` printed another best plan than `--top 4` (a smaller pool of splits was
+    re-solved exactly), and the DP and the one-bucket search listed one plan's resources twice."""
+    args = ("48xA800", "qwen3-14b", "swe-longtail")
+    best = {plan_cluster(*args, staleness=1, top_k=n).plans[0] for n in (1, 2, 4)}
+    assert len({(p.train_gpus, p.train.layout, tuple(sorted(p.instance_tps.items()))) for p in best}) == 1
+    listed = plan_cluster("16xH100", "qwen3-30b-a3b", "swe-longtail", top_k=8).plans
+    assert len(listed) > 3
+    assert not any(p.same_resources(q) for i, p in enumerate(listed) for q in listed[:i])

@@ -17,6 +17,7 @@ from prefect.context import FlowRunContext
 from prefect.exceptions import TerminationSignal
 
 from flows.rl_iteration import rl_iteration
+from libra_core.observability.progress import report
 from libra_core.pipeline.run_dir import load_run_config
 from tasks.artifacts import run_artifacts_task
 from tasks.setup import create_run_task, finish_run_task, prepare_policy_task, release_run
@@ -67,6 +68,8 @@ def rl_experiment(
     started_runs.append(run_dir)  # for `libra run`'s interrupt message
     cfg = load_run_config(run_dir)
     status = "failed"
+    if start.start_iteration > 1:  # a resumed run's progress bar starts at the iterations done
+        report("iterations", start.start_iteration - 1, cfg.experiment.iterations)
     try:
         if not start.resumed or start.start_iteration == 1:
             prepare_policy_task(run_dir)
@@ -94,9 +97,15 @@ def rl_experiment(
                 finally:
                     stop_pool_task.fn(run_dir)
             else:
-                stop_pool_task(run_dir)
-                finish_run_task(run_dir, status)
-                run_artifacts_task(run_dir)
+                # Each step whatever the one before did: a pool that fails to stop (or a task call
+                # that fails, the API being down) must not leave the state at `running`.
+                try:
+                    stop_pool_task(run_dir)
+                finally:
+                    try:
+                        finish_run_task(run_dir, status)
+                    finally:
+                        run_artifacts_task(run_dir)
         finally:
             release_run.fn(run_dir)  # the folder's lock, taken by create_run_task
     return run_dir

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from prefect import flow
+from prefect.exceptions import TerminationSignal
 
 from libra_core.observability.timeline import Span, instance_spans
 from libra_core.pipeline.rollout_stage import RolloutResult
 from libra_core.pipeline.run_dir import load_run_config
 from tasks.artifacts import iteration_artifacts_task
 from tasks.record import record_iteration_task
+from tasks.setup import finish_run_task
 from tasks.stages import (
     eval_task,
     plan_task,
@@ -93,12 +95,18 @@ def rl_iteration(
         if update.new_version != version:
             _, sync_s = timed("sync", sync_task, run_dir, pool, update.new_version)
         next_rollout = next_future.result() if next_future is not None else None
-    except BaseException:
+    except BaseException as err:
         if next_future is not None:
             # This flow cannot exit before its task runner's threads end, the overlapped rollout
             # among them, and the experiment's clean-up (run state, engines) comes after that:
-            # stop the engines now, so the rollout fails at once instead of running to its end.
-            stop_pool_task.fn(run_dir)
+            # stop the engines now, so the rollout fails at once instead of running to its end. A
+            # cancel writes the state first, as the experiment's clean-up does: stopping engines
+            # can outlast the runner's grace period (30 s, then SIGKILL) on a loaded machine.
+            try:
+                if isinstance(err, KeyboardInterrupt | TerminationSignal):
+                    finish_run_task.fn(run_dir, "cancelled")
+            finally:
+                stop_pool_task.fn(run_dir)
         raise
     eval_acc = eval_s = None
     if cfg.eval.every and (iteration % cfg.eval.every == 0 or last):

@@ -57,19 +57,22 @@ def rollout_pool_task(run_dir: str, size: int, version: int) -> PoolInfo:
             daemon=True,
         )
         warming.start()
-    info = ensure_rollout_pool(
-        pool_id(run_dir),
-        layout.policy,
-        cfg.rollout.engine.model_copy(update={"cpu_threads": engine_threads}),
-        layout.logs,
-        size=size,
-        max_model_len=max_len,
-        dtype=cfg.model.dtype,
-        version=version,
-    )
-    if warming is not None:
-        warming.join()
-    return info
+    try:
+        return ensure_rollout_pool(
+            pool_id(run_dir),
+            layout.policy,
+            cfg.rollout.engine.model_copy(update={"cpu_threads": engine_threads}),
+            layout.logs,
+            size=size,
+            max_model_len=max_len,
+            dtype=cfg.model.dtype,
+            version=version,
+        )
+    finally:
+        # Also when the engines fail to start: a trainer registered after the run's clean-up has
+        # stopped the pools would outlive it.
+        if warming is not None:
+            warming.join()
 
 
 @task(name="stop-rollout-pool", **TASK_OPTIONS)

@@ -30,8 +30,13 @@ class _Done:
         return self.value
 
 
-def _fake_stages(monkeypatch: pytest.MonkeyPatch, *, update_fails_at: int | None = None) -> dict[str, Any]:
-    seen: dict[str, Any] = {"ran_on": {}, "rows": [], "stopped": 0}
+def _fake_stages(
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    update_fails_at: int | None = None,
+    update_raises: type[BaseException] = RuntimeError,
+) -> dict[str, Any]:
+    seen: dict[str, Any] = {"ran_on": {}, "rows": [], "stopped": 0, "order": []}
     cfg = types.SimpleNamespace(
         experiment=types.SimpleNamespace(iterations=3, artifacts_every=0),
         pipeline=types.SimpleNamespace(mode="async"),
@@ -47,7 +52,7 @@ def _fake_stages(monkeypatch: pytest.MonkeyPatch, *, update_fails_at: int | None
 
     def update(run_dir: str, path: str, iteration: int, version: int) -> UpdateStageResult:
         if iteration == update_fails_at:
-            raise RuntimeError("the trainer died")
+            raise update_raises("the trainer died")
         result = UpdateResult(
             0.0, 0.0, 1, 1, 1, 0.0, 1.0, 0.0, None, 0.0, 0.5, 0.1, 0.5, version + 1, 1.0, 0.1
         )
@@ -58,6 +63,10 @@ def _fake_stages(monkeypatch: pytest.MonkeyPatch, *, update_fails_at: int | None
 
     def stop(run_dir: str) -> None:
         seen["stopped"] += 1
+        seen["order"].append("stop engines")
+
+    def finish(run_dir: str, status: str) -> None:
+        seen["order"].append(f"state {status}")
 
     monkeypatch.setattr(ri, "load_run_config", lambda run_dir: cfg)
     monkeypatch.setattr(ri, "plan_task", lambda run_dir, it: Plan(it, PLANNED[it], 1, "libra"))
@@ -67,6 +76,7 @@ def _fake_stages(monkeypatch: pytest.MonkeyPatch, *, update_fails_at: int | None
     monkeypatch.setattr(ri, "update_task", update)
     monkeypatch.setattr(ri, "sync_task", lambda *a: None)
     monkeypatch.setattr(ri, "stop_pool_task", types.SimpleNamespace(fn=stop))
+    monkeypatch.setattr(ri, "finish_run_task", types.SimpleNamespace(fn=finish))
     monkeypatch.setattr(ri, "record_iteration_task", lambda run_dir, row, spans: seen["rows"].append(row))
     return seen
 
@@ -87,3 +97,20 @@ def test_a_failed_update_stops_the_engines_of_the_overlapped_rollout(monkeypatch
     with pytest.raises(RuntimeError, match="the trainer died"):
         ri.rl_iteration.fn("run", 1, 0, None)
     assert seen["stopped"] == 1 and 2 in seen["ran_on"]  # rollout 2 had been submitted
+
+
+def test_a_cancel_during_the_update_writes_the_state_before_stopping_the_engines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Prefect's runner kills the process 30 s after its SIGTERM, and stopping engines can take much
+    of that: the state goes first, as in the experiment flow's clean-up (before 2026-12-06 the
+    async iteration stopped the engines first and the experiment wrote the state afterwards)."""
+    seen = _fake_stages(monkeypatch, update_fails_at=1, update_raises=KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        ri.rl_iteration.fn("run", 1, 0, None)
+    assert seen["order"] == ["state cancelled", "stop engines"]
+    # a failure (not a cancel) leaves the state to the experiment flow, which records `failed`
+    seen = _fake_stages(monkeypatch, update_fails_at=1)
+    with pytest.raises(RuntimeError):
+        ri.rl_iteration.fn("run", 1, 0, None)
+    assert seen["order"] == ["stop engines"]

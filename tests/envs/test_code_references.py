@@ -6,28 +6,15 @@ MBPP one, about a third of the time."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from libra_core.config.environments import CodeEnvConfig
 from libra_core.envs.registry import build_environment
+from tests.envs.test_code_reward_hacks import ALWAYS_EQUAL, DATA
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-STUB = """
-class _Any:
-    def __eq__(self, other): return True
-    def __ne__(self, other): return False
-    def __lt__(self, other): return True
-    __le__ = __gt__ = __ge__ = __lt__
-    def __bool__(self): return True
-    def __abs__(self): return 0
-    def __sub__(self, other): return 0
-    __rsub__ = __sub__
-    def __iter__(self): return iter(())
-    def __len__(self): return 0
-    __hash__ = None
-"""
+# the always-equal class (and an unused stub function), as the reward-hack tests define it
+STUB = ALWAYS_EQUAL.format(name="_unused_stub")
 
 
 @pytest.mark.slow

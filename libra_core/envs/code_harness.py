@@ -138,27 +138,29 @@ def strict_tests(tests: str) -> str:
     return ast.unparse(tree)
 
 
-def _bound_and_free(tree: ast.AST) -> tuple[set[str], set[str]]:
-    bound: set[str] = set()
-    loaded: set[str] = set()
+def bound_names(tree: ast.AST) -> set[str]:
+    """Every name `tree` binds anywhere: targets, imports, defs, classes, arguments, handlers."""
+    names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound.add(node.name)
+            names.add(node.name)
         elif isinstance(node, ast.alias):
-            bound.add((node.asname or node.name).split(".")[0])
+            names.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, ast.arg):
-            bound.add(node.arg)
+            names.add(node.arg)
         elif isinstance(node, ast.ExceptHandler) and node.name:
-            bound.add(node.name)
-    return bound, loaded - bound
+            names.add(node.name)
+    return names
 
 
 def free_names(code: str) -> set[str]:
     """Names `code` reads but never binds (empty if it does not parse)."""
     try:
-        return _bound_and_free(ast.parse(code))[1]
+        tree = ast.parse(code)
+        loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        return loaded - bound_names(tree)
     except (SyntaxError, ValueError):
         return set()
 
@@ -182,7 +184,7 @@ def answer_names(tests: str, solution: str) -> tuple[str, ...]:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             defined.add(stmt.name)
         elif not isinstance(stmt, ast.Import | ast.ImportFrom):
-            defined |= _bound_and_free(stmt)[0]
+            defined |= bound_names(stmt)
     return tuple(sorted(used & defined))
 
 

@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from libra_core.envs.code_harness import answer_names
+from libra_core.envs.code_harness import answer_names, bound_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _GSM8K_CALL = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
@@ -223,23 +223,6 @@ def _parses(code: str) -> bool:
     return True
 
 
-def _bound_names(tree: ast.AST) -> set[str]:
-    """Every name `tree` binds anywhere: targets, imports, defs, classes, arguments, handlers."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return names
-
-
 def _top_level_names(code: str) -> set[str]:
     """Names a module defines at top level (functions, classes, imports, globals); empty if it does
     not parse."""
@@ -252,14 +235,14 @@ def _top_level_names(code: str) -> set[str]:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(stmt.name)
         else:
-            names |= _bound_names(stmt)
+            names |= bound_names(stmt)
     return names
 
 
 def _free_names(node: ast.AST) -> set[str]:
     """Names `node` reads that it does not bind itself (a comprehension's variables are bound)."""
     loaded = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return loaded - _bound_names(node)
+    return loaded - bound_names(node)
 
 
 def _rename(code: str, old: str, new: str) -> str:
@@ -278,7 +261,7 @@ def _humaneval_visible(test: str, entry: str, solution: str) -> str:
         tree = ast.parse(test)
     except (SyntaxError, ValueError):
         return ""
-    test_names = _bound_names(tree) - {"candidate"}  # check's locals, METADATA, test helpers
+    test_names = bound_names(tree) - {"candidate"}  # check's locals, METADATA, test helpers
     known = set(dir(builtins)) | _top_level_names(solution) | {"candidate"}
     asserts = sorted(
         (n for n in ast.walk(tree) if isinstance(n, ast.Assert)), key=lambda n: (n.lineno, n.col_offset)

@@ -46,6 +46,12 @@ MAX_HEAD_DIM = 65_536
 MAX_FFN_SIZE = 10_000_000
 MAX_VOCAB_SIZE = 10_000_000
 MAX_EXPERTS = 65_536
+# Floors of the same kind, far below any accelerator (1 GFLOP/s, 1 MB/s, 0.1% efficiency): a value
+# such as `hbm_gbps: 1e-320` passed `gt=0` and priced steps as inf or NaN (a plan of 0 tok/s).
+MIN_TFLOPS = 1e-3
+MIN_BANDWIDTH_GBPS = 1e-3
+MIN_MEMORY_GB = 1e-3
+MIN_EFFICIENCY = 1e-3
 
 
 class HardwareSpec(_Spec):
@@ -53,41 +59,61 @@ class HardwareSpec(_Spec):
 
     name: str
     aliases: tuple[str, ...] = Field((), strict=False)  # YAML gives a list
-    bf16_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="Dense bf16 tensor-core peak, TFLOP/s.")
-    fp32_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="fp32 peak (non-tensor-core), TFLOP/s.")
-    memory_gb: float = Field(gt=0, le=MAX_MEMORY_GB, description="Device memory, 10^9 bytes.")
-    hbm_gbps: float = Field(gt=0, le=MAX_BANDWIDTH_GBPS, description="Device memory bandwidth, GB/s.")
+    bf16_tflops: float = Field(
+        ge=MIN_TFLOPS, le=MAX_TFLOPS, description="Dense bf16 tensor-core peak, TFLOP/s."
+    )
+    fp32_tflops: float = Field(
+        ge=MIN_TFLOPS, le=MAX_TFLOPS, description="fp32 peak (non-tensor-core), TFLOP/s."
+    )
+    memory_gb: float = Field(ge=MIN_MEMORY_GB, le=MAX_MEMORY_GB, description="Device memory, 10^9 bytes.")
+    hbm_gbps: float = Field(
+        ge=MIN_BANDWIDTH_GBPS, le=MAX_BANDWIDTH_GBPS, description="Device memory bandwidth, GB/s."
+    )
     nvlink_gbps_per_dir: float = Field(
-        gt=0, le=MAX_BANDWIDTH_GBPS, description="Intra-node bandwidth per device and direction."
+        ge=MIN_BANDWIDTH_GBPS,
+        le=MAX_BANDWIDTH_GBPS,
+        description="Intra-node bandwidth per device and direction.",
     )
     nic_gbps_per_gpu: float = Field(
-        gt=0, le=MAX_BANDWIDTH_GBPS, description="Inter-node bandwidth per device and direction."
+        ge=MIN_BANDWIDTH_GBPS,
+        le=MAX_BANDWIDTH_GBPS,
+        description="Inter-node bandwidth per device and direction.",
     )
     gpus_per_node: int = Field(ge=1, le=MAX_GPUS_PER_NODE)
-    gemm_compute_eff: float = Field(gt=0, le=1, description="Achieved share of peak in large GEMMs.")
-    mem_bw_eff: float = Field(
-        gt=0, le=1, description="Achieved share of memory bandwidth in GEMMs/attention."
+    gemm_compute_eff: float = Field(
+        ge=MIN_EFFICIENCY, le=1, description="Achieved share of peak in large GEMMs."
     )
-    elementwise_bw_eff: float = Field(gt=0, le=1, description="Achieved share in norms, activations, adds.")
+    mem_bw_eff: float = Field(
+        ge=MIN_EFFICIENCY, le=1, description="Achieved share of memory bandwidth in GEMMs/attention."
+    )
+    elementwise_bw_eff: float = Field(
+        ge=MIN_EFFICIENCY, le=1, description="Achieved share in norms, activations, adds."
+    )
     elementwise_overhead_us: float = Field(
         ge=0, le=MAX_OVERHEAD_US, description="Fixed cost per elementwise operator."
     )
     op_overhead_us: float = Field(
         ge=0, le=MAX_OVERHEAD_US, description="Fixed cost per operator (launch, tails)."
     )
-    intra_allreduce_eff: float = Field(gt=0, le=1, description="Bus-bandwidth share in intra-node rings.")
+    intra_allreduce_eff: float = Field(
+        ge=MIN_EFFICIENCY, le=1, description="Bus-bandwidth share in intra-node rings."
+    )
     intra_latency_us: float = Field(
         ge=0, le=MAX_OVERHEAD_US, description="Fixed cost of an intra-node collective."
     )
-    intra_p2p_eff: float = Field(gt=0, le=1, description="NVLink share reached by a send/recv.")
+    intra_p2p_eff: float = Field(ge=MIN_EFFICIENCY, le=1, description="NVLink share reached by a send/recv.")
     intra_p2p_latency_us: float = Field(
         ge=0, le=MAX_OVERHEAD_US, description="Fixed cost of an intra-node send/recv."
     )
-    inter_allreduce_eff: float = Field(gt=0, le=1, description="Bus-bandwidth share across nodes.")
+    inter_allreduce_eff: float = Field(
+        ge=MIN_EFFICIENCY, le=1, description="Bus-bandwidth share across nodes."
+    )
     inter_latency_us: float = Field(
         ge=0, le=MAX_OVERHEAD_US, description="Fixed cost of an inter-node collective."
     )
-    train_mfu: float = Field(gt=0, le=1, description="Share of peak reached by training compute.")
+    train_mfu: float = Field(
+        ge=MIN_EFFICIENCY, le=1, description="Share of peak reached by training compute."
+    )
     # Per decode step of a rollout instance, outside the GPU kernels (the serving engine's CPU work:
     # scheduling, input preparation, sampling, detokenizing). The Vidur profiles the efficiencies
     # were fitted on time kernels only, so hardware.yaml leaves both at 0; the simulator sets them

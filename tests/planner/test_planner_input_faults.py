@@ -197,6 +197,12 @@ def test_every_built_in_and_example_spec_loads_and_round_trips_through_a_file(tm
         ("hbm_gbps: 4.8e+6\n", r"hbm_gbps: Input should be less than or equal to 100000"),
         ("gpus_per_node: 1000000000\n", r"gpus_per_node: Input should be less than or equal to 1024"),
         ("op_overhead_us: 1.0e+9\n", r"op_overhead_us: Input should be less than or equal to 1000000"),
+        # Positive but absurdly small values priced steps as inf/NaN (a "plan" of 0 tok/s)
+        ("hbm_gbps: 1.0e-320\n", r"hbm_gbps: Input should be greater than or equal to 0.001"),
+        ("bf16_tflops: 1.0e-300\n", r"bf16_tflops: Input should be greater than or equal to 0.001"),
+        ("train_mfu: 1.0e-300\n", r"train_mfu: Input should be greater than or equal to 0.001"),
+        ("mem_bw_eff: 1.0e-9\n", r"mem_bw_eff: Input should be greater than or equal to 0.001"),
+        ("memory_gb: 1.0e-300\n", r"memory_gb: Input should be greater than or equal to 0.001"),
     ],
 )
 def test_a_loosely_typed_or_implausible_hardware_file_is_refused(

@@ -112,7 +112,11 @@ def test_a_model_yaml_changes_one_field_of_a_built_in_model(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
-        ("gpu.yaml", "base: H100\nhbm_gbps: -1\n", r"gpu.yaml: hbm_gbps: Input should be greater than 0"),
+        (
+            "gpu.yaml",
+            "base: H100\nhbm_gbps: -1\n",
+            r"gpu.yaml: hbm_gbps: Input should be greater than or equal to 0.001",
+        ),
         ("gpu.yaml", "base: H100\nhbm_gbs: 4000\n", r"hbm_gbs: Extra inputs are not permitted"),
         ("gpu.yaml", "bf16_tflops: 900\n", r"gpu.yaml: fp32_tflops: Field required"),
         ("gpu.yaml", "base: B300\n", r"base 'B300' is not a built-in hardware; valid: \[.*H100"),

@@ -222,7 +222,12 @@ class AgentLoop:
                 result.status,
                 len(prompt_ids) + len(response),
             )
-            instance = router.after_tool(sched, ret, instance)
+            # No turn follows a return at the last turn or with no token budget left: a move there
+            # would be counted as a migration that no generation ever runs after.
+            ends = (
+                turn + 1 >= self.env.max_turns or len(prompt_ids) + len(response) >= self.cfg.max_total_tokens
+            )
+            instance = router.after_tool(sched, ret, instance, last=ends)
         last = turns_seen[-1] if turns_seen else None
         router.finish(
             FinishedTrajectory(

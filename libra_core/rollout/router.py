@@ -93,11 +93,15 @@ class InstanceRouter:
         self.in_flight[instance] += 1
         return instance
 
-    def after_tool(self, request: SchedRequest, ret: ToolReturn, instance: int) -> int:
-        """Instance for the next turn; counts tokens generated so far on `instance`."""
-        self._decisions += 1
+    def after_tool(self, request: SchedRequest, ret: ToolReturn, instance: int, *, last: bool = False) -> int:
+        """Instance for the next turn; counts tokens generated so far on `instance`. With `last` (no
+        turn follows: the trajectory hit its turn or token limit) the scheduler is not asked, since
+        a move would be a migration that nothing runs after."""
         self._tokens[instance] += ret.gen_tokens
         self._credit(request.request_id, ret.gen_tokens)
+        if last:
+            return instance
+        self._decisions += 1
         move = self.scheduler.on_tool_return(request, ret)
         if move is None:
             return instance

@@ -88,9 +88,11 @@ class Scheduler(Protocol):
         ...
 
     def on_tool_return(self, request: SchedRequest, ret: ToolReturn) -> Move | None:
-        """Called after every tool return of an admitted request, on the rollout thread. None keeps the
-        request in its bucket (and its prefix cache); `Move(b)` with `b` a different existing bucket
-        serves the next turns from bucket `b`, which re-prefills `ret.context_tokens` there."""
+        """Called after every tool return of an admitted request that another turn follows, on the
+        rollout thread (not after a return that ends the trajectory at its turn or token limit). None
+        keeps the request in its bucket (and its prefix cache); `Move(b)` with `b` a different
+        existing bucket serves the next turns from bucket `b`, which re-prefills the context before
+        the payload there (`reprefill_tokens(ret)`; the payload is prefilled wherever it runs)."""
         ...
 
     def on_finish(self, trajectory: FinishedTrajectory) -> None:

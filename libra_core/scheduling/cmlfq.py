@@ -15,7 +15,9 @@ prompt-size class and pooled over prompts, and routes on it:
   that maximises it. The request moves only if (1) the path has at least `min_support` aged samples,
   (2) the buckets of `context + mean` and `context + P90` of remaining agree with the target (the
   paper's confidence test), and (3) the expected gain pays for the re-prefill:
-  `(gen[target] - gen[current]) * misplaced_decode_slowdown > context * prefill_decode_cost_ratio`.
+  `(gen[target] - gen[current]) * misplaced_decode_slowdown > reprefilled * prefill_decode_cost_ratio`,
+  where `reprefilled` is the context before the tool payload (`reprefill_tokens`: the payload is
+  prefilled wherever the next turn runs, so only the earlier context is extra work).
   Otherwise it stays and keeps its prefix cache.
 - finish: the trajectory is inserted into the tree; policy versions age the samples.
 

@@ -1,0 +1,114 @@
+"""The agent loop's routing bookkeeping: which tool returns the scheduler is asked about.
+
+A scripted engine (one turn text per call) and a one-tool environment stand in for vLLM and a real
+tool, so the number of generation requests each instance serves is known exactly; the agent loop,
+router and MLFQ scheduler are the real ones (the vLLM-backed loop is tested in test_vllm_agent_loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from libra_core.config.models import RolloutConfig, SchedulerConfig
+from libra_core.envs.base import Problem, ToolResult, TurnAction
+from libra_core.rollout.agent_loop import AgentLoop, RolloutRequest
+from libra_core.rollout.client import Completion
+from libra_core.rollout.router import InstanceRouter
+from libra_core.scheduling.registry import build_scheduler
+
+STOP = "|"
+
+
+class CharTokenizer:
+    unk_token = "?"
+    unk_token_id = 0
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return ord(token) if len(token) == 1 else 0
+
+
+class OneToolEnv:
+    """ "CALL|" calls the tool, "ANS|" answers; every observation is `payload` characters."""
+
+    name = "one-tool"
+    stop_tokens = (STOP,)
+
+    def __init__(self, max_turns: int, payload: int = 5) -> None:
+        self.max_turns, self.payload = max_turns, payload
+
+    def render_prompt(self, problem: Problem) -> str:
+        return problem.question
+
+    def parse_turn(self, text: str) -> TurnAction:
+        if text.startswith("CALL"):
+            return TurnAction("tool_call", tool="calc", arguments="1+1")
+        return TurnAction("answer", answer="2") if text.startswith("ANS") else TurnAction("invalid")
+
+    def run_tool(self, action: TurnAction) -> ToolResult:
+        return ToolResult("calc", "success", "x" * self.payload, 0.0)
+
+    def format_observation(self, result: ToolResult) -> str:
+        return result.observation
+
+
+class ScriptedEngine:
+    """Answers the n-th call with turns[n] (the last one repeats); records each call's prompt length."""
+
+    def __init__(self, turns: Sequence[str]) -> None:
+        self.turns, self.calls = list(turns), 0
+
+    async def complete(
+        self, http: Any, prompt_ids: Sequence[int], *, max_tokens: int, **_: Any
+    ) -> Completion:
+        text = self.turns[min(self.calls, len(self.turns) - 1)]
+        self.calls += 1
+        ids = [ord(c) for c in text][:max_tokens]
+        return Completion(ids, [-0.5] * len(ids), "stop" if len(ids) == len(text) else "length")
+
+
+def _run(
+    env: OneToolEnv, second_turns: Sequence[str], cfg: RolloutConfig
+) -> tuple[dict, list[ScriptedEngine], Any]:
+    # MLFQ with one bound at 8 tokens demotes every request whose context passes 8 at a tool return.
+    sched_cfg = SchedulerConfig(type="mlfq", buckets=(8,))
+    router = InstanceRouter(build_scheduler(sched_cfg), sched_cfg.num_buckets, 2, sched_cfg.buckets)
+    # The short bucket's instance always calls the tool; the long bucket's serves `second_turns`.
+    engines = [ScriptedEngine(["CALL|"]), ScriptedEngine(second_turns)]
+    loop = AgentLoop(env, CharTokenizer(), engines, cfg, policy_version=0, iteration=0)
+    (row,) = loop.run([RolloutRequest(Problem("p0", "PROMPT", "2", 1), "g0", 0)], router)
+    return row, engines, router.stats()
+
+
+@pytest.mark.parametrize(
+    ("env", "cfg", "finish"),
+    [
+        (OneToolEnv(max_turns=1), RolloutConfig(), "max_turns"),  # the return at the last turn
+        (OneToolEnv(max_turns=8, payload=100), RolloutConfig(max_total_tokens=16), "max_tokens"),  # no budget
+    ],
+)
+def test_a_return_that_ends_the_trajectory_is_no_migration(
+    env: OneToolEnv, cfg: RolloutConfig, finish: str
+) -> None:
+    row, engines, stats = _run(env, ["CALL|"], cfg)
+    assert row["finish_reason"] == finish
+    assert [e.calls for e in engines] == [1, 0]  # nothing ever ran on the second instance
+    assert (stats.moves, stats.migrations, stats.migrated_tokens) == (0, 0, 0)
+    assert stats.decisions == 1  # the admission only
+    assert stats.tokens_by_instance == (5, 0)  # the turn's tokens are still counted
+
+
+def test_a_return_with_a_turn_after_it_still_migrates() -> None:
+    row, engines, stats = _run(OneToolEnv(max_turns=3), ["ANS|"], RolloutConfig())
+    assert row["finish_reason"] == "answer"
+    assert [e.calls for e in engines] == [1, 1]  # the answer turn ran on the long bucket's instance
+    assert (stats.moves, stats.migrations) == (1, 1)
+    assert stats.migrated_tokens == len("PROMPT") + len("CALL|")  # the context before the payload

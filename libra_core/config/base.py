@@ -30,7 +30,10 @@ def _number_shape(annotation: Any) -> str | None:
 
 
 class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # No inf or NaN in a config: `lr: .inf`, `temperature: .nan` or `aging_half_life_versions: .inf`
+    # passed the `gt=0` bounds and failed later (a NaN update, a C-MLFQ tree that the next iteration
+    # refuses to load) or never (an infinite timeout hides a hang).
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     # A model validator, not a per-field one: pydantic allows no `before` field validator on the
     # discriminator fields (`type`) of the tagged unions.

@@ -3,7 +3,7 @@ instance buckets (libra_core/scheduling; metrics and formulas in docs/scheduling
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -83,7 +83,7 @@ class SchedulerConfig(Frozen):
         lt=1,
         description="C-MLFQ: the tail quantile that must agree with the mean on a bucket (P90 in the paper).",
     )
-    payload_class_edges: tuple[int, ...] = Field(
+    payload_class_edges: tuple[Annotated[int, Field(ge=0)], ...] = Field(
         (16, 256, 2048),
         description="C-MLFQ: tool payload sizes in tokens separating payload-size classes (ascending).",
     )

@@ -74,9 +74,11 @@ class CMLFQScheduler:
             keyed: dict[str, tuple[object, object]] = {
                 "payload_class_edges": (list(cfg.payload_class_edges), list(tree.payload_edges)),
             }
-            if tree.size_classes:  # an empty size level takes this run's bins as it fills
+            if tree.size_classes:
                 bins = (float(cfg.prompt_size_bins_per_octave), tree.size_bins_per_octave)
                 keyed["prompt_size_bins_per_octave"] = bins
+            else:  # an empty size level takes this run's bins as it fills
+                self.tree.size_bins_per_octave = float(cfg.prompt_size_bins_per_octave)
             for name, (want, have) in keyed.items():
                 if want != have:
                     raise ValueError(

@@ -1,16 +1,20 @@
 """The scheduler registry: `SchedulerConfig.type` -> a factory building that scheduler.
 
 `build_scheduler` is the one way the rollout router and the trace evaluator get a scheduler. The
-built-in names are registered explicitly below; a plugin may add its own with `register_scheduler`
-(a duplicate name raises). `oracle` reads realised trajectory lengths, so it is only built when the
-caller says it replays a trace (`allow_oracle=True`).
+built-in names are registered explicitly below with `register_scheduler` (a duplicate name raises,
+and so does a name `SchedulerConfig.type` cannot hold: a new scheduler adds its name to
+`SchedulerType` in libra_core/config/scheduler.py, so that a config can select it). `oracle` reads
+realised trajectory lengths, so it is only built when the caller says it replays a trace
+(`allow_oracle=True`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import get_args
 
 from libra_core.config.models import SchedulerConfig
+from libra_core.config.scheduler import SchedulerType
 from libra_core.scheduling.base import Scheduler
 from libra_core.scheduling.baselines import (
     InputLengthScheduler,
@@ -29,6 +33,11 @@ EVALUATION_ONLY = frozenset({"oracle"})
 
 
 def register_scheduler(name: str, factory: SchedulerFactory) -> None:
+    if name not in get_args(SchedulerType):
+        raise ValueError(
+            f"scheduler {name!r} is not a SchedulerConfig.type ({list(get_args(SchedulerType))}); "
+            "add it to SchedulerType in libra_core/config/scheduler.py first"
+        )
     if name in _REGISTRY:
         raise ValueError(f"scheduler {name!r} is already registered; pick another name")
     _REGISTRY[name] = factory

@@ -42,3 +42,28 @@ def test_the_libra_planner_prices_the_pipeline_mode_that_runs(mode: str, stalene
         with pytest.raises(ConfigError, match=f"planner.staleness {staleness} with pipeline.mode {mode}"):
             load_config(None, overrides)
     assert load_config(None, ["pipeline.mode=async"]).planner.staleness == 0  # static planner: unused
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        # the saved C-MLFQ tree held Infinity, which the next rollout refused to load
+        "scheduler.aging_half_life_versions=.inf",
+        "scheduler.prompt_size_bins_per_octave=.inf",  # OverflowError at the first admission
+        "training.optimizer.lr=.nan",
+        "rollout.temperature=.inf",
+        "rollout.engine.request_timeout_s=.inf",
+    ],
+)
+def test_inf_and_nan_are_refused_in_any_section(override: str) -> None:
+    key = override.split("=")[0].split(".")[-1]
+    with pytest.raises(ConfigError, match=rf"{key}: Input should be a finite number"):
+        load_config(None, [override])
+
+
+def test_a_negative_payload_class_edge_is_refused() -> None:
+    # accepted here, then refused by the C-MLFQ tree file the first rollout saved
+    with pytest.raises(
+        ConfigError, match=r"payload_class_edges\[0\]: Input should be greater than or equal to 0; got -5"
+    ):
+        load_config(None, ["scheduler.payload_class_edges=[-5, 16]"])

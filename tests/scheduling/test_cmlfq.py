@@ -7,6 +7,7 @@ import pytest
 from libra_core.config.models import SchedulerConfig
 from libra_core.scheduling.base import FinishedTrajectory, Move, SchedRequest, ToolReturn, Turn
 from libra_core.scheduling.cmlfq import CMLFQScheduler
+from libra_core.scheduling.prefix_tree import PrefixTree
 
 
 def finish(s: CMLFQScheduler, rid: str, prompt: str, turns: tuple[Turn, ...], version: int) -> None:
@@ -235,3 +236,14 @@ def test_a_trajectory_too_long_for_the_tree_is_refused_whole_and_still_released(
     s.admit(SchedRequest("next", "p", 10, 0))
     finish(s, "next", "p", long(), 0)
     assert s.admit(SchedRequest("probe", "p", 10, 0)) == 1
+
+
+def test_a_loaded_tree_with_an_empty_size_level_takes_the_configs_bins() -> None:
+    # A tree saved with the level off (0 bins) has no size classes yet: the run's bins apply as it
+    # fills, so prompts of similar size pool their evidence from the first insert on.
+    cfg = SchedulerConfig(type="cmlfq", buckets=(100,), prompt_size_bins_per_octave=4.0)
+    s = CMLFQScheduler(cfg, PrefixTree(prompt_size_bins_per_octave=0.0))
+    s.admit(SchedRequest("r", "p", 10, 0))
+    s.on_finish(FinishedTrajectory("r", "p", 10, 0, 0, (Turn(5, None, 0, None),)))
+    assert s.tree.size_bins_per_octave == 4.0
+    assert len(s.tree.size_classes) == 1

@@ -132,3 +132,11 @@ def test_quantile_buckets_cover_both_ends() -> None:
     assert quantile_buckets(trace, (0.0, 0.5, 1.0)) == (20, 60, 110)  # q=0 is the smallest, not the largest
     with pytest.raises(ValueError, match=r"quantiles must lie in \[0, 1\], got \[1.5\]"):
         quantile_buckets(trace, (0.5, 1.5))
+
+
+def test_a_name_no_config_can_select_is_refused_at_registration() -> None:
+    # A registered name outside SchedulerConfig.type could never be built from a config, and made
+    # `trace-eval --scheduler all` fail after replaying the schedulers before it.
+    with pytest.raises(ValueError, match=r"'my_plugin' is not a SchedulerConfig.type .*SchedulerType"):
+        register_scheduler("my_plugin", lambda cfg: build_scheduler(cfg))
+    assert "my_plugin" not in scheduler_names()

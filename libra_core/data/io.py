@@ -74,7 +74,8 @@ def write_lake(table: pa.Table, run_dir: str | Path, iteration: int) -> Path:
 
 
 def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
-    """Read one iteration (or all) from the lake, validated against the schema."""
+    """Read one iteration (or all) from the lake, validated against the schema; every row of a
+    partition must be of the iteration its file name says."""
     if iteration is not None:
         paths = [lake_path(run_dir, iteration)]
     else:
@@ -87,6 +88,7 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
             raise TrajectorySchemaError(f"lake file {p}: " + "; ".join(problems))
     tables = []
     for p in paths:
+        expected = iteration if iteration is not None else _partition_iteration(p)
         try:
             table = pq.read_table(p, schema=TRAJECTORY_SCHEMA)
         except (pa.ArrowException, OSError) as err:  # a footer that reads, a damaged page
@@ -97,14 +99,44 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
             validate_trajectories(table, require_reward=True)
         except TrajectorySchemaError as err:
             raise TrajectorySchemaError(f"lake file {p}: {err}") from err
+        _check_partition_iteration(p, table, expected)
         tables.append(table)
     _check_unique_across(paths, tables)
     return pa.concat_tables(tables)
 
 
+def _partition_iteration(path: Path) -> int:
+    """The iteration a lake file's name says (`iteration=00007.parquet` -> 7)."""
+    number = path.name.removeprefix("iteration=").removesuffix(".parquet")
+    if not number.isdigit():
+        raise TrajectorySchemaError(
+            f"lake file {path}: the name does not say an iteration (a partition is named like "
+            "iteration=00007.parquet); move it out of the lake"
+        )
+    return int(number)
+
+
+def _check_partition_iteration(path: Path, table: pa.Table, expected: int) -> None:
+    """Every row of the partition of iteration `expected` is of that iteration: a partition copied
+    or renamed from another iteration would otherwise be read as this one (by the planner's replay
+    of an iteration, by trace exports) without a sign."""
+    found = table.column("iteration").to_pylist()
+    wrong = next((i for i, it in enumerate(found) if it != expected), None)
+    if wrong is not None:
+        trajectory_id = table.column("trajectory_id")[wrong].as_py()
+        raise TrajectorySchemaError(
+            f"lake file {path}: expected rows of iteration {expected}, found iteration "
+            f"{found[wrong]} in row {wrong} (trajectory {trajectory_id!r}); was the file copied or "
+            "renamed from another iteration's partition? Put it back under its own iteration, or "
+            "delete it"
+        )
+
+
 def _check_unique_across(paths: list[Path], tables: list[pa.Table]) -> None:
     """The one check `validate_trajectories` makes across rows, made across partitions (each was
-    checked alone): a trajectory_id, and a (group_id, sample_index), occurs once per iteration."""
+    checked alone): a trajectory_id, and a (group_id, sample_index), occurs once per iteration.
+    Each partition holds only its own iteration, so a repeat comes from two files whose names say
+    one iteration (`iteration=1.parquet` beside `iteration=00001.parquet`)."""
     first: dict[tuple[object, ...], Path] = {}  # key -> the partition that holds it
     for p, table in zip(paths, tables, strict=True):
         rows = table.select(["iteration", "trajectory_id", "group_id", "sample_index"]).to_pylist()

@@ -16,14 +16,19 @@ def register_environment(name: str, factory: Callable[[Any], Environment]) -> No
     _REGISTRY[name] = factory
 
 
+def environment_factory(name: str) -> Callable[[Any], Environment]:
+    """The factory registered as `name`, without building anything (the warm-up recipe's digest
+    reads which module it names: model/prepare.py)."""
+    _ensure_builtins()
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise ValueError(f"unknown environment type {name!r}; valid: {sorted(_REGISTRY)}")
+    return factory
+
+
 def build_environment(cfg: Any) -> Environment:
     """Build the environment for an environment config (anything with a `type` field)."""
-    _ensure_builtins()
-    try:
-        factory = _REGISTRY[cfg.type]
-    except KeyError:
-        raise ValueError(f"unknown environment type {cfg.type!r}; valid: {sorted(_REGISTRY)}") from None
-    return factory(cfg)
+    return environment_factory(cfg.type)(cfg)
 
 
 def registered_environments() -> list[str]:

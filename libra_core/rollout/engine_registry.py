@@ -27,6 +27,8 @@ import signal
 import time
 from pathlib import Path
 
+from libra_core.data.atomic import atomic_path
+
 log = logging.getLogger(__name__)
 
 _PROC = Path("/proc")
@@ -86,9 +88,10 @@ def record(folder: Path, instance_id: str, pid: int) -> Path | None:
         "owner": os.getpid(),
         "owner_start": owner_start,
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(entry))
-    os.replace(tmp, path)
+    # A temp file of its own (`atomic_path`): two processes recording one instance id (a second
+    # process serving the run folder) would otherwise write, and rename away, each other's.
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(entry))
     return path
 
 

@@ -152,6 +152,8 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         raise fail(f"prompt_tokens is {row['prompt_tokens']}, must be >= 1")
     out, latencies = [], []
     for k, turn in enumerate(turns):
+        if turn is None:
+            raise fail(f"turn {k} is null")
         last = k == len(turns) - 1
         if turn["gen_tokens"] < 0 or turn["payload_tokens"] < 0:
             raise fail(f"turn {k} has negative token counts")
@@ -229,8 +231,20 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
             f"{path} is not a Libra trace: missing columns {missing}, unexpected columns {extra}; "
             f"a trace has exactly {TRACE_SCHEMA.names} (`libra trace export` writes one)"
         )
+    problems = [
+        problem
+        for f in TRACE_SCHEMA
+        if (problem := _type_problem(f.name, table.schema.field(f.name).type, f.type)) is not None
+    ]
+    if problems:
+        raise TraceSchemaError(
+            f"{path}: {'; '.join(problems)}; a trace's types are those of TRACE_SCHEMA "
+            "(docs/scheduling.md, `libra trace export` writes one)"
+        )
     try:
-        # A trace written before `latency_s` existed casts with every latency null.
+        # Only casts `_type_problem` lets through: a narrower or wider integer or float (Arrow
+        # refuses a value out of range), a large string or list, and the turns of a trace written
+        # before `latency_s` existed (every latency null).
         table = table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as err:
         raise TraceSchemaError(f"{path}: a column has the wrong type for the trace schema: {err}") from err
@@ -238,6 +252,37 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
         return validate_trace(table)
     except TraceSchemaError as err:
         raise TraceSchemaError(f"{path}: {err}") from err
+
+
+def _type_problem(column: str, got: pa.DataType, want: pa.DataType) -> str | None:
+    """Why a file's column of type `got` is not read as `want` (None if it is). A cast would read
+    the text "12" as the number 12, and floats as token counts whenever they happen to be whole: a
+    column of another kind (text, float or bool for an integer; a number for a text) is an error.
+    Integers and floats of another width cast (Arrow refuses a value out of range)."""
+    if got.equals(want) or pa.types.is_null(got):  # all null: the null checks decide
+        return None
+    if pa.types.is_dictionary(got):  # e.g. a categorical column written by pandas
+        return _type_problem(column, got.value_type, want)
+    same_kind = [
+        pa.types.is_integer,
+        pa.types.is_floating,
+        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    ]
+    if any(kind(got) and kind(want) for kind in same_kind):
+        return None
+    if (pa.types.is_list(got) or pa.types.is_large_list(got)) and pa.types.is_list(want):
+        return _type_problem(f"{column}[]", got.value_type, want.value_type)
+    if pa.types.is_struct(got) and pa.types.is_struct(want):
+        have = {got.field(k).name: got.field(k) for k in range(got.num_fields)}
+        wanted = {want.field(k).name: want.field(k) for k in range(want.num_fields)}
+        problems = [f"column {column!r} has an unexpected field {n!r}" for n in have if n not in wanted]
+        for name, f in wanted.items():
+            if name in have:
+                problems.append(_type_problem(f"{column}.{name}", have[name].type, f.type) or "")
+            elif not f.nullable:  # a missing nullable field reads as nulls (older traces)
+                problems.append(f"column {column!r} has no field {name!r}")
+        return "; ".join(p for p in problems if p) or None
+    return f"column {column!r} has the wrong type: {got}, expected {want}"
 
 
 def as_trajectories(trace: pa.Table | Sequence[TraceTrajectory]) -> list[TraceTrajectory]:

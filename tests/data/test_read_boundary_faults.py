@@ -104,16 +104,57 @@ def test_read_lake_names_the_partition_and_its_row(tmp_path: Path) -> None:
 
 def test_read_lake_names_both_partitions_of_a_duplicated_trajectory(tmp_path: Path) -> None:
     _lake(tmp_path, 3)
-    # the third file holds a copy of the first one's rows (iteration 1)
-    pq.write_table(pq.read_table(lake_path(tmp_path, 1)), lake_path(tmp_path, 3))
+    # a second file whose name also says iteration 1, with a copy of the first one's rows
+    copy = lake_path(tmp_path, 1).with_name("iteration=1.parquet")
+    pq.write_table(pq.read_table(lake_path(tmp_path, 1)), copy)
     with pytest.raises(TrajectorySchemaError) as err:
         read_lake(tmp_path)
     message = str(err.value)
-    assert message.startswith(f"lake file {lake_path(tmp_path, 3)}: trajectory 'it1-a' (row 0): ")
+    assert message.startswith(f"lake file {copy}: trajectory 'it1-a' (row 0): ")
     assert "a second row of iteration 1" in message
     assert message.endswith(f"the first is in lake file {lake_path(tmp_path, 1)}")
-    assert read_lake(tmp_path, 3).num_rows == 2  # alone, the file is sound
-    assert read_lake(tmp_path, 1).num_rows == 2
+    assert read_lake(tmp_path, 1).num_rows == 2  # alone, the file is sound
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["copied-read-iteration-3", "moved-read-all"])
+def test_a_partition_of_another_iteration_names_the_file_and_both_iterations(
+    tmp_path: Path, moved: bool
+) -> None:
+    _lake(tmp_path, 3)
+    # the third file holds iteration 1's rows (a copy of its file, or the file itself renamed): read
+    # as iteration 3, the planner would replay iteration 1's lengths as iteration 3's
+    if moved:
+        lake_path(tmp_path, 1).replace(lake_path(tmp_path, 3))
+    else:
+        pq.write_table(pq.read_table(lake_path(tmp_path, 1)), lake_path(tmp_path, 3))
+    with pytest.raises(TrajectorySchemaError) as err:
+        read_lake(tmp_path) if moved else read_lake(tmp_path, 3)
+    assert str(err.value).startswith(
+        f"lake file {lake_path(tmp_path, 3)}: expected rows of iteration 3, found iteration 1 in row 0 "
+        "(trajectory 'it1-a'); was the file copied or renamed"
+    )
+    assert read_lake(tmp_path, 2).column("iteration").to_pylist() == [2, 2]
+
+
+def test_a_partition_with_rows_of_two_iterations_names_the_first_stray_row(tmp_path: Path) -> None:
+    rows = [
+        row(iteration=2, trajectory_id="it2-a", reward=1.0),
+        row(iteration=5, trajectory_id="it5-b", sample_index=1, reward=0.5),
+    ]
+    write_lake(table_from_rows(rows), tmp_path, 2)
+    with pytest.raises(
+        TrajectorySchemaError, match=r"expected rows of iteration 2, found iteration 5 in row 1 "
+    ):
+        read_lake(tmp_path, 2)
+
+
+def test_a_lake_file_whose_name_says_no_iteration_is_named(tmp_path: Path) -> None:
+    _lake(tmp_path, 1)
+    stray = lake_path(tmp_path, 1).with_name("iteration=old.parquet")
+    lake_path(tmp_path, 1).replace(stray)
+    with pytest.raises(TrajectorySchemaError) as err:
+        read_lake(tmp_path)
+    assert str(err.value).startswith(f"lake file {stray}: the name does not say an iteration")
 
 
 def test_atomic_path_gives_each_write_its_own_temp_file(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from libra_core.config.models import LibraConfig
-from libra_core.envs.registry import build_environment, registered_environments
+from libra_core.envs.registry import build_environment, environment_factory, registered_environments
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 CONFIGS = {
@@ -20,6 +20,19 @@ CONFIGS = {
 
 def test_registry_lists_all_environments() -> None:
     assert registered_environments() == sorted(CONFIGS)
+
+
+def test_environment_factory_returns_the_registered_factory() -> None:
+    from libra_core.envs.arithmetic import ArithmeticEnv
+
+    assert environment_factory("arithmetic") is ArithmeticEnv
+    # every registered name resolves; the data-backed ones are lazy factory functions
+    assert all(callable(environment_factory(name)) for name in CONFIGS)
+
+
+def test_an_unknown_environment_lists_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown environment type 'chess'; valid: \['arithmetic', 'code'"):
+        environment_factory("chess")
 
 
 def test_environment_without_type_is_arithmetic() -> None:

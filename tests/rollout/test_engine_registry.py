@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,3 +134,42 @@ def test_unreadable_and_stale_files_are_removed(tmp_path: Path, caplog: pytest.L
     assert list(tmp_path.iterdir()) == []
     assert "unreadable engine pid file" in caplog.text and "pool-1.pid" in caplog.text
     assert reap_orphans(tmp_path / "missing") == []
+
+
+def test_two_writers_of_one_pid_file_do_not_share_a_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writer A has written its temp file and is about to rename it when writer B records the same
+    instance: with one fixed temp name, B overwrote A's temp file and renamed it away, and A's
+    rename failed (FileNotFoundError)."""
+    a_renaming, b_done = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    real_replace = os.replace
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if threading.current_thread().name == "writer-a":
+            a_renaming.set()
+            assert b_done.wait(timeout=30)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+    def writer_a() -> None:
+        try:
+            record(tmp_path, "pool-0", os.getpid())
+        except BaseException as err:  # reported by the test thread
+            errors.append(err)
+            a_renaming.set()
+
+    a = threading.Thread(target=writer_a, name="writer-a")
+    a.start()
+    assert a_renaming.wait(timeout=30)
+    try:
+        record(tmp_path, "pool-0", os.getppid())
+    finally:
+        b_done.set()
+        a.join(timeout=30)
+    assert errors == []
+    entry = json.loads((tmp_path / "pool-0.pid").read_text())
+    assert entry["pid"] == os.getpid()  # A renamed last: its whole file
+    assert [p.name for p in tmp_path.iterdir()] == ["pool-0.pid"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -115,3 +116,83 @@ def test_trace_eval_json_holds_the_table_columns_and_the_counts(
         line = next(x for x in table.splitlines() if x.startswith(f"| {r['scheduler']} "))
         assert line.rstrip(" |").split("|")[-1].strip() == str(r["moves"])
     assert any(r["moves"] > 0 for r in records)  # some scheduler moved a request
+
+
+def _retyped(column: str, values: pa.Array, turn_field: str | None = None) -> pa.Table:
+    """A one-row trace whose `column` (or the turns' `turn_field`) holds `values` instead."""
+    table = pa.Table.from_pylist(
+        [
+            {
+                "trajectory_id": "t0",
+                "prompt_id": "p",
+                "iteration": 0,
+                "prompt_tokens": 12,
+                "turns": _turns(0.1),
+            }
+        ],
+        schema=TRACE_SCHEMA,
+    )
+    if turn_field is not None:
+        items = table.column("turns").combine_chunks().flatten()
+        fields = [items.field(k) for k in range(items.type.num_fields)]
+        names = [f.name for f in items.type]
+        fields[names.index(turn_field)] = values
+        turns = pa.ListArray.from_arrays([0, len(values)], pa.StructArray.from_arrays(fields, names=names))
+        return table.set_column(table.schema.get_field_index("turns"), "turns", turns)
+    return table.set_column(table.schema.get_field_index(column), column, values)
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "got", "want"),
+    [
+        # each of these casts without an error: "12" -> 12, 12.0 -> 12, True -> 1, 7 -> "7"
+        ("prompt_tokens", ["12"], "string", "int32"),
+        ("prompt_tokens", [12.0], "double", "int32"),
+        ("iteration", [True], "bool", "int32"),
+        ("trajectory_id", [7], "int64", "string"),
+        ("turns[].gen_tokens", ["10", "7"], "string", "int32"),
+        ("turns[].payload_tokens", [5.0, 0.0], "double", "int32"),
+    ],
+)
+def test_a_column_of_another_kind_is_refused_not_cast(
+    tmp_path: Path, column: str, values: list[object], got: str, want: str
+) -> None:
+    name, _, turn_field = column.partition("[].")
+    path = tmp_path / "typed.parquet"
+    pq.write_table(_retyped(name, pa.array(values), turn_field or None), path)
+    with pytest.raises(TraceSchemaError) as err:
+        read_trace(path)
+    assert str(err.value).startswith(
+        f"{path}: column {column!r} has the wrong type: {got}, expected {want}; "
+    )
+
+
+def test_integer_and_float_columns_of_another_width_still_read(tmp_path: Path) -> None:
+    # what pandas or polars write for Python ints and floats: the values are exact
+    table = _retyped("prompt_tokens", pa.array([12], pa.int64()))
+    table = table.set_column(
+        table.schema.get_field_index("iteration"), "iteration", pa.array([3], pa.int64())
+    )
+    path = tmp_path / "wide.parquet"
+    pq.write_table(table, path)
+    (t,) = read_trace(path)
+    assert (t.prompt_tokens, t.iteration, t.turns) == (
+        12,
+        3,
+        (Turn(10, "calc", 5, "success"), Turn(7, None, 0, None)),
+    )
+    pq.write_table(_retyped("turns", pa.array([0.25, None], pa.float32()), turn_field="latency_s"), path)
+    assert read_trace(path)[0].tool_latency_s == (0.25, None)
+    # a value that does not fit is still an error naming the file
+    pq.write_table(_retyped("prompt_tokens", pa.array([2**40], pa.int64())), path)
+    with pytest.raises(TraceSchemaError, match=f"^{re.escape(str(path))}: a column has the wrong type"):
+        read_trace(path)
+
+
+def test_a_null_turn_names_the_row(tmp_path: Path) -> None:
+    rows = [{"trajectory_id": "t0", "prompt_id": "p", "iteration": 0, "prompt_tokens": 12, "turns": [None]}]
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=TRACE_SCHEMA), path)
+    with pytest.raises(TraceSchemaError) as err:  # was a TypeError from inside the row check
+        read_trace(path)
+    assert str(err.value) == f"{path}: trace row 0 (trajectory 't0'): turn 0 is null"

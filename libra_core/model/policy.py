@@ -77,10 +77,11 @@ def build_tiny_policy(
 ) -> Qwen2ForCausalLM:
     """A freshly initialised Qwen2 causal LM, deterministic given `seed`.
 
-    Weights are float32 whatever `cfg.dtype` says (training runs in float32); `cfg.dtype` is
-    recorded in the config and applied by `save_policy(..., dtype=cfg.dtype)`. Special token ids
-    are the tokenizer's (bos = eos); the defaults, pad 0 and eos 1, are what `train_tokenizer` gives
-    an environment that lists `<|pad|>` and `<|eos|>` first.
+    Weights are float32 whatever `cfg.dtype` says (training runs in float32); `cfg.dtype`, the
+    serving dtype, is recorded in the config and written by `save_policy(..., serving_dtype=...)`,
+    which keeps the float32 weights. Special token ids are the tokenizer's (bos = eos); the
+    defaults, pad 0 and eos 1, are what `train_tokenizer` gives an environment that lists `<|pad|>`
+    and `<|eos|>` first.
     """
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -130,13 +131,15 @@ def save_policy(
     out_dir: Path | str,
     *,
     dtype: str | None = None,
+    serving_dtype: str | None = None,
 ) -> Path:
     """Write a complete HF model folder (config, safetensors, tokenizer, generation config).
 
     Atomic: everything is written into a sibling temp folder which then replaces `out_dir`, so a
     reader (a vLLM server restarting on the new policy) never sees a half-written folder. `dtype`
-    ("float32"/"bfloat16") casts a copy of the weights; the caller's model is not modified.
-    Returns `out_dir`.
+    ("float32"/"bfloat16") casts a copy of the weights that are stored; the caller's weights are not
+    modified. `serving_dtype` is the dtype config.json states (default: the stored one), which vLLM
+    serves (`--dtype`) and a resume compares with `model.dtype`. Returns `out_dir`.
     """
     import torch
 
@@ -146,12 +149,14 @@ def save_policy(
     target = current if dtype is None else getattr(torch, dtype)
     if target != current:
         model = copy.deepcopy(model).to(target)  # type: ignore[arg-type]
-    # config.json states the serving dtype (what transformers' and vLLM's dtype="auto" load in); the
-    # folder first stores that dtype, and float32 master weights after the first update.
-    model.config.dtype = str(target).removeprefix("torch.")
+    stored = str(target).removeprefix("torch.")
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
     try:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp)  # writes config.json's dtype as the stored one
+        if serving_dtype is not None and serving_dtype != stored:
+            # The trainer's float32 master weights under the serving dtype, as every update writes
+            # them (training/checkpoint.py): the first update starts from the exact weights.
+            _set_config_dtype(tmp / "config.json", serving_dtype)
         tokenizer.save_pretrained(tmp)
         _portable_tokenizer_config(tmp / "tokenizer_config.json")
         for path in tmp.iterdir():
@@ -179,6 +184,12 @@ def replace_dir(src: Path, dst: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
         else:
             old.unlink()
+
+
+def _set_config_dtype(path: Path, dtype: str) -> None:
+    config = json.loads(path.read_text())
+    config["dtype"] = dtype
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _portable_tokenizer_config(path: Path) -> None:

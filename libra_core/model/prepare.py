@@ -32,8 +32,7 @@ from libra_core.config.models import (
     TinyModelConfig,
 )
 from libra_core.config.pretrained import SmolLM2ModelConfig
-from libra_core.envs import registry
-from libra_core.envs.registry import build_environment
+from libra_core.envs.registry import build_environment, environment_factory
 from libra_core.envs.splits import eval_problems
 from libra_core.model.policy import (
     build_tiny_policy,
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4  # 4: the folder stores float32 weights under a bfloat16 serving dtype
 """Bump when what a given config produces changes outside the hashed sources (`warmup_sources`):
 a library upgrade, or code elsewhere that the warm-up or its accuracy depends on."""
 WARMUP_MODULES = (
@@ -148,9 +147,7 @@ def warmup_sources(cfg: LibraConfig) -> list[str]:
     `WARMUP_MODULES`, the environment's module (from the environment registry) and, transitively,
     every libra_core.envs module that an environment module among them imports, at the top or
     inside a function (so tools, reward checks and their worker processes are included)."""
-    # The lookup build_environment does (envs/registry.py has no public one), without building.
-    registry._ensure_builtins()
-    factory = registry._REGISTRY[cfg.environment.type]
+    factory = environment_factory(cfg.environment.type)
     if inspect.isclass(factory):
         roots = [*WARMUP_MODULES, factory.__module__]
     else:  # a factory function that imports the environment lazily: its imports name the module
@@ -261,7 +258,9 @@ def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: Progress
             max_total_tokens=cfg.rollout.max_total_tokens,
         )
     model.to("cpu")  # type: ignore[arg-type]
-    save_policy(model, tokenizer, out_dir, dtype=cfg.model.dtype)
+    # float32 whatever the serving dtype: the first update loads these weights from the folder, and
+    # a bfloat16 copy would start GRPO from a rounded warm-up (vLLM casts them to `--dtype`).
+    save_policy(model, tokenizer, out_dir, dtype="float32", serving_dtype=cfg.model.dtype)
     meta = {
         "num_params": count_parameters(model),
         "sft_losses_tail": losses[-LOSS_TAIL:],

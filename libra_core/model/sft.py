@@ -24,7 +24,7 @@ from libra_core.model.tokenizer import single_token_id
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, StoppingCriteriaList
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +217,11 @@ def greedy_answers(
     Turns end at any of `env.stop_tokens`; a tool call is executed by `env` and its observation
     tokens appended before the next turn; an answer or an invalid turn ends the trajectory. All
     unfinished trajectories advance one turn per round, generated in left-padded batches.
+
+    The limits are the agent loop's (libra_core.rollout.agent_loop), per trajectory: a turn gets
+    `min(max_new_tokens, max_total_tokens - its context length)` tokens, an observation is cut to
+    the room left, and a trajectory whose context reaches `max_total_tokens` ends. A batch's rows
+    have their own budgets, so a short context is not cut short by a long one beside it.
     """
     import torch
 
@@ -250,27 +255,48 @@ def greedy_answers(
                 for row, i in enumerate(chunk):
                     input_ids[row, width - len(contexts[i]) :] = torch.tensor(contexts[i])
                     attention[row, width - len(contexts[i]) :] = 1
+                # The agent loop's max_tokens: min(max_tokens_per_turn, room left), row by row (>= 1:
+                # rows at the limit left `active` above).
+                budgets = [min(max_new_tokens, limit - len(contexts[i])) for i in chunk]
+                # Only when the limit binds unevenly; otherwise max_new_tokens is every row's budget.
+                uneven = _row_budgets(width, budgets, device) if min(budgets) < max(budgets) else None
                 out = model.generate(  # type: ignore[operator]
                     input_ids=input_ids.to(device),
                     attention_mask=attention.to(device),
                     **sampling,
-                    max_new_tokens=max(1, min(max_new_tokens, limit - width)),
+                    max_new_tokens=max(budgets),
+                    stopping_criteria=uneven,
                     eos_token_id=stop_ids,
                     pad_token_id=pad_id,
                 )
                 for row, i in enumerate(chunk):
-                    turn = _until_stop(out[row, width:].tolist(), stop_ids)
+                    turn = _until_stop(out[row, width : width + budgets[row]].tolist(), stop_ids)
                     contexts[i].extend(turn)
                     action = env.parse_turn(str(tokenizer.decode(turn, skip_special_tokens=False)))
                     if action.kind == "tool_call":
-                        observation = env.format_observation(env.run_tool(action))
-                        contexts[i].extend(encoder.ids(observation))
+                        observation = encoder.ids(env.format_observation(env.run_tool(action)))
+                        contexts[i].extend(observation[: max(limit - len(contexts[i]), 0)])
                         still_active.append(i)
                     elif action.kind == "answer":
                         answers[i] = action.answer
             active = still_active
     model.train(was_training)
     return answers
+
+
+def _row_budgets(width: int, budgets: list[int], device: torch.device) -> StoppingCriteriaList:
+    """Stopping criteria that end row r of a `generate` call once it has `budgets[r]` new tokens
+    past the `width` prompt positions (generate then pads it; the caller cuts there)."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    limits = torch.tensor(budgets, device=device)
+
+    class RowBudgets(StoppingCriteria):
+        def __call__(self, input_ids: torch.Tensor, scores: object, **kwargs: object) -> torch.Tensor:
+            return (input_ids.shape[1] - width) >= limits
+
+    return StoppingCriteriaList([RowBudgets()])
 
 
 def _until_stop(tokens: list[int], stop_ids: list[int]) -> list[int]:

@@ -157,3 +157,14 @@ def test_save_replaces_atomically_and_casts_a_copy(tok, tmp_path: Path) -> None:
     with safe_open(out / "model.safetensors", framework="pt") as f:
         assert f.get_tensor("lm_head.weight").dtype == torch.bfloat16
     assert next(model.parameters()).dtype == torch.float32
+
+
+def test_float32_weights_can_be_stored_under_a_bfloat16_serving_dtype(tok, tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    model = build_tiny_policy(TINY, len(tok), seed=0)
+    out = save_policy(model, tok, tmp_path / "policy", dtype="float32", serving_dtype="bfloat16")
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    with safe_open(out / "model.safetensors", framework="pt") as f:
+        assert torch.equal(f.get_tensor("lm_head.weight"), model.lm_head.weight)  # float32, exact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from libra_core.config.models import LibraConfig
 from libra_core.model import policy as policy_module
@@ -242,3 +244,38 @@ def test_hf_local_with_a_sharded_checkpoint_is_refused_before_the_copy(first, tm
     ):
         prepare_initial_policy(cfg, tmp_path / "run" / "policy", None)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_first_update_starts_from_the_exact_warm_up_under_bfloat16_serving(
+    monkeypatch, tmp_path: Path
+) -> None:
+    # Version 0 was stored in the serving dtype: with bfloat16 the trainer's first load_policy got
+    # the warm-up rounded to bfloat16, not the float32 weights SFT produced (later versions keep them).
+    from safetensors import safe_open
+
+    from libra_core.pipeline.resume import policy_disagreements
+    from libra_core.training.checkpoint import load_policy
+
+    warmed: dict[str, torch.Tensor] = {}
+    real_sft = prepare_module.sft_warmup
+
+    def recording_sft(model, *args, **kwargs):  # noqa: ANN001, ANN202
+        losses = real_sft(model, *args, **kwargs)
+        warmed.update({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return losses
+
+    monkeypatch.setattr(prepare_module, "sft_warmup", recording_sft)
+    base = tiny_config()
+    cfg = base.model_copy(update={"model": base.model.model_copy(update={"dtype": "bfloat16"})})
+    prepared = prepare_initial_policy(cfg, tmp_path / "policy", None, num_eval_problems=0)
+
+    start = load_policy(prepared.path, "cpu").state_dict()
+    assert warmed and start.keys() == warmed.keys()
+    differ = [k for k in warmed if not torch.equal(start[k], warmed[k])]
+    assert differ == [], f"the trainer starts from other weights than the warm-up's: {differ[:3]}"
+    assert any(not torch.equal(w, w.bfloat16().float()) for w in warmed.values())  # bf16 would round
+    # vLLM still serves bfloat16 (--dtype and config.json), and a resume accepts the folder.
+    assert json.loads((prepared.path / "config.json").read_text())["dtype"] == "bfloat16"
+    assert policy_disagreements(cfg, prepared.path / "config.json") == []
+    with safe_open(prepared.path / "model.safetensors", framework="pt") as f:
+        assert f.get_tensor("lm_head.weight").dtype == torch.float32

@@ -132,6 +132,23 @@ def test_greedy_loop_batched_equals_one_by_one(trained, env: ArithmeticEnv, tok)
     assert accuracy == expected
 
 
+def test_greedy_loop_gives_each_row_its_own_token_budget(trained, env: ArithmeticEnv, tok) -> None:
+    # The agent loop gives a turn min(max_tokens_per_turn, max_total_tokens - its own context): a
+    # short prompt batched beside a long one must not get the long one's smaller budget (it cut the
+    # short rows' first call, which ended them unanswered and understated the warm-up accuracy).
+    model = trained[0]
+    encoder = SegmentEncoder(tok)
+    problems = env.sample_problems(40, seed=123)
+    lengths = [len(encoder.ids(env.render_prompt(p))) for p in problems]
+    short = [p for p, n in zip(problems, lengths, strict=True) if n == min(lengths)][:3]
+    long = [p for p, n in zip(problems, lengths, strict=True) if n == max(lengths)][:1]
+    mixed, limit = short + long, max(lengths) + 3  # the long row has room for 3 tokens only
+    limits = dict(max_new_tokens=24, max_turns=5, max_total_tokens=limit)
+    one_by_one = greedy_answers(model, tok, env, mixed, **limits, batch_size=1)
+    assert any(a is not None for a in one_by_one[: len(short)]), "no short row answers: nothing tested"
+    assert greedy_answers(model, tok, env, mixed, **limits, batch_size=len(mixed)) == one_by_one
+
+
 def test_early_answer_demonstration_stops_after_the_given_calls(env: ArithmeticEnv) -> None:
     problem = Problem("p", "((3+4)*5)", "35", 2)
     early = env.early_answer_demonstration(problem, 1)

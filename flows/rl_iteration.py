@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from prefect import flow
 from prefect.exceptions import TerminationSignal
 
+from libra_core.observability.request_spans import read_request_spans
 from libra_core.observability.timeline import Span, instance_spans
 from libra_core.pipeline.rollout_stage import RolloutResult
 from libra_core.pipeline.run_dir import load_run_config
@@ -82,7 +83,7 @@ def rl_iteration(
     else:
         rollout_s = rollout.wall_s  # ran overlapped with the previous iteration's update
         timed.add("rollout", rollout.started_at, rollout_s)
-    timed.spans += instance_spans(iteration, rollout.requests_served)
+    timed.spans += instance_spans(iteration, read_request_spans(rollout.requests_path))
     reward, reward_s = timed("reward", reward_task, run_dir, rollout.path, iteration)
     last = iteration == cfg.experiment.iterations
     next_future = None

@@ -2,11 +2,12 @@
 
 The experiment flow records one span per stage (plan, rollout, reward, update, sync, eval) with
 wall-clock start and end, plus one span per busy stretch of every rollout instance (the union of
-the generation requests it was serving). Spans are kept per iteration in
-`<run>/timeline/iteration=N.json` (rewritten atomically, so a resumed iteration replaces its spans)
-and exported together as a Chrome/Perfetto trace (`<run>/timeline/trace.json`, open it in
-ui.perfetto.dev or chrome://tracing). Times are Unix seconds; in the async pipeline the rollout of
-iteration i+1 overlaps the update of iteration i, and the spans show that as it happened.
+the generation requests it was serving, which the rollout stage writes to a file: request_spans.py).
+Spans are kept per iteration in `<run>/timeline/iteration=N.json` (rewritten atomically, so a
+resumed iteration replaces its spans) and exported together as a Chrome/Perfetto trace
+(`<run>/timeline/trace.json`, open it in ui.perfetto.dev or chrome://tracing). Times are Unix
+seconds; in the async pipeline the rollout of iteration i+1 overlaps the update of iteration i, and
+the spans show that as it happened.
 """
 
 from __future__ import annotations

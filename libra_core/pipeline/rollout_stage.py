@@ -18,6 +18,7 @@ from libra_core.envs.base import Environment
 from libra_core.envs.registry import build_environment
 from libra_core.envs.splits import eval_problems, sample_split
 from libra_core.observability.progress import report
+from libra_core.observability.request_spans import RequestSpan, write_request_spans
 from libra_core.pipeline.run_dir import RunLayout, load_run_config
 from libra_core.rollout.agent_loop import AgentLoop, RolloutRequest, make_requests
 from libra_core.rollout.client import EngineClient
@@ -42,8 +43,10 @@ class RolloutResult:
     # rollout is submitted before its own iteration's plan), which the history records.
     instances: int
     started_at: float = 0.0  # Unix seconds, for the timeline
-    # (instance id, start, end) of every generation request, Unix seconds
-    requests_served: tuple[tuple[str, float, float], ...] = ()
+    # File of the (instance id, start, end) of every generation request, for the timeline
+    # (observability/request_spans.py); a file because this result is a flow-run parameter of the
+    # next iteration in async mode, which Prefect stores. None: none recorded.
+    requests_path: str | None = None
 
 
 def _load_scheduler(cfg: LibraConfig, layout: RunLayout) -> Scheduler:
@@ -84,7 +87,7 @@ def _run_loop(
     iteration: int,
     greedy: bool,
     stage: str,
-) -> tuple[list[dict[str, Any]], RoutingStats, list[tuple[str, float, float]], Scheduler]:
+) -> tuple[list[dict[str, Any]], RoutingStats, list[RequestSpan], Scheduler]:
     """Run `requests` through the agent loop; returns the rows, the routing statistics, the
     requests each instance served and the scheduler (its statistics are saved by the caller, once
     the stage's output is written: a retried stage must not teach the tree one iteration twice)."""
@@ -163,6 +166,7 @@ def run_rollout(
     table = table_from_rows(rows)
     layout = RunLayout(Path(run_dir))
     path = write_ipc(table, layout.stage_dir(iteration) / "rollout.arrow")
+    requests_path = write_request_spans(layout.rollout_requests(iteration), served)
     _save_scheduler(scheduler, layout, iteration if cfg.pipeline.mode == "async" else None)
     wall = time.perf_counter() - start
     generated = sum(sum(r["loss_mask"]) for r in rows)
@@ -178,7 +182,7 @@ def run_rollout(
         routing=routing,
         instances=len(urls),
         started_at=started_at,
-        requests_served=tuple(served),
+        requests_path=str(requests_path),
     )
 
 

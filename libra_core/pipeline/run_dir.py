@@ -6,7 +6,8 @@
   policy/                   HF folder the rollout engines serve and reload after each update
   reference/                frozen warm-up policy (only when training.grpo.kl_coef > 0)
   trainer/optimizer.pt      AdamW state of the trainer
-  stages/iteration=NNNNN/   Arrow IPC files exchanged between rollout, reward and update
+  stages/iteration=NNNNN/   Arrow IPC files exchanged between rollout, reward and update, and the
+                            rollout's request spans for the timeline (requests.arrow)
   lake/iteration=NNNNN.parquet   rewarded trajectories (the trajectory lake)
   history.parquet           one row per iteration: stage timings, tokens, rewards
   scheduler/cmlfq_tree.json C-MLFQ statistics carried across iterations (scheduler.type: cmlfq)
@@ -75,6 +76,11 @@ class RunLayout:
 
     def stage_dir(self, iteration: int) -> Path:
         return self.root / "stages" / f"iteration={iteration:05d}"
+
+    def rollout_requests(self, iteration: int) -> Path:
+        """When each generation request of the rollout of `iteration` ran, on which instance
+        (observability/request_spans.py)."""
+        return self.stage_dir(iteration) / "requests.arrow"
 
     def scheduler_tree_at(self, iteration: int) -> Path:
         """The C-MLFQ tree as the rollout of `iteration` left it (async mode only)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,13 @@ def test_async_experiment_with_dynamic_sampling(prefect_quiet, tmp_path: Path, c
     from flows.rl_experiment import rl_experiment
     from libra_core.data.history import read_history
     from libra_core.data.io import read_lake
-    from libra_core.observability.timeline import read_timeline
+    from libra_core.observability.request_spans import read_request_spans
+    from libra_core.observability.timeline import INSTANCE_LANE_PREFIX, instance_spans, read_timeline
+    from libra_core.pipeline.run_dir import RunLayout
     from tests.support import TEST_OVERRIDES
+
+    def by_lane(span: Any) -> tuple[str, float]:
+        return (span.lane, span.start)
 
     overrides = [
         *TEST_OVERRIDES,
@@ -61,9 +67,19 @@ def test_async_experiment_with_dynamic_sampling(prefect_quiet, tmp_path: Path, c
         assert max(r["max_version"] for r in rows) <= h["policy_version"]
         version_before = h["policy_version"]
     assert any(h["optimizer_steps"] > 0 for h in history), "the run should train at least once"
+    timeline = read_timeline(run_dir)
+    spans = {(s.iteration, s.lane): s for s in timeline}
+    # Each rollout wrote its requests next to its trajectories; the instance lanes are made of them
+    # (the overlapped ones too, which reach the next iteration's flow as a parameter).
+    for h in history:
+        i = h["iteration"]
+        served = read_request_spans(RunLayout(run_dir).rollout_requests(i))
+        assert len(served) >= h["num_trajectories"]  # at least one generation request each
+        assert all(instance.startswith(f"rollout:{run_dir.name}-") for instance, _, _ in served)
+        lanes = [s for s in timeline if s.iteration == i and s.lane.startswith(INSTANCE_LANE_PREFIX)]
+        assert sorted(lanes, key=by_lane) == sorted(instance_spans(i, served), key=by_lane) != []
     # Rollout i+1 overlapped update i, as it happened: its span starts before the update's ends.
     # (Update 1 starts the trainer process and takes seconds, so this never depends on a race.)
-    spans = {(s.iteration, s.lane): s for s in read_timeline(run_dir)}
     pairs = [(spans[(i + 1, "rollout")], spans[(i, "update")]) for i in (1, 2)]
     assert any(roll.start < update.end for roll, update in pairs), "rollout i+1 should overlap update i"
     # Interruptible rollout: when rollout i+1 was generating well before update i's weights were

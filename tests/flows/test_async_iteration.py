@@ -4,12 +4,16 @@ runs; the real stages have their own tests and the slow vLLM flow tests)."""
 
 from __future__ import annotations
 
+import json
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
+from prefect import get_client
 
 import flows.rl_iteration as ri
+from libra_core.observability.timeline import INSTANCE_LANE_PREFIX, Span, instance_spans
 from libra_core.pipeline.plan_stage import Plan
 from libra_core.pipeline.reward_stage import RewardResult
 from libra_core.pipeline.rollout_stage import RolloutResult
@@ -18,6 +22,8 @@ from libra_core.pools.rollout import PoolInfo
 from libra_core.rollout.router import RoutingStats
 from libra_core.training.selection import SelectionStats
 from libra_core.training.update import UpdateResult
+from tests.observability.test_request_spans import served_requests
+from tests.pipeline.test_rollout_requests import NUM_REQUESTS, rollout_with_served
 
 PLANNED = {1: 1, 2: 2, 3: 2}  # the planner grows the pool at iteration 2
 
@@ -36,7 +42,7 @@ def _fake_stages(
     update_fails_at: int | None = None,
     update_raises: type[BaseException] = RuntimeError,
 ) -> dict[str, Any]:
-    seen: dict[str, Any] = {"ran_on": {}, "rows": [], "stopped": 0, "order": []}
+    seen: dict[str, Any] = {"ran_on": {}, "rows": [], "spans": [], "stopped": 0, "order": []}
     cfg = types.SimpleNamespace(
         experiment=types.SimpleNamespace(iterations=3, artifacts_every=0),
         pipeline=types.SimpleNamespace(mode="async"),
@@ -77,7 +83,12 @@ def _fake_stages(
     monkeypatch.setattr(ri, "sync_task", lambda *a: None)
     monkeypatch.setattr(ri, "stop_pool_task", types.SimpleNamespace(fn=stop))
     monkeypatch.setattr(ri, "finish_run_task", types.SimpleNamespace(fn=finish))
-    monkeypatch.setattr(ri, "record_iteration_task", lambda run_dir, row, spans: seen["rows"].append(row))
+
+    def record(run_dir: str, row: dict[str, Any], spans: list[Span]) -> None:
+        seen["rows"].append(row)
+        seen["spans"].append(spans)
+
+    monkeypatch.setattr(ri, "record_iteration_task", record)
     return seen
 
 
@@ -114,3 +125,46 @@ def test_a_cancel_during_the_update_writes_the_state_before_stopping_the_engines
     with pytest.raises(RuntimeError):
         ri.rl_iteration.fn("run", 1, 0, None)
     assert seen["order"] == ["stop engines"]
+
+
+def _instance_spans(spans: list[Span]) -> list[Span]:
+    return [s for s in spans if s.lane.startswith(INSTANCE_LANE_PREFIX)]
+
+
+def test_the_flow_run_stores_no_per_request_entries_and_its_timeline_reads_them_back(
+    prefect_quiet: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The overlapped rollout is a parameter of the next iteration's flow run, which Prefect stores
+    in its database: before 2026-12 it carried one (instance, start, end) entry per generation
+    request (~0.5 MB at 20k requests, every iteration)."""
+    seen = _fake_stages(monkeypatch)
+    served = served_requests(NUM_REQUESTS)
+    rollout = rollout_with_served(monkeypatch, tmp_path, 3, served)
+    state = ri.rl_iteration(str(tmp_path), 3, 2, rollout, return_state=True)
+    assert state.is_completed()
+    with get_client(sync_client=True) as client:
+        stored = client.read_flow_run(state.state_details.flow_run_id).parameters
+    assert stored["iteration"] == 3 and stored["rollout"]["num_trajectories"] == 0
+    size = len(json.dumps(stored))
+    assert size < 2000, f"the flow run's parameters take {size} bytes"
+    # the timeline has the spans the rollout recorded, as when they travelled in the result
+    (spans,) = seen["spans"]
+    assert _instance_spans(spans) == instance_spans(3, served) != []
+    assert [s.lane for s in spans[:2]] == ["plan", "rollout"]  # instance lanes right after rollout
+
+
+def test_a_rollout_whose_spans_file_is_missing_gives_no_instance_spans(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A run folder from before rollouts wrote the file (or a result that recorded none): the
+    iteration runs and records its stage spans, without instance lanes."""
+    seen = _fake_stages(monkeypatch)
+    for requests_path in (str(tmp_path / "stages" / "iteration=00002" / "requests.arrow"), None):
+        rollout = RolloutResult(
+            "r", 8, 100, 10.0, 0.0, 10.0, 1.0, RoutingStats(0, 0, 0, 0, ()), 1, 5.0, requests_path
+        )
+        ri.rl_iteration.fn(str(tmp_path), 2, 1, rollout)
+    assert [_instance_spans(spans) for spans in seen["spans"]] == [[], []]
+    assert [[s.lane for s in spans] for spans in seen["spans"]] == [
+        ["plan", "rollout", "reward", "update", "sync"]
+    ] * 2

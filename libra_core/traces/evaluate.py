@@ -6,7 +6,8 @@ Protocol (what a scheduler may know when):
   return of every trajectory, then the second, ... (so `least_load` sees the whole iteration in
   flight); `on_finish` for the iteration's trajectories comes only after all its decisions, so a
   scheduler learns only from earlier iterations;
-- decision points are the admission and every tool return.
+- decision points are the admission and every tool return that a generating turn follows (as in
+  the agent loop: a return that ends the trajectory, e.g. at max_turns, asks nothing).
 
 Buckets: N ascending upper bounds `(B1, ..., BN)` give N + 1 buckets, bucket i holds token counts
 `<= B(i+1)` and the last is open (libra_core.scheduling.base.bucket_of); `--buckets 2000,8000`
@@ -18,8 +19,8 @@ after turn i is the sum over later turns of generated + payload tokens, and at a
   realised remaining tokens at that point (the reference implementation's notion);
 - `class_accuracy`: share of generated tokens decoded in the bucket of their trajectory's size (turn
   i's generation runs in the bucket chosen at the decision before it);
-- `migration_token_ratio`: tokens re-prefilled because of moves (the context, prompt + everything
-  so far, at each move) divided by all tokens processed (the sum of sizes);
+- `migration_token_ratio`: tokens re-prefilled because of moves (the context before the tool
+  payload, `reprefill_tokens`, at each move) divided by all tokens processed (the sum of sizes);
 - `score` = `class_accuracy` - `migration_token_ratio`.
 """
 
@@ -124,6 +125,8 @@ def replay(
             for t in batch
         ]
         current, context, remaining, size_bucket = [], [], [], []
+        # index of each trajectory's last turn that generates tokens
+        last_gen = [max((i for i, u in enumerate(t.turns) if u.gen_tokens > 0), default=-1) for t in batch]
         for t, req in zip(batch, requests, strict=True):
             bucket = check(scheduler.admit(req), f"admit({t.trajectory_id})")
             rest = t.size - t.prompt_tokens
@@ -146,6 +149,10 @@ def replay(
                 step = turn.gen_tokens + turn.payload_tokens
                 context[k] += step
                 remaining[k] -= step
+                if turn_index >= last_gen[k]:
+                    # Nothing is generated after this return (it ended the trajectory at max_turns;
+                    # the export's 0-token closing turn): as in the agent loop, no one is asked.
+                    continue
                 ret = ToolReturn(
                     turn_index, turn.gen_tokens, turn.tool, turn.payload_tokens, turn.status, context[k]
                 )

@@ -70,6 +70,19 @@ def test_metrics_match_hand_computation() -> None:
     assert m.score == pytest.approx(10 / 19 - 9 / 41)
 
 
+def test_a_return_that_ends_the_trajectory_asks_nothing() -> None:
+    # D hit max_turns on a tool return; the export closes it with a 0-token turn. No generation runs
+    # after that return, so (as in the agent loop) the scheduler is not asked and mlfq, which demotes
+    # everything past a bound, counts no move there: before, D's context was charged as migrated.
+    d = TraceTrajectory("D", "pd", 0, 8, (Turn(5, "calc", 4, "success"), Turn(0, None, 0, None)))
+    scripted = Scripted()
+    m = replay([d], scripted, BOUNDS, name="scripted")
+    assert [c for c in scripted.calls if c.startswith("tool")] == []
+    assert m.decisions == 1  # the admission
+    mlfq = replay([d], build_scheduler(SchedulerConfig(type="mlfq", buckets=BOUNDS)), BOUNDS, name="mlfq")
+    assert (mlfq.moves, mlfq.migration_token_ratio) == (0, 0.0)
+
+
 def test_oracle_is_perfect_on_class_accuracy() -> None:
     oracle = build_scheduler(SchedulerConfig(type="oracle", buckets=BOUNDS), allow_oracle=True)
     m = replay(TRACE, oracle, BOUNDS, name="oracle")

@@ -37,9 +37,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--slow", action="store_true", help="also time SLOW_ANSWER both ways")
     args = ap.parse_args(argv)
     problem = folder_problem(args.data, needs=[args.file], what="data folder")
+    if not problem and not (args.data / args.file).is_file():
+        problem = f"--file {args.file}: {args.data / args.file} is not a file"
     if problem:
         ap.error(problem)
-    records = load_math(str(args.data), (args.file,))[: args.n]
+    try:
+        records = load_math(str(args.data), (args.file,))[: args.n]
+    except (ValueError, OSError) as err:  # not JSON lines, or a record without its answer
+        ap.error(f"--file {args.file}: {err}")
+    if not records:
+        ap.error(f"--file {args.file}: {args.data / args.file} holds no record")
     pairs = []
     for r in records:
         pairs.append((r.answer, f"Adding the two parts gives the result. \\boxed{{{r.answer}}}"))

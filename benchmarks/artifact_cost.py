@@ -43,11 +43,16 @@ def main(argv: list[str] | None = None) -> None:
     problem = folder_problem(args.run_dir, what="run folder")
     if problem:
         ap.error(problem)
-    spans = read_timeline(args.run_dir)
+    try:  # a damaged timeline or history file is named, not a traceback
+        spans = read_timeline(args.run_dir)
+        history = read_history(args.run_dir)
+    except ValueError as err:
+        ap.error(f"{args.run_dir}: {err}")
     if not spans:
         ap.error(f"{args.run_dir}: no timeline recorded")
+    if not history:  # the curves view draws the history
+        ap.error(f"{args.run_dir}: no history recorded (history.parquet)")
     last = [s for s in spans if s.iteration == max(s.iteration for s in spans)]
-    history = read_history(args.run_dir)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         rows = [

@@ -4,10 +4,12 @@
 
 Each mode runs through `libra run stages.yaml` (a subprocess, so each has its own engines) with the
 same seed and the same cached warm-up; the script then reads both histories and prints, per mode:
-wall time of the run (first iteration start to last iteration end, from the history), optimizer
-steps (= policy versions), mean training reward of the first and last 10 iterations, the greedy
-evaluation curve, the staleness actually seen, and what the staleness bound dropped. Run it on an
-otherwise idle machine: both modes share the same 2 cores with anything else running.
+the `libra run` process's wall time (0 for a `--summarize` run), the iterations' summed wall time
+(the history's `iteration_s`; in async mode an iteration's includes the next one's overlapped
+rollout, so the sum counts no second twice), the median iteration, optimizer steps (= policy
+versions), mean training reward of the first and last 10 iterations, the greedy evaluation curve,
+the staleness actually seen, and what the staleness bound dropped. Run it on an otherwise idle
+machine: both modes share the same 2 cores with anything else running.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ from libra_core.planner.calibration import (  # noqa: E402
 )
 from libra_core.planner.specs import get_hardware  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
+from _args import folder_problem  # noqa: E402
+
 DEFAULT_PROFILES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "profiles"
 SPEC_FOR = {"A100": "A100-80G", "H100": "H100"}
 LARGE_MESSAGE_BYTES = 16 * 2**20
@@ -46,15 +49,18 @@ def print_table(title: str, rows: list[ErrorRow]) -> None:
         )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profiles", type=Path, default=DEFAULT_PROFILES, help="Vidur profiles folder")
     parser.add_argument("--fit", action="store_true", help="also fit the efficiency factors")
     parser.add_argument("--by", choices=["kind", "op"], default="kind", help="group rows by kind or operator")
-    args = parser.parse_args()
-    if not args.profiles.is_dir():
-        print(f"profiles folder not found: {args.profiles} (pass --profiles)", file=sys.stderr)
-        return 2
+    args = parser.parse_args(argv)
+    needed = [
+        rel for table in (COMPUTE_PROFILES, NETWORK_PROFILES) for rels in table.values() for rel in rels
+    ]
+    problem = folder_problem(args.profiles, needed, "Vidur profiles folder")
+    if problem:
+        parser.error(f"--profiles {problem}")
     rows: list[ErrorRow] = []
     large_rows: list[ErrorRow] = []
     fitted_rows: list[ErrorRow] = []

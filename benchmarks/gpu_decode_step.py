@@ -29,38 +29,17 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import atomic_write_text, output_file_problem, positive_int  # noqa: E402
+from _args import atomic_write_text  # noqa: E402
+from _gpu_common import check_cli, device_run, gpu_cli, median_ms, model_shape, run_compare  # noqa: E402
 
-MODELS_YAML = Path(__file__).resolve().parents[1] / "libra_core" / "planner" / "models.yaml"
 # (context, largest batch): batch x context stays under 512k tokens of KV cache (84 GB for qwen3-14b).
 GRID = {1_000: (1, 8, 32, 64, 128, 256), 4_000: (1, 8, 32, 64, 128), 16_000: (1, 8, 16, 32)}
 SHARD_POINTS = ((2_000, 8), (2_000, 32), (8_000, 8))  # (context, sequences per GPU)
 PREFILL = ((512, 4_000), (2_048, 0), (2_048, 8_000), (8_192, 0))  # (chunk tokens, tokens already in context)
-
-
-def model_shape(name: str) -> dict:
-    """The shape fields of `name` in models.yaml (read directly: no libra_core import needed)."""
-    import yaml
-
-    spec = yaml.safe_load(MODELS_YAML.read_text())[name]
-    return {
-        k: spec[k]
-        for k in (
-            "num_layers",
-            "hidden_size",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-            "tie_embeddings",
-        )
-    }
 
 
 class Model:
@@ -163,30 +142,6 @@ class Model:
         return F.rms_norm(x[-1:], (x.shape[-1],), self.norm, 1e-6) @ self.head
 
 
-def median_ms(fn, reps: int, sync) -> float:
-    """Median wall ms of `fn` over `reps` runs (each synchronised), after two warm-ups."""
-    for _ in range(2):
-        fn()
-    sync()
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        sync()
-        out.append((time.perf_counter() - t) * 1e3)
-    out.sort()
-    return out[len(out) // 2]
-
-
-def device_run(device: str) -> tuple[bool, Callable[[], None], dict]:
-    """Whether `device` is a CUDA GPU, how to wait for its work, and a result header naming it."""
-    import torch
-
-    cuda = device.startswith("cuda")
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    return cuda, sync, {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__}
-
-
 def _graph_ms(m: Model, x, ctx: int, reps: int, sync) -> float:
     """Median ms of one decode step captured in a CUDA graph and replayed (the kernels alone)."""
     import torch
@@ -217,6 +172,21 @@ def shard(shape: dict, tp: int) -> dict:
         "intermediate_size": shape["intermediate_size"] // tp,
         "vocab_size": shape["vocab_size"] // tp,
     }
+
+
+def shard_degrees(ap: argparse.ArgumentParser, name: str, degrees: tuple[int, ...]) -> tuple[int, ...]:
+    """The `degrees` that split `name` evenly, checked before any GPU work: the others are skipped
+    with a note (vLLM cannot run them either), and none left is exit 2 naming the model."""
+    shape, fit = model_shape(name), []
+    for tp in degrees:
+        try:
+            shard(shape, tp)
+            fit.append(tp)
+        except ValueError as err:
+            print(f"{name}: TP {tp} skipped ({err})", flush=True)
+    if not fit:
+        ap.error(f"--tp-shards: no TP degree of {list(degrees)} splits {name}")
+    return tuple(fit)
 
 
 def measure_shards(name: str, out: Path, device: str, reps: int, points: tuple, degrees=(1, 2, 4, 8)) -> dict:
@@ -349,7 +319,7 @@ def compare(path: Path, hardware: str) -> None:
         for r in rec["decode"]:
             pred = float(cm.decode_step_s(1, r["batch"], r["ctx"])) * 1e3
             g, e = r["graph_ms"], r["eager_ms"]
-            gs = "" if g is None else f"{g:.2f} | {g / pred:.2f}"
+            gs = " | " if g is None else f"{g:.2f} | {g / pred:.2f}"  # two cells either way
             ds = "" if g is None else f"{e - g:.2f}"
             print(f"| {r['ctx']:,} | {r['batch']} | {pred:.2f} | {gs} | {e:.2f} | {ds} |")
         print(f"\n{name} prefill chunk, ms")
@@ -360,68 +330,6 @@ def compare(path: Path, hardware: str) -> None:
             pred = float(cm.prefill_s_per_token(1, ctx)) * r["tokens"] * 1e3
             ms = r["eager_ms"]
             print(f"| {r['tokens']:,} | {r['past']:,} | {pred:.1f} | {ms:.1f} | {ms / pred:.2f} |")
-
-
-SMOKE_MODELS = "tiny"  # --smoke without --models: the models.yaml shape a CPU builds in a moment
-
-
-def gpu_cli(doc: str, models: str, reps: int) -> argparse.ArgumentParser:
-    """The options both GPU timing scripts take: measure (`--out`) or compare (`--compare`)."""
-    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--out", type=Path, help="measure here (needs a CUDA GPU) and write JSON to this path")
-    ap.add_argument(
-        "--models",
-        default=None,
-        help=f"comma-separated models.yaml names (default: {models}; with --smoke: {SMOKE_MODELS})",
-    )
-    ap.add_argument("--reps", type=positive_int, default=reps, help=f"timings per point (default {reps})")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument(
-        "--smoke",
-        action="store_true",
-        help=f"tiny shapes and sizes, and the {SMOKE_MODELS} model unless --models names others "
-        "(checks the script on a CPU: --smoke --device cpu)",
-    )
-    ap.add_argument(
-        "--compare", type=Path, help="a JSON written by --out: print it next to the planner's price"
-    )
-    ap.add_argument("--hardware", default="H200", help="the cost model's hardware for --compare")
-    ap.set_defaults(default_models=models)
-    return ap
-
-
-def check_cli(ap: argparse.ArgumentParser, a: argparse.Namespace) -> list[str]:
-    """The checks both GPU scripts make before any work (exit 2 naming the problem); returns the
-    models to measure: `--models`, else the tiny model under `--smoke`, else the script's default."""
-    if a.compare:
-        if not a.compare.is_file():
-            ap.error(f"--compare {a.compare}: no such file")
-        return []
-    if not a.out:
-        ap.error("give --out PATH (measure) or --compare PATH")
-    problem = output_file_problem(a.out)
-    if problem:
-        ap.error(f"--out {problem}")
-    text = a.models if a.models is not None else SMOKE_MODELS if a.smoke else a.default_models
-    models = [m.strip() for m in text.split(",")]
-    if not all(models):
-        ap.error(f"--models {text!r}: expected comma-separated model names")
-    import yaml
-
-    known = yaml.safe_load(MODELS_YAML.read_text())
-    unknown = [m for m in models if m not in known]
-    if unknown:
-        ap.error(f"--models: unknown {unknown}; valid: {sorted(known)}")
-    return models
-
-
-def run_compare(ap: argparse.ArgumentParser, fn: Callable[[Path, str], None], a: argparse.Namespace) -> None:
-    """`fn(--compare, --hardware)`; a file that is not a JSON written by `--out` or an unknown
-    hardware name is exit 2 naming it, not a traceback."""
-    try:
-        fn(a.compare, a.hardware)
-    except (ValueError, KeyError, TypeError) as err:
-        ap.error(f"--compare {a.compare} --hardware {a.hardware}: {type(err).__name__}: {err}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -437,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.tp_shards:
         points, degrees = (((32, 2),), (1, 2)) if a.smoke else (SHARD_POINTS, (1, 2, 4, 8))
+        degrees = shard_degrees(ap, models[0], degrees)
         measure_shards(models[0], a.out, a.device, a.reps, points, degrees)
         return 0
     grid = {64: (1, 2)} if a.smoke else GRID

@@ -24,7 +24,7 @@ from pathlib import Path
 # The script's folder: on sys.path when it runs as a script; added for a test that loads this file.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _args import atomic_write_text  # noqa: E402
-from gpu_decode_step import check_cli, device_run, gpu_cli, median_ms, model_shape, run_compare  # noqa: E402
+from _gpu_common import check_cli, device_run, gpu_cli, median_ms, model_shape, run_compare  # noqa: E402
 
 POINTS = ((2_048, False), (4_096, False), (4_096, True), (8_192, True))  # (sequence tokens, recompute)
 

@@ -2,9 +2,11 @@
 
 Usage: python benchmarks/planner_speed.py [--repeats 3]
 
-Cases: 48xA800 + Qwen3-14B and 16xH100 + Qwen3-30B-A3B (acceptance: < 2 s each), and a 1024-GPU
-budget (acceptance: < 30 s), each for the swe-longtail preset at staleness 0 and 1. Reports the
-best of `--repeats` wall times of `plan_cluster` (which includes building the workload).
+Cases: 48xA800 + Qwen3-14B and 16xH100 + Qwen3-30B-A3B on the swe-longtail preset (acceptance:
+< 2 s each), and two 1024-GPU budgets (acceptance: < 30 s each): 1024xH100 + Qwen3-32B on
+swe-longtail and 1024xA800 + Qwen3-30B-A3B on search-medium; each at staleness 0 and 1. Reports the
+best of `--repeats` wall times of `plan_cluster` (which includes building the workload). Exit code 1
+when a case exceeds its limit.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import platform
 import random
@@ -40,7 +41,10 @@ PER_ITERATION = 1000  # 125 prompts x 8 samples
 
 
 def percentile(sorted_ns: list[int], q: float) -> float:
-    return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1000.0
+    """The `q` percentile of ascending nanoseconds, in microseconds, by nearest rank (the smallest
+    sample with at least a `q` share of the samples at or below it: p99 of 100 is the 99th, not the max)."""
+    rank = math.ceil(round(q * len(sorted_ns), 9))  # round: 0.07 * 100 is 7.000000000000001
+    return sorted_ns[max(0, rank - 1)] / 1000.0
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,7 +34,7 @@ from libra_core.planner.search import search_plans
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import Flight, Simulator
 from libra_core.sim.overrides import parse_overrides
-from libra_core.sim.policies import Deployment, resolve_policies
+from libra_core.sim.policies import Deployment, check_cluster_size, resolve_policies
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import SimTrajectory, load_scenario, long_tail_share, spec_class
 
@@ -65,7 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("scenario", metavar="SCENARIO", help="a scenario name or a trace .parquet path")
     ap.add_argument("iterations", metavar="ITERATIONS", type=positive_int, help="iterations to simulate")
-    ap.add_argument("policies", metavar="POLICY[,POLICY...]", help="comma-separated policy names")
+    ap.add_argument(
+        "policies", metavar="POLICY[,POLICY...]", help="comma-separated policy names (`all`: every one)"
+    )
     ap.add_argument(
         "overrides",
         metavar="FIELD=VALUE",
@@ -94,7 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.cluster = parse_cluster(args.hardware)
         spec = parse_overrides(specs, spec_class(args.scenario), "spec")
         args.workload = load_scenario(args.scenario, args.iterations, args.seed, spec_overrides=spec)
-        args.policy_specs = [resolve_policies([name])[0] for name in args.policies]
+        # `all` and aliases expand, a repeat runs once: what `libra simulate` runs for these names
+        args.policy_specs = resolve_policies(args.policies)
+        check_cluster_size(args.policy_specs, args.cluster.num_gpus)
     except (ValueError, FileNotFoundError) as err:
         ap.error(str(err))
     return args
@@ -106,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
         args.iterations, args.seed, args.slowest, args.settings, args.cluster, args.workload
     )  # fmt: skip
     model = get_model(wl.model)
-    for name, policy in zip(args.policies, args.policy_specs, strict=True):
+    for policy in args.policy_specs:
+        name = policy.name
         t0 = time.perf_counter()
         sim = Simulator(
             policy,

@@ -33,25 +33,25 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"need 0 <= A <= B and --last >= 1, got --first {a} {b} --last {args.last}")
     try:
         summary = json.loads(path.read_text())
-        results = summary["results"]
         header = f"{summary['scenario']}, {summary['iterations']} iterations, seed {summary['seed']}"
+        series = {r["policy"]: [float(s) for s in r["iteration_s"]] for r in summary["results"]}
     except (ValueError, KeyError, TypeError) as err:
         ap.error(f"{path}: not a summary.json of sim_table.py --out ({type(err).__name__}: {err})")
-    known = [r["policy"] for r in results]
-    unknown = sorted(set(args.policies or []) - set(known))
+    unknown = sorted(set(args.policies or []) - set(series))
     if unknown:
-        ap.error(f"--policies {unknown} are not in {path}; it has {known}")
+        ap.error(f"--policies {unknown} are not in {path}; it has {list(series)}")
+    chosen = {p: its for p, its in series.items() if not args.policies or p in args.policies}
+    if not chosen:
+        ap.error(f"{path}: holds no policy's results")
+    short = min(len(its) for its in chosen.values())  # every window is checked before the table
+    if b >= short or args.last > short:
+        ap.error(f"the run has {short} iterations; --first {a} {b} --last {args.last} is beyond it")
     print(header)
     print(f"| policy | mean iteration s, {a}-{b} | mean iteration s, last {args.last} |")
     print("|---|---:|---:|")
-    for r in results:
-        if args.policies and r["policy"] not in args.policies:
-            continue
-        its = r["iteration_s"]
-        if b >= len(its) or args.last > len(its):
-            ap.error(f"the run has {len(its)} iterations; --first {a} {b} --last {args.last} is beyond it")
+    for policy, its in chosen.items():
         early, late = its[a : b + 1], its[-args.last :]
-        print(f"| {r['policy']} | {statistics.mean(early):.1f} | {statistics.mean(late):.1f} |")
+        print(f"| {policy} | {statistics.mean(early):.1f} | {statistics.mean(late):.1f} |")
 
 
 if __name__ == "__main__":

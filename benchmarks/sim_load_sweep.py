@@ -22,7 +22,7 @@ from pathlib import Path
 from libra_core.planner.specs import parse_cluster
 from libra_core.sim import POLICIES, simulate, workloads
 from libra_core.sim.overrides import parse_overrides
-from libra_core.sim.policies import CALIBRATION
+from libra_core.sim.policies import CALIBRATION, check_cluster_size, resolve_policies
 from libra_core.sim.report import verdicts
 from libra_core.sim.settings import SimSettings
 
@@ -59,13 +59,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     add_overrides(ap)
     args = ap.parse_args()
+    names = [p for p in POLICIES if p not in CALIBRATION]
     unknown = [s for s in args.scenarios if s not in workloads.SCENARIOS]
     if unknown:
         ap.error(f"unknown scenarios {unknown}; valid: {sorted(workloads.SCENARIOS)}")
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
         spec = parse_overrides(args.spec, workloads.ScenarioSpec, "--spec")
-        parse_cluster(args.hardware)
+        # every policy runs: a cluster one of them cannot split fails here, not mid-table
+        check_cluster_size(resolve_policies(names), parse_cluster(args.hardware).num_gpus)
     except ValueError as err:
         ap.error(str(err))
     if "prompts_per_iteration" in spec:
@@ -78,7 +80,6 @@ def main() -> None:
                 )
     except ValueError as err:
         ap.error(str(err))
-    names = [p for p in POLICIES if p not in CALIBRATION]
     print("command: .venv/bin/python benchmarks/sim_load_sweep.py " + " ".join(sys.argv[1:]))
     for sc in args.scenarios:
         print(f"\n{sc}, {args.hardware}, {args.iterations} iterations, seed {args.seed}; tok/s")

@@ -45,9 +45,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     try:
         wl = load_scenario(args.scenario, 100, 0, spec_overrides=spec)
-        policy = resolve_policies([args.policy])[0]
+        resolved = resolve_policies([args.policy])
     except ValueError as err:
         ap.error(str(err))
+    if len(resolved) != 1:  # `all` stands for every policy; the table is one policy's
+        ap.error(f"--policy {args.policy} names {len(resolved)} policies; give one")
+    policy = resolved[0]
     model = get_model(wl.model)
     settings = SimSettings(rerank_plans=4)
     sim = Simulator(policy, wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0), settings)
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
         dep = deployment_from_plan(policy, plan, model, cluster.hardware, sim.search)
         sim_plan = resimulated(sim, plan, dep, sample, spread)
         print(
-            f"| {dep.label()} | {plan.t_rollout_s:,.0f} | {plan.t_iter_s:,.0f} | "
+            f"| {dep.label().replace(' | ', '; ')} | {plan.t_rollout_s:,.0f} | {plan.t_iter_s:,.0f} | "
             f"{sim_plan.t_rollout_s:,.0f} | {sim_plan.t_iter_s:,.0f} |"
         )
     t0 = time.perf_counter()

@@ -25,6 +25,7 @@ from pathlib import Path
 from libra_core.planner.specs import parse_cluster
 from libra_core.sim import POLICIES, simulate, workloads
 from libra_core.sim.overrides import parse_overrides
+from libra_core.sim.policies import check_cluster_size, resolve_policies
 from libra_core.sim.settings import SimSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"unknown scenarios {unknown}; valid: {sorted(workloads.SCENARIOS)}")
     try:
         variants = [("default", SimSettings()), *(parse_variant(v) for v in args.variant)]
-        parse_cluster(args.hardware)
+        check_cluster_size(resolve_policies([args.policy]), parse_cluster(args.hardware).num_gpus)
         for sc in args.scenarios:  # each scenario at each load, as `simulate` loads it
             for load in args.loads:
                 workloads.load_scenario(sc, args.iterations, args.seed, None, {"prompts_per_iteration": load})

@@ -26,6 +26,8 @@ from libra_core.sim.workloads import load_scenario
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
 from _args import ExtendList, int_at_least  # noqa: E402
 
+RUN_ITERATIONS = 100  # the run length whose drift is measured, as in the simulator's tables
+
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -34,21 +36,27 @@ def main(argv: list[str] | None = None) -> None:
         "--iterations",
         type=int_at_least(3),
         default=20,
-        help="iterations the measured spread is taken over (at least 3: a line is fitted first)",
+        help=f"iterations the measured spread is taken over (3 to {RUN_ITERATIONS}: a line is fitted "
+        "first, over the tables' run)",
     )
     ap.add_argument(
         "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
     )
     args = ap.parse_args(argv)
-    try:  # each scenario's 100-iteration drift must hold the iterations measured
-        workloads = {name: load_scenario(name, 100, 0) for name in args.scenarios}
+    if args.iterations > RUN_ITERATIONS:  # past the run's end its drift is extrapolated
+        ap.error(
+            f"--iterations {args.iterations}: the drift is that of a {RUN_ITERATIONS}-iteration run; "
+            f"give at most {RUN_ITERATIONS}"
+        )
+    try:
+        workloads = {name: load_scenario(name, RUN_ITERATIONS, 0) for name in args.scenarios}
     except (ValueError, FileNotFoundError) as err:
         ap.error(str(err))
     cluster = parse_cluster("48xA800")
     print("| scenario | estimated update cv (iteration 0) | measured token cv | estimated rollout cv |")
     print("|---|---:|---:|---:|")
     for name in args.scenarios:
-        wl = workloads[name]  # the drift of a 100-iteration run, as in the tables
+        wl = workloads[name]  # the drift of the tables' run
         model = get_model(wl.model)
         sim = Simulator(
             resolve_policies(["+planning"])[0],

@@ -34,6 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, 
 from _args import add_overrides, positive_int  # noqa: E402
 
 
+def cell(text: str) -> str:
+    """`text` as one Markdown table cell: a deployment's label separates its halves with ` | `."""
+    return text.replace(" | ", "; ")
+
+
 def tokens_per_s(sim: Simulator) -> float:
     return sim.run().tokens_per_s
 
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
             dep = Deployment(
                 cluster.num_gpus - rollout_gpus, train.layout, instances, (OPEN_BOUND,), rollout_gpus
             )
-            rows.append((tokens_per_s(sim(dep)), dep.label()))
+            rows.append((tokens_per_s(sim(dep)), cell(dep.label())))
     rows.sort(reverse=True)
     if not rows:
         raise SystemExit("error: no layout to simulate: no rollout GPU count leaves GPUs the model trains on")
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---:|")
     for rate, label in rows[: args.top]:
         print(f"| {label} | {rate:,.0f} |")
-    print(f"| static-optimal (the planner's): {planner.dep.label()} | {planned:,.0f} |")
+    print(f"| static-optimal (the planner's): {cell(planner.dep.label())} | {planned:,.0f} |")
     shared = tokens_per_s(sim(run_policy=colocated))
     print(f"| colocated (all {cluster.num_gpus} GPUs time-shared) | {shared:,.0f} |")
     print(

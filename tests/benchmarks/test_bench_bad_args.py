@@ -39,6 +39,16 @@ CASES = [
     ("trace_eval_table.py", ["--run", "/nonexistent"], "/nonexistent"),
     ("answer_check_cost.py", ["--timeout-s", "0"], "--timeout-s"),
     ("answer_check_cost.py", ["--data", "/nonexistent"], "/nonexistent"),
+    ("answer_check_cost.py", ["--data", ".", "--file", "benchmarks"], "is not a file"),  # was a traceback
+    ("answer_check_cost.py", ["--data", ".", "--file", "README.md"], "invalid JSON"),  # was a traceback
+    ("cost_model_error.py", ["--profiles", "/nonexistent"], "/nonexistent"),
+    ("cost_model_error.py", ["--profiles", "benchmarks"], "missing compute/"),  # was a traceback
+    # a policy that splits the cluster cannot run on one GPU: was a ZeroDivisionError / a traceback
+    ("sim_diag.py", ["tiny", "1", "greedy", "--hardware=1xH100"], "at least 2 GPUs"),
+    ("sim_load_sweep.py", ["--scenarios", "tiny", "--hardware", "1xH100"], "at least 2 GPUs"),
+    ("sim_setting_compare.py", ["--scenarios", "tiny", "--hardware", "1xH100"], "at least 2 GPUs"),
+    ("sim_rerank.py", ["--scenario", "tiny", "--policy", "all"], "--policy all"),  # was colocated's table
+    ("sim_spread.py", ["--iterations", "101", "--scenarios", "tiny"], "--iterations 101"),  # extrapolated
 ]
 
 

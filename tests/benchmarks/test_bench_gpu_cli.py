@@ -80,13 +80,13 @@ def test_the_json_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch) -> None
 
 
 def test_decode_step_keeps_free_of_libra_core_imports() -> None:
-    """It runs on a CUDA machine with torch and pyyaml alone: its measuring path imports no
-    libra_core module (only `--compare`, run here, does)."""
+    """It runs on a CUDA machine with torch and pyyaml alone: its measuring path (the script and the
+    helpers it imports) imports no libra_core module (only `--compare`, run here, does)."""
     import ast
 
     from tests.benchmarks.support import BENCH
 
-    for name in ("gpu_decode_step.py", "_args.py"):
+    for name in ("gpu_decode_step.py", "_args.py", "_gpu_common.py"):
         tree = ast.parse((BENCH / name).read_text())
         top = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
         mods = [n.module if isinstance(n, ast.ImportFrom) else n.names[0].name for n in top]

@@ -228,6 +228,10 @@ class AgentLoop:
                 turn + 1 >= self.env.max_turns or len(prompt_ids) + len(response) >= self.cfg.max_total_tokens
             )
             instance = router.after_tool(sched, ret, instance, last=ends)
+        if turns_seen and turns_seen[-1].tool is not None:
+            # Ended on a tool return (max_turns or no budget left): close with a turn of 0 tokens,
+            # as the trace export does, so the tree learns "nothing remains" after that return.
+            turns_seen.append(Turn(0, None, 0, None))
         last = turns_seen[-1] if turns_seen else None
         router.finish(
             FinishedTrajectory(

@@ -17,6 +17,7 @@ from libra_core.envs.base import Problem, ToolResult, TurnAction
 from libra_core.rollout.agent_loop import AgentLoop, RolloutRequest
 from libra_core.rollout.client import Completion
 from libra_core.rollout.router import InstanceRouter
+from libra_core.scheduling.base import FinishedTrajectory, Move, SchedRequest, ToolReturn, Turn
 from libra_core.scheduling.registry import build_scheduler
 
 STOP = "|"
@@ -112,3 +113,42 @@ def test_a_return_with_a_turn_after_it_still_migrates() -> None:
     assert [e.calls for e in engines] == [1, 1]  # the answer turn ran on the long bucket's instance
     assert (stats.moves, stats.migrations) == (1, 1)
     assert stats.migrated_tokens == len("PROMPT") + len("CALL|")  # the context before the payload
+
+
+class RecordingScheduler:
+    """Keeps every finished trajectory's turns; never moves anything (test double)."""
+
+    def __init__(self) -> None:
+        self.finished: list[tuple[Turn, ...]] = []
+
+    def admit(self, request: SchedRequest) -> int:
+        return 0
+
+    def on_tool_return(self, request: SchedRequest, ret: ToolReturn) -> Move | None:
+        return None
+
+    def on_finish(self, trajectory: FinishedTrajectory) -> None:
+        self.finished.append(tuple(trajectory.turns))
+
+    def on_policy_version(self, version: int) -> None:
+        pass
+
+
+def test_a_trajectory_ending_on_a_tool_return_is_learnt_as_the_export_writes_it() -> None:
+    # The prefix tree records a sample after every tool return but the last turn's; a trajectory
+    # that hit max_turns right after a return is closed with a 0-token turn (as the trace export
+    # writes it), so the live tree learns that nothing remained there, as a replayed one does.
+    sched = RecordingScheduler()
+    router = InstanceRouter(sched, 1, 1)
+    loop = AgentLoop(
+        OneToolEnv(max_turns=2),
+        CharTokenizer(),
+        [ScriptedEngine(["CALL|"])],
+        RolloutConfig(),
+        policy_version=0,
+        iteration=0,
+    )
+    (row,) = loop.run([RolloutRequest(Problem("p0", "PROMPT", "2", 1), "g0", 0)], router)
+    assert row["finish_reason"] == "max_turns" and row["num_turns"] == 2
+    call = Turn(5, "calc", 5, "success")
+    assert sched.finished == [(call, call, Turn(0, None, 0, None))]

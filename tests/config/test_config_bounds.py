@@ -67,3 +67,12 @@ def test_a_negative_payload_class_edge_is_refused() -> None:
         ConfigError, match=r"payload_class_edges\[0\]: Input should be greater than or equal to 0; got -5"
     ):
         load_config(None, ["scheduler.payload_class_edges=[-5, 16]"])
+
+
+@pytest.mark.parametrize("backend", ["ddp", "deepspeed"])
+def test_a_multi_rank_backend_is_refused_in_an_experiment(backend: str) -> None:
+    # the update stage runs one process; a data-parallel backend would be silently ignored there
+    with pytest.raises(
+        ConfigError, match=rf"training.backend '{backend}': the GRPO update stage runs a single"
+    ):
+        load_config(None, [f"training.backend={backend}"])

@@ -10,11 +10,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from libra_core.config.training import TrainingConfig
 from libra_core.elastic import toy
 from libra_core.elastic.toy import ToyProblem, reference_params
 from libra_core.pools.local import LocalPool
-from libra_core.training.backends.registry import backend_names, build_backend, run_update
+from libra_core.training.backends.registry import backend_names, build_backend
 
 HAVE_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 STEPS = 4
@@ -61,13 +60,6 @@ def test_registry_names_and_unknown_backend() -> None:
         ValueError, match="unknown training backend 'megatron'; valid names: ddp, deepspeed, torch"
     ):
         build_backend("megatron")
-
-
-def test_run_update_refuses_multi_rank_backends_instead_of_running_single_process(tmp_path) -> None:  # noqa: ANN001
-    import pyarrow as pa
-
-    with pytest.raises(ValueError, match="training.backend 'ddp' runs one rank per trainer-pool worker"):
-        run_update(tmp_path, tmp_path, pa.table({}), TrainingConfig(backend="ddp"), version=0, seed=0)
 
 
 @pytest.mark.parametrize(("name", "world", "options"), CASES)

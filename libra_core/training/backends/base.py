@@ -10,7 +10,7 @@ parameters. The loss passed to `backward` is the replica's mean loss over its ow
 backends average gradients over replicas, so a W-replica job on W equal shards equals one process on
 their union with a mean loss. Equal means equal in whatever the loss averages over: a token-mean
 loss needs the same number of trained tokens on every replica, or the average weights a token on a
-short shard more (the GRPO update runs single-process, `registry.run_update`).
+short shard more (the GRPO update stage runs single-process: `training.update.run_grpo_update`).
 """
 
 from __future__ import annotations

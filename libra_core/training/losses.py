@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+MAX_LOG_RATIO = 20.0  # |log pi/pi_old| bound before exp (see ppo_clip_loss)
+
 
 def ppo_clip_loss(
     logprobs: torch.Tensor,
@@ -34,11 +36,12 @@ def ppo_clip_loss(
     masked-out positions contribute nothing to the loss, its gradient or the metrics, whatever values
     they hold. Only `logprobs` should carry gradient.
 
-    Per token: ratio = exp(logp - logp_behaviour); loss = -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A),
+    Per token: ratio = exp(logp - logp_behaviour), the log-ratio bounded to +-MAX_LOG_RATIO; loss = -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A),
     averaged over the masked tokens of rows with A != 0 (`pg_tokens` in the metrics).
     With `ref_logprobs` and `kl_coef > 0`, adds kl_coef * mean k3(ref || current) over every masked
     token, where
-    k3 = exp(ref - logp) - (ref - logp) - 1 (non-negative, unbiased for KL(current || ref)).
+    k3 = exp(ref - logp) - (ref - logp) - 1 (non-negative, unbiased for KL(current || ref); ref - logp
+    bounded the same way).
 
     Decoupled PPO (AReaL), when `proximal_logprobs` is given (the policy at the start of the update,
     no gradient): ratio = exp(logp - logp_proximal) is clipped around the proximal policy, and each
@@ -75,6 +78,11 @@ def ppo_clip_loss(
         f"proximal_logprobs {tuple(anchor.shape)} must match logprobs {tuple(logprobs.shape)}"
     )
     log_ratio = torch.where(keep, logprobs - anchor.to(logprobs.dtype), torch.zeros_like(logprobs))
+    # Bounded before exp: past ~88.7 float32 overflows to inf, and inf x a zero gradient is NaN, which
+    # aborts the whole update (FloatingPointError) over one token sampled at a near-zero behaviour
+    # probability. A token past the bound gets no gradient (the clamp saturates); inside it, nothing
+    # changes (verl bounds its log-ratio the same way).
+    log_ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)
     adv = advantages.to(logprobs.dtype).unsqueeze(1).expand_as(ratio)
     unclipped = ratio * adv
@@ -101,6 +109,7 @@ def ppo_clip_loss(
             f"ref_logprobs {tuple(ref_logprobs.shape)} must match logprobs {tuple(logprobs.shape)}"
         )
         ref_diff = torch.where(keep, ref_logprobs.to(logprobs.dtype) - logprobs, torch.zeros_like(logprobs))
+        ref_diff = ref_diff.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # as the policy ratio above
         k3 = torch.exp(ref_diff) - ref_diff - 1.0
         kl_ref = (k3 * weight).sum() / denom
         loss = loss + kl_coef * kl_ref

@@ -114,3 +114,26 @@ def test_zero_advantage_rows_do_not_dilute_the_policy_gradient():
     assert padded.grad is not None and logprobs.grad is not None
     torch.testing.assert_close(padded.grad[:2], logprobs.grad)
     assert torch.count_nonzero(padded.grad[2]) == 0
+
+
+@pytest.mark.parametrize("adv", [1.0, -1.0])
+def test_a_token_far_off_its_behaviour_probability_gives_finite_gradients(adv: float) -> None:
+    # log-ratio 100 (a token sampled at behaviour log-prob -100): exp overflowed float32 to inf and
+    # inf x 0 made the gradient NaN, so the whole update raised FloatingPointError over one token
+    behaviour = torch.tensor([[-100.0, -1.0]])
+    logprobs = torch.tensor([[0.0, -1.0]], requires_grad=True)
+    ref = torch.tensor([[-100.0, -1.0]])  # and a reference that far below for the k3 term
+    loss, metrics = ppo_clip_loss(
+        logprobs,
+        behaviour,
+        torch.tensor([adv]),
+        torch.ones(1, 2),
+        clip_eps=0.2,
+        ref_logprobs=ref,
+        kl_coef=0.1,
+    )
+    loss.backward()
+    assert logprobs.grad is not None and torch.isfinite(logprobs.grad).all()
+    assert math.isfinite(loss.item()) and math.isfinite(metrics["ratio_mean"])
+    assert logprobs.grad[0, 0] == 0  # past the bound: no gradient through that token's ratio
+    assert logprobs.grad[0, 1] != 0  # the ordinary token still learns

@@ -36,7 +36,8 @@ def ppo_clip_loss(
     masked-out positions contribute nothing to the loss, its gradient or the metrics, whatever values
     they hold. Only `logprobs` should carry gradient.
 
-    Per token: ratio = exp(logp - logp_behaviour), the log-ratio bounded to +-MAX_LOG_RATIO; loss = -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A),
+    Per token: ratio = exp(logp - logp_behaviour), the log-ratio bounded to +-MAX_LOG_RATIO;
+    loss = -min(ratio * A, clip(ratio, 1-eps, 1+eps) * A),
     averaged over the masked tokens of rows with A != 0 (`pg_tokens` in the metrics).
     With `ref_logprobs` and `kl_coef > 0`, adds kl_coef * mean k3(ref || current) over every masked
     token, where

@@ -41,6 +41,13 @@ CASES = [
     ("answer_check_cost.py", ["--data", "/nonexistent"], "/nonexistent"),
     ("answer_check_cost.py", ["--data", ".", "--file", "benchmarks"], "is not a file"),  # was a traceback
     ("answer_check_cost.py", ["--data", ".", "--file", "README.md"], "invalid JSON"),  # was a traceback
+    ("env_tool_cost.py", ["--runs", "0"], "--runs"),
+    ("env_tool_cost.py", ["--search-calls", "x"], "--search-calls"),
+    ("env_tool_cost.py", ["--wall-time-s", "0"], "--wall-time-s"),
+    ("env_tool_cost.py", ["--cpu-time-s", "601"], "--cpu-time-s"),
+    ("env_tool_cost.py", ["--data", "/nonexistent"], "/nonexistent: no such data folder"),
+    ("env_tool_cost.py", ["--data", "benchmarks"], "missing code/mbpp.jsonl"),
+    ("env_tool_cost.py", ["--json", "/nonexistent/x.json"], "--json"),
     ("cost_model_error.py", ["--profiles", "/nonexistent"], "/nonexistent"),
     ("cost_model_error.py", ["--profiles", "benchmarks"], "missing compute/"),  # was a traceback
     # a policy that splits the cluster cannot run on one GPU: was a ZeroDivisionError / a traceback

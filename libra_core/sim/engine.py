@@ -1,5 +1,10 @@
 """The simulator: one policy, one cluster, N iterations of an agentic RL pipeline, event by event.
 
+`Simulator` builds the run's state, picks its first deployment and runs the event loop; its event
+handlers here admit a rollout's trajectories and finish them. Its bases hold the rest: the turn path
+between events (`SimTurns`, turns.py) and the deployment and its GPU-time books (`SimDeployments`,
+deployments.py); the iteration hand-offs, replanning and elastic pool are pipeline.py's.
+
 Pipeline (staleness s; s = 1 for disaggregated policies, 0 = sequential for `colocated`): rollout j
 starts when rollout j-1 is done and policy version `j - s` has reached the rollout side; update j
 starts when rollout j is done and update j-1 is done; its weights reach rollout `t_sync` later
@@ -33,51 +38,33 @@ import gc
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
-from libra_core.config.models import SchedulerConfig
 from libra_core.planner.audit import AuditPolicy, MoveAudit
 from libra_core.planner.calibration import StageCorrection
 from libra_core.planner.iteration import weight_sync_s
 from libra_core.planner.replan import ReplanPolicy
-from libra_core.planner.search import Plan, SearchSettings, search_plans
+from libra_core.planner.search import SearchSettings
 from libra_core.planner.specs import HardwareSpec, ModelSpec
-from libra_core.planner.workload import Turns, Workload, workload_from_turns
-from libra_core.scheduling.base import FinishedTrajectory, SchedRequest, Scheduler, ToolReturn
-from libra_core.scheduling.cmlfq import CMLFQScheduler
-from libra_core.scheduling.registry import build_scheduler
+from libra_core.planner.workload import Workload
+from libra_core.scheduling.base import FinishedTrajectory, SchedRequest
 from libra_core.sim import pipeline
-from libra_core.sim.cmlfq import SimCMLFQScheduler
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import CostTables, Instance
 from libra_core.sim.policies import GREEDY_RESPLIT_AT, PROMOTING, Deployment, PolicySpec, build_deployment
 from libra_core.sim.rerank import rerank
-from libra_core.sim.router import Router
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import IterationRecord, RunStats
 from libra_core.sim.training import Trainer
-from libra_core.sim.tree import SimPrefixTree
-from libra_core.sim.workloads import SimTrajectory
+from libra_core.sim.trajectory import SimTrajectory
+from libra_core.sim.turns import Flight, SimTurns
+
+__all__ = ["Flight", "Simulator"]  # `Flight` lived here before turns.py (benchmarks import it from here)
 
 
-@dataclass(slots=True, eq=False)
-class Flight:
-    traj: SimTrajectory
-    req: SchedRequest
-    bucket: int
-    ctx: float
-    admit_s: float
-    turn: int = 0
-    last: Instance | None = None
-    pinned: Instance | None = None
-    new_tokens: float = 0.0  # tokens appended since the previous turn (prompt, then payloads)
-    moved: bool = False  # the scheduler moved it at the last tool return (leave the old instance)
+class Simulator(SimTurns):
+    """One policy's run: built with its inputs, then `run()` once, which returns its `RunStats`."""
 
-
-class Simulator:
     def __init__(
         self,
         policy: PolicySpec,
@@ -133,29 +120,29 @@ class Simulator:
         self.trajs = {j: workload.trajectories(j) for j in range(min(1, iterations))}
         self.windows: list[Workload] = []
         self.sample: list[SimTrajectory] = []  # the last finished rollout's trajectories (rerank_plans)
-        self.sched: Scheduler | None = None
-        self.dep: Deployment | None = None
+        self.sched = None
+        self.dep = None
         self.version = 0  # policy versions on the rollout side
         self.rolled = 0  # rollouts completed
         self.rollout_running = False
         self.pending_train: list[int] = []
         self.unfinished = 0
-        self.lent: list[Instance] = []
-        self.hybrids: list[Instance] = []
-        self.lent_ready: set[int] = set()
+        self.lent = []
+        self.hybrids = []
+        self.lent_ready = set()
         self.returning_gpus = 0
         # An applied move that takes GPUs from a running update: the next rollout's start (its
         # ROLLOUT_START target) waits for that update to end, then for the move (`on_train_done`).
-        self.move_after_update: int | None = None
-        self.bucket_flights: list[int] = []
+        self.move_after_update = None
+        self.bucket_flights = []
         self._ledger_s = 0.0
         self._next_id = 0
-        self.cur: IterationRecord | None = None
+        self.cur = None
         self.deploy(deployment or self._first_deployment())
         self.trainer = Trainer(self.dep.train_gpus if self.dep else 1)
         self.stats.mixed_gap = self.dep.mixed_gap if self.dep else None
 
-    # -- deployment ------------------------------------------------------------------------------------
+    # -- first deployment ------------------------------------------------------------------------------
     def _first_deployment(self) -> Deployment:
         w0 = self.workload_of(0)
         if self.s.rerank_plans and self.p.split == "planner":
@@ -166,105 +153,6 @@ class Simulator:
                 )
             return ranked[0][1]
         return build_deployment(self.p, self.model, self.hw, self.G, w0, self.search)
-
-    def rerank_candidates(self, w: Workload) -> list[Plan]:
-        """Every split's best plan for workload `w`, best priced first (what `rerank` draws from)."""
-        return search_plans(self.model, self.hw, self.G, w, replace(self.search, top_k=self.G))
-
-    def rerank_alternatives(self, w: Workload) -> list[list[Plan]]:
-        """Candidate lists `rerank` also simulates: for a heterogeneous policy, with
-        `rerank_one_degree`, every split's best one-degree plan (what +planning would run)."""
-        if not (self.p.hetero and self.s.rerank_one_degree):
-            return []
-        one = replace(self.search, top_k=self.G, homogeneous=True, promote=False)
-        return [search_plans(self.model, self.hw, self.G, w, one)]
-
-    def workload_of(self, j: int) -> Workload:
-        ts = self.trajs.get(j) or self.wl.trajectories(j)
-        self.trajs[j] = ts
-        return self.workload_of_trajectories(ts, f"iter{j}")
-
-    def workload_of_trajectories(self, ts: list[SimTrajectory], name: str = "sample") -> Workload:
-        """The planner's view of simulated trajectories (one iteration's)."""
-        turns = Turns(
-            [t.prompt_tokens for t in ts],
-            [[x.gen_tokens for x in t.turns] for t in ts],
-            [[x.payload_tokens for x in t.turns] for t in ts],
-            [sum(t.tool_latency_s) for t in ts],
-        )
-        # A simulated instance keeps a trajectory's prefix cached across its tool calls (only a
-        # move to another instance prefills the context again), so the planner prices no re-prefill.
-        ids, groups = np.unique([t.prompt_id for t in ts], return_inverse=True)  # one prompt, one group
-        # Prompts x group must be the trajectories given, or the workload's weight would scale the
-        # update's tokens (a trace of 24 per iteration was priced as 16).
-        prompts, group = (len(ids), len(ts) // len(ids)) if len(ts) % len(ids) == 0 else (len(ts), 1)
-        return workload_from_turns(name, turns, prompts, group, reprefill_fraction=0.0, group_index=groups)
-
-    def update_wait_s(self, dep: Deployment) -> float | None:
-        """How long a move to `dep` waits for the running update, None if it need not: the update
-        keeps the GPUs it started on, so a layout with fewer training GPUs waits for its end."""
-        tr = self.trainer
-        if not (tr.busy and dep.train_gpus < tr.train_gpus):
-            return None
-        return max(0.0, tr.done_s() - self.q.now_s)
-
-    def harvest(self, instances: list[Instance]) -> None:
-        """Collect busy GPU-seconds of instances that are about to be dropped."""
-        for inst in instances:
-            inst.advance(self.q.now_s)
-            self.stats.roll_busy_gpu_s += inst.busy_s * inst.tp
-            inst.busy_s = 0.0
-
-    def deploy(self, dep: Deployment) -> None:
-        self._account()
-        self.harvest(getattr(self, "instances", []))
-        self.dep = dep
-        self.instances = []
-        for tp, bucket in dep.instances:
-            self.instances.append(
-                Instance(
-                    self._next_id, tp, bucket, self.tables, self.tables.kv_capacity[tp], last_s=self.q.now_s
-                )
-            )
-            self._next_id += 1
-        self.router = Router(self.instances, dep.num_buckets, self.p.placement, self.s.spill_factor)
-        self.bucket_flights = [0] * dep.num_buckets
-        cfg = SchedulerConfig(
-            type=self.p.scheduler,
-            buckets=dep.bucket_bounds,  # type: ignore[arg-type]
-            prefill_decode_cost_ratio=self.s.cmlfq_cost_ratio,
-        )
-        if isinstance(self.sched, CMLFQScheduler):
-            self.sched = SimCMLFQScheduler(cfg, tree=self.sched.tree)  # the tree survives a replan
-        elif self.p.scheduler == "cmlfq":
-            self.sched = SimCMLFQScheduler(cfg, tree=SimPrefixTree.from_config(cfg))
-        else:
-            self.sched = build_scheduler(cfg, allow_oracle=self.p.scheduler == "oracle")
-        self.stats.deployments.append(dep.label())
-        # A running update keeps the layout (and GPUs) it started on; the next one starts on the
-        # new layout (`try_start_train` sets it).
-        if hasattr(self, "trainer") and not self.trainer.busy:
-            self.trainer.train_gpus = dep.train_gpus
-
-    def _account(self) -> None:
-        """Integrate GPUs per side over time (for idle shares)."""
-        now = self.q.now_s
-        dt = now - self._ledger_s
-        if dt > 0 and self.dep is not None:
-            if self.p.colocated:
-                side = self.rollout_running
-                self.stats.roll_gpu_s += dt * self.G * side
-                self.stats.train_gpu_s += dt * self.G * (not side)
-            else:
-                lent = sum(i.tp for i in self.lent) - sum(i.tp for i in self.hybrids if i.active)
-                # Elastic: rollout GPUs no instance holds train as replicas (`_train_gpus_now`).
-                spare = self.dep.spare_gpus if self.p.elastic else 0
-                # An update that started before a move keeps its GPUs until it ends.
-                held = max(0, self.trainer.train_gpus - self.dep.train_gpus) if self.trainer.busy else 0
-                moved = lent + spare + held
-                self.stats.roll_gpu_s += dt * (self.dep.rollout_gpus - moved)
-                self.stats.train_gpu_s += dt * (self.dep.train_gpus + moved)
-        self._ledger_s = now
 
     # -- main loop -------------------------------------------------------------------------------------
     def run(self) -> RunStats:
@@ -326,6 +214,7 @@ class Simulator:
         self.stats.events = q.processed - stale
         return self.stats
 
+    # -- rollout start, decode ends and finished trajectories (they hand off to pipeline.py) ---------
     def on_rollout_start(self, j: int) -> None:
         replanned = (
             self.p.replan
@@ -387,39 +276,6 @@ class Simulator:
                 f.pinned = self.router.pin()
             self.route(f)
 
-    def route(self, f: Flight) -> None:
-        gen = f.traj.turns[f.turn].gen_tokens
-        last = f.last
-        held = f.pinned
-        if held is None and self.s.sticky_turns and not f.moved:
-            held = self.router.holder(f.bucket, last)
-        if held is not None:  # the turn stays where it is pinned or where its prefix is cached
-            queue = self.router.pinned_queues[held.instance_id]
-            inst = held if held.fits(f.ctx + gen) and not queue else None
-            if inst is None:
-                queue.append(f)
-                return
-        else:
-            inst = self.router.choose(f.bucket, None if f.moved else last, f.ctx + gen)
-            f.moved = False
-            if inst is None:
-                self.router.queues[f.bucket].append(f)
-                return
-        inst.join(self.q.now_s, f, f.ctx, self._prefill_tokens(f, inst), gen)
-        self._schedule(inst)
-
-    def _prefill_tokens(self, f: Flight, inst: Instance) -> float:
-        """New tokens on the instance that holds the prefix, else the whole context."""
-        last = f.last
-        if inst is last or last is None or not self.s.move_reprefill:
-            return f.new_tokens
-        return f.ctx
-
-    def _schedule(self, inst: Instance) -> None:
-        t = inst.next_done_s()
-        if t is not None:
-            self.q.push(t, Kind.DECODE_DONE, inst, inst.version)
-
     def on_decode_done(self, inst: Instance) -> None:
         q = self.q
         now = q.now_s
@@ -440,37 +296,6 @@ class Simulator:
                 pipeline.hybrid_idle(self, inst)
             else:
                 pipeline.maybe_lend(self, inst)
-
-    def _drain(self, inst: Instance) -> None:
-        queues = [self.router.pinned_queues[inst.instance_id]]
-        if self.p.placement != "round_robin":
-            queues += self.router.drain_order(inst.bucket)
-        now = self.q.now_s
-        for q in queues:
-            while q and inst.active:
-                f = q[0]
-                gen = f.traj.turns[f.turn].gen_tokens
-                if not inst.fits(f.ctx + gen):
-                    return
-                q.popleft()
-                inst.join(now, f, f.ctx, self._prefill_tokens(f, inst), gen)
-
-    def on_tool_return(self, f: Flight) -> None:
-        t = f.traj.turns[f.turn]
-        f.ctx += t.payload_tokens
-        f.new_tokens = float(t.payload_tokens)
-        assert self.sched is not None and t.tool is not None and t.status is not None
-        ret = ToolReturn(f.turn, t.gen_tokens, t.tool, t.payload_tokens, t.status, int(f.ctx))
-        move = self.sched.on_tool_return(f.req, ret)
-        if move is not None and f.pinned is None:
-            self.bucket_flights[f.bucket] -= 1
-            f.bucket = self.router.clamp(move.bucket)
-            self.bucket_flights[f.bucket] += 1
-            f.moved = True
-            if self.cur:
-                self.cur.moves += 1
-        f.turn += 1
-        self.route(f)
 
     def finish(self, f: Flight) -> None:
         assert self.sched is not None

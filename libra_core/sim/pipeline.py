@@ -1,7 +1,7 @@
 """Iteration pipeline of the simulator: rollout/update hand-offs, weight sync, replanning, elastic pool.
 
-Functions over a `Simulator` (engine.py holds the per-token rollout path; this file the per-iteration
-path); the rules are in engine.py's module docstring.
+Functions over a `Simulator` (engine.py and turns.py hold the per-token rollout path; this file the
+per-iteration path); the rules are in engine.py's module docstring.
 """
 
 from __future__ import annotations

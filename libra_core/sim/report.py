@@ -23,7 +23,8 @@ from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.train_cost import TrainShape, train_lower_bound_s
 from libra_core.sim.instance import CostTables
 from libra_core.sim.policies import ABLATION
-from libra_core.sim.workloads import SimTrajectory, long_tail_share
+from libra_core.sim.trajectory import SimTrajectory
+from libra_core.sim.workloads import long_tail_share
 
 # `plots.write_plots`'s files (named here: plots.py imports matplotlib, this module stays light).
 PLOT_FILES = ("throughput.png", "iterations.png")

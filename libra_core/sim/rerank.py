@@ -32,7 +32,7 @@ from libra_core.planner.rollout_cost import instance_tp_degrees
 from libra_core.planner.search import Plan, iteration_spread
 from libra_core.planner.spread import Spread
 from libra_core.sim.policies import Deployment, deployment_from_plan
-from libra_core.sim.workloads import SimTrajectory
+from libra_core.sim.trajectory import SimTrajectory
 
 if TYPE_CHECKING:
     from libra_core.sim.engine import Simulator

@@ -7,7 +7,8 @@ Built once per run (`libra simulate --setting FIELD=VALUE`, the `simulate` flow'
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 
 from libra_core.planner.search import DEFAULT_MIXED_MARGIN
 from libra_core.planner.specs import HardwareSpec
@@ -22,12 +23,38 @@ MAX_NUM_SEQS = 4096
 # float clock can no longer resolve a decode step), as a trace's tool call (traces/schema.py).
 MAX_SWITCH_S = MAX_TOOL_LATENCY_S
 MAX_SERVING_OVERHEAD_US = 1e6  # a second of CPU time per decode step
+# The planner's assignment DP tabulates every contiguous range of length bins per TP degree and
+# instance count, ~(bins + 1)^2 x degrees x GPUs entries. A search-r1 plan on 48 GPUs took 2 s at
+# the default 48 bins, 8 s and 330 MB at 128, 62 s and 1.1 GB at 256; on 16 GPUs 512 bins (one per
+# two trajectories) took 4 minutes and 3.5 GB, and more filled memory. Bins past an iteration's
+# trajectory count are not used.
+MAX_NUM_BINS = 128
+# `cmlfq_cost_ratio` prices re-prefilling one context token in decoded tokens. Prefill is batched
+# and compute-bound, so on a GPU a prefilled token costs far less than a decoded one (0.1 here, 1.0
+# the library's trace score); 100 leaves two orders of magnitude past that for what-ifs. Past ~1e7
+# (a trajectory's token cap) no move can pay, and at 1e308 a context's cost overflowed to inf.
+MAX_CMLFQ_COST_RATIO = 100.0
+# `spill_factor` is a ratio of loads (a bucket's best instance against the cluster's mean per GPU).
+# Every value up to 0.5 ran the same as 1e-300 on the mixed layout of test_sim_engine.py (a turn
+# spills whenever its bucket runs anything); past 4,096 (`MAX_NUM_SEQS`) no load spills, and 1e9 is
+# the documented "never spill" (benchmarks/sim_diag.py).
+SPILL_FACTOR_RANGE = (0.01, 1e9)
+# `rerank` builds its candidate lists `rerank_plans` long and simulates one iteration per distinct
+# plan: at 1e8 a two-iteration `tiny` run had not finished after a minute (0.6 s at 128). The
+# planner keeps one plan per split, so values past the cluster's GPU count add nothing; 128 covers
+# a 128-GPU cluster.
+MAX_RERANK_PLANS = 128
+# The audit reads `audit_window` finished iterations on each side of a move at every rollout start
+# while one is pending (planner/audit.py): 1 s per rollout start at 1e7, minutes and gigabytes past
+# 1e9. A window longer than the run never reaches a verdict.
+MAX_AUDIT_WINDOW = 1000
+_AT_LEAST_ONE = ("max_num_seqs", "num_bins", "replan_every", "window_iterations")
 
 
 @dataclass(frozen=True)
 class SimSettings:
     max_num_seqs: int = 256
-    num_bins: int = 48
+    num_bins: int = 48  # length bins of the planner's assignment DP (at most MAX_NUM_BINS)
     replan_every: int = 10
     window_iterations: int = 5
     min_gain_fraction: float = 0.05
@@ -101,7 +128,11 @@ class SimSettings:
         )
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "num_bins", "replan_every", "window_iterations"):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"SimSettings.{f.name} must be a finite number, got {value}")
+        for name in _AT_LEAST_ONE:
             if getattr(self, name) < 1:
                 raise ValueError(f"SimSettings.{name} must be >= 1, got {getattr(self, name)}")
         nonnegative = (
@@ -121,16 +152,28 @@ class SimSettings:
                 raise ValueError(f"SimSettings.{name} must be in [0, 1), got {getattr(self, name)}")
         most = {
             "max_num_seqs": MAX_NUM_SEQS,
+            "num_bins": MAX_NUM_BINS,
             "engine_restart_s": MAX_SWITCH_S,
             "wake_s": MAX_SWITCH_S,
             "serving_step_overhead_us": MAX_SERVING_OVERHEAD_US,
             "serving_seq_overhead_us": MAX_SERVING_OVERHEAD_US,
+            "cmlfq_cost_ratio": MAX_CMLFQ_COST_RATIO,
+            "rerank_plans": MAX_RERANK_PLANS,
+            "audit_window": MAX_AUDIT_WINDOW,
         }
         for name, limit in most.items():
             if getattr(self, name) > limit:
-                low = int(name == "max_num_seqs")
+                low = int(name in _AT_LEAST_ONE)
                 raise ValueError(
                     f"SimSettings.{name} must be in [{low}, {limit:g}], got {getattr(self, name):g}"
                 )
+        fewest, most_spill = SPILL_FACTOR_RANGE
         if not self.spill_factor > 0:
-            raise ValueError(f"SimSettings.spill_factor must be > 0, got {self.spill_factor}")
+            raise ValueError(
+                f"SimSettings.spill_factor must be > 0, got {self.spill_factor} "
+                f"(its range: [{fewest:g}, {most_spill:g}])"
+            )
+        if not fewest <= self.spill_factor <= most_spill:
+            raise ValueError(
+                f"SimSettings.spill_factor must be in [{fewest:g}, {most_spill:g}], got {self.spill_factor:g}"
+            )

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from libra_core.sim.workloads import SimTrajectory
+from libra_core.sim.trajectory import SimTrajectory
 from libra_core.traces.schema import MAX_TOOL_LATENCY_S, UNTIMED_TIMEOUT_FACTOR, read_trace
 
 

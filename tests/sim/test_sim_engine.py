@@ -142,7 +142,7 @@ def test_r2e_workload_is_long_tailed_and_drifts() -> None:
 def test_sim_cmlfq_is_the_real_scheduler_decision_for_decision(monkeypatch: pytest.MonkeyPatch) -> None:
     """The simulator's fused C-MLFQ decision and lazy tree lookup (sim/tree.py) change speed only:
     the same run with the library's CMLFQScheduler and PrefixTree gives identical results."""
-    import libra_core.sim.engine as engine
+    import libra_core.sim.deployments as deployments
     from libra_core.scheduling.prefix_tree import PrefixTree
 
     def run() -> tuple[list[float], tuple[int, ...]]:
@@ -154,8 +154,8 @@ def test_sim_cmlfq_is_the_real_scheduler_decision_for_decision(monkeypatch: pyte
         return ends, (c.decisions, c.low_support, c.disagree, c.too_costly, c.moves)
 
     fast = run()
-    monkeypatch.setattr(engine, "SimCMLFQScheduler", CMLFQScheduler)
-    monkeypatch.setattr(engine, "SimPrefixTree", PrefixTree)
+    monkeypatch.setattr(deployments, "SimCMLFQScheduler", CMLFQScheduler)
+    monkeypatch.setattr(deployments, "SimPrefixTree", PrefixTree)
     assert run() == fast
     assert fast[1][0] > 0 and fast[1][0] > fast[1][2]  # decisions were made, not all low-support
 

@@ -8,9 +8,9 @@ import pytest
 
 from libra_core.scheduling.base import SchedRequest
 from libra_core.sim import pipeline, simulate
-from libra_core.sim.engine import Flight
 from libra_core.sim.instance import Instance
 from libra_core.sim.settings import SimSettings
+from libra_core.sim.turns import Flight
 from tests.sim.builders import build_sim
 
 # `tiny` grown until iteration 1's longest trajectory (100k tokens) trains on no layout of the

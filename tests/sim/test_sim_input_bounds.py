@@ -21,11 +21,12 @@ from libra_core.scheduling.base import Turn
 from libra_core.sim import events
 from libra_core.sim.engine import Simulator
 from libra_core.sim.instance import Instance
+from libra_core.sim.overrides import parse_overrides
 from libra_core.sim.policies import resolve_policies
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.trace_replay import TraceSpec, TraceWorkload
 from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, load_scenario
-from libra_core.traces.schema import TraceTrajectory, trace_table, write_trace
+from libra_core.traces.schema import MAX_TOOL_LATENCY_S, TraceTrajectory, trace_table, write_trace
 from tests.sim.builders import build_sim
 
 
@@ -36,7 +37,9 @@ from tests.sim.builders import build_sim
         ("timeout_s", 1e308, r"timeout_s must be in \[0, 86400\], got 1e\+308"),
         ("difficulty_sigma", 1000.0, r"difficulty_sigma must be in \[0, 10\], got 1000"),
         ("difficulty_sigma", 200.0, r"difficulty_sigma must be in \[0, 10\], got 200"),
-        ("prompt_latency_sigma", 1000.0, r"prompt_latency_sigma must be in \[0, 10\], got 1000"),
+        ("prompt_latency_sigma", 1000.0, r"prompt_latency_sigma must be in \[0, 2\], got 1000"),
+        ("prompt_latency_sigma", 10.0, r"prompt_latency_sigma must be in \[0, 2\], got 10"),
+        ("timeout_s", math.nan, r"timeout_s must be a finite number, got nan"),
         ("gen_median", 1e300, r"gen_median must be in \(0, 1e\+07\], got 1e\+300"),
         ("gen_drift", 1e300, r"gen_drift must be in \(0, 100\], got 1e\+300"),
         ("max_turns", 10**9, r"max_turns must be in \[1, 10000\], got 1e\+09"),
@@ -80,11 +83,45 @@ def test_the_subtask_draw_of_a_prompt_of_astronomic_difficulty_is_finite() -> No
         ("serving_step_overhead_us", 1e300, r"serving_step_overhead_us must be in \[0, 1e\+06\]"),
         ("min_gain_fraction", 1.0, r"min_gain_fraction must be in \[0, 1\), got 1.0"),
         ("min_gain_fraction", 5.0, r"min_gain_fraction must be in \[0, 1\), got 5.0"),
+        ("num_bins", 10**5, r"num_bins must be in \[1, 128\], got 100000"),
+        ("cmlfq_cost_ratio", 1e308, r"cmlfq_cost_ratio must be in \[0, 100\], got 1e\+308"),
+        ("spill_factor", 1e-300, r"spill_factor must be in \[0.01, 1e\+09\], got 1e-300"),
+        ("spill_factor", 1e10, r"spill_factor must be in \[0.01, 1e\+09\], got 1e\+10"),
+        ("spill_factor", 0.0, r"spill_factor must be > 0, got 0.0 \(its range: \[0.01, 1e\+09\]\)"),
+        ("rerank_plans", 10**8, r"rerank_plans must be in \[0, 128\], got 1e\+08"),
+        ("audit_window", 10**9, r"audit_window must be in \[0, 1000\], got 1e\+09"),
+        ("wake_s", math.nan, r"wake_s must be a finite number, got nan"),
     ],
 )
 def test_a_setting_past_its_range_is_refused(field: str, value: float, message: str) -> None:
     with pytest.raises(ValueError, match=rf"SimSettings.{message}"):
         SimSettings(**{field: value})
+
+
+def test_the_settings_bounds_themselves_are_accepted() -> None:
+    # The ends of each new range run (`spill_factor=1e9` is benchmarks/sim_diag.py's "never spill").
+    edges = SimSettings(num_bins=128, cmlfq_cost_ratio=100.0, rerank_plans=128, audit_window=1000)
+    assert (edges.num_bins, edges.rerank_plans, edges.audit_window) == (128, 128, 1000)
+    assert SimSettings(spill_factor=0.01).spill_factor == 0.01
+    assert SimSettings(spill_factor=1e9).spill_factor == 1e9
+
+
+@pytest.mark.parametrize("pair", ["num_bins=1e5", "spill_factor=1e-300", "rerank_plans=100000000"])
+def test_a_setting_pair_past_its_range_names_the_field_value_and_range(pair: str) -> None:
+    # What `--setting` and the flow's `settings` do with a pair: parse it, then build the settings.
+    overrides = parse_overrides([pair], SimSettings, "--setting")
+    field = pair.partition("=")[0]
+    with pytest.raises(ValueError, match=rf"SimSettings.{field} must be in \[[0-9.]+, [0-9.e+]+\], got "):
+        SimSettings(**overrides)
+
+
+def test_tool_latencies_at_the_latency_sigma_bound_stay_under_a_day() -> None:
+    # At sigma 10 (accepted before) the longest call of 10 r2e-gym iterations lasted 9e12 s;
+    # at the bound, 2, every sampled latency of the three agentic scenarios stays under a day.
+    for name in ("r2e-gym", "search-r1", "dapo-math"):
+        wl = load_scenario(name, 3, 0, spec_overrides={"prompt_latency_sigma": 2.0})
+        longest = max(x for j in range(3) for t in wl.trajectories(j) for x in t.tool_latency_s)
+        assert 100.0 < longest < MAX_TOOL_LATENCY_S, (name, longest)
 
 
 def _trace(tmp_path: Path, latency_s: float) -> Path:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from libra_core.sim.workloads import SCENARIOS, ScenarioWorkload, _below_2, _lognormal
+from libra_core.sim.generator import ScenarioWorkload, _below_2, _lognormal
+from libra_core.sim.scenarios import SCENARIOS
 
 
 def test_lognormal_makes_the_library_draws() -> None:

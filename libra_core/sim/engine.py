@@ -51,7 +51,14 @@ from libra_core.scheduling.base import FinishedTrajectory, SchedRequest
 from libra_core.sim import pipeline
 from libra_core.sim.events import EventQueue, Kind
 from libra_core.sim.instance import CostTables, Instance
-from libra_core.sim.policies import GREEDY_RESPLIT_AT, PROMOTING, Deployment, PolicySpec, build_deployment
+from libra_core.sim.policies import (
+    GREEDY_RESPLIT_AT,
+    PROMOTING,
+    Deployment,
+    PolicySpec,
+    build_deployment,
+    check_cluster_size,
+)
 from libra_core.sim.rerank import rerank
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import IterationRecord, RunStats
@@ -81,6 +88,7 @@ class Simulator(SimTurns):
     ) -> None:
         """`on_iteration(k)` is called as the k-th update ends (k = 1..iterations), on this thread;
         progress reporting only, it must not touch the simulator."""
+        check_cluster_size([policy], num_gpus)  # simulate() checks first; direct callers get it here
         self.s = settings or SimSettings()
         self.on_iteration = on_iteration
         hw = self.s.hardware(hw)

@@ -194,7 +194,8 @@ def format_table(report: SimReport) -> str:
         rows.append(
             f"| {r.policy} | {r.tokens_per_s:,.0f} | {r.makespan_s:,.0f} | {r.mean_iteration_s:.1f} | "
             f"{r.rollout_idle_share:.0%} | {r.train_idle_share:.0%} | {r.moves} | {r.replans_applied} | "
-            f"{r.long_tail_share:.0%} / {r.tail_time_share:.0%} | {r.last_deployment} |"
+            # a deployment's label joins its halves with " | ", which would split the cell
+            f"{r.long_tail_share:.0%} / {r.tail_time_share:.0%} | {r.last_deployment.replace(' | ', '; ')} |"
         )
     rows.append(
         f"| lower bound | {report.lower_bound_tokens_per_s:,.0f} | {report.lower_bound_s:,.0f} | "

@@ -464,3 +464,10 @@ def test_serving_overhead_setting_reaches_the_instances_the_planner_and_the_boun
     assert slow_rep.lower_bound_s > fast_rep.lower_bound_s
     with pytest.raises(ValueError, match="serving_seq_overhead_us"):
         SimSettings(serving_seq_overhead_us=-1.0)
+
+
+def test_a_split_policy_on_one_gpu_is_a_value_error_for_direct_callers() -> None:
+    # simulate() refused it up front; a script building the Simulator itself got a ZeroDivisionError
+    with pytest.raises(ValueError, match=r"greedy: each splits the cluster .* the cluster has 1"):
+        _sim("greedy", gpus="1xH100")
+    assert _sim("colocated", iterations=1, gpus="1xH100").G == 1  # colocated time-shares one GPU

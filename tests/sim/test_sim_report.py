@@ -115,6 +115,19 @@ def test_the_table_tells_request_moves_from_plan_moves() -> None:
     assert cells[names.index("plan moves")] == "2"  # applied replans and reverts
 
 
+def test_a_deployment_label_stays_in_its_cell() -> None:
+    # deployment labels join their halves with " | ": the row had 11 cells under a 10-column head
+    label = "train 24 (TP8 PP1 DP3 ZeRO-1 mb1) | rollout 24 (3xTP8)"
+    result = PolicyResult("greedy", 500.0, 1.0, 1.0, 0.0, 0.0, 0, 0, 0.0, 0.0, label, label, 0, 0.0)
+    _, columns, _, row, *_ = format_table(
+        SimReport("tiny", "8xH100", "m", 1, 0, 1.0, 1.0, [result])
+    ).splitlines()
+    names = [c.strip() for c in columns.strip("|").split("|")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert len(cells) == len(names)
+    assert cells[names.index("deployment (last)")] == "train 24 (TP8 PP1 DP3 ZeRO-1 mb1); rollout 24 (3xTP8)"
+
+
 def test_run_throughput_is_every_iterations_tokens_over_the_last_update_end() -> None:
     st = RunStats()
     assert (st.makespan_s, st.tokens_per_s) == (0.0, 0.0)  # nothing finished yet

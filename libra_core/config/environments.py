@@ -48,6 +48,13 @@ class SandboxConfig(Frozen):
     max_processes: int = Field(
         16, ge=1, description="Processes/threads the code may run at once (RLIMIT_NPROC, namespace mode)."
     )
+    max_workdir_mib: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="Namespace mode: size of the working folder, a tmpfs (held in memory), which bounds "
+        "the total disk use of one execution; rlimits mode bounds each file only.",
+    )
     workdir_root: str | None = Field(
         None, description="Where per-run temporary folders are created; null: the system temp folder."
     )

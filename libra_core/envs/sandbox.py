@@ -7,7 +7,8 @@ runner), possibly from several agent-loop threads at once; a `Sandbox` holds no 
 Two isolation levels (`SandboxConfig.isolation`; "auto" picks the strongest that works here):
 - "namespaces" (root + util-linux `unshare`): new network, mount, pid, ipc and uts namespaces; the
   project, data, home and temp folders hidden behind empty tmpfs mounts; a per-run unprivileged uid;
-  CPU-time, address-space, file-size, open-file and process-count limits; the whole process tree is
+  the working folder a tmpfs of `max_workdir_mib` (total disk use); CPU-time, address-space,
+  file-size, open-file and process-count limits; the whole process tree is
   killed when the code's main process ends or the wall-clock limit passes.
 - "rlimits": the same resource limits plus a Python audit hook (no sockets, subprocesses, ctypes or
   files outside the working folder). Stops accidents, not a determined attacker.
@@ -179,6 +180,7 @@ class Sandbox:
             "cpu_s": self.cfg.cpu_time_s,
             "memory_bytes": self.cfg.memory_mib * 2**20,
             "output_bytes": self.cfg.max_output_bytes,
+            "workdir_bytes": self.cfg.max_workdir_mib * 2**20,
             "max_processes": self.cfg.max_processes,
             "status_fd": status_write,
         }

@@ -6,7 +6,8 @@ isolation, needs root) or directly ("rlimits" isolation). It must not import lib
 with no site-packages and (in namespace mode) with the project folder hidden.
 
 Namespace mode, as root inside fresh namespaces: hide folders behind empty tmpfs mounts, bind the
-interpreter's prefix back read-only and the working folder read-write, then fork. The child drops
+interpreter's prefix back read-only, mount the working folder as a size-limited tmpfs holding the
+inputs (total disk use), then fork. The child drops
 to an unprivileged, per-run uid, applies resource limits and execs the interpreter on `main.py`;
 the parent stays as pid 1 of the pid namespace, reaps, and exits with the child's status, which
 tears down the namespace and kills anything the code left behind (fork-bomb remnants included).
@@ -49,17 +50,31 @@ def _confine_filesystem(spec):
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    keep = [(spec["python_prefix"], True), (spec["workdir"], False)]  # (path, read_only)
-    fds = [(path, ro, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path, ro in keep]
+    prefix, workdir = spec["python_prefix"], spec["workdir"]
+    # The working folder becomes a tmpfs of `workdir_bytes`: RLIMIT_FSIZE bounds each file, this
+    # bounds them all (a loop writing files could otherwise fill the host's disk). The host's copy
+    # holds only the inputs, read here before anything is hidden.
+    inputs = {}
+    for name in os.listdir(workdir):
+        with open(os.path.join(workdir, name), "rb") as f:
+            inputs[name] = f.read()
+    prefix_fd = os.open(prefix, os.O_PATH | os.O_DIRECTORY)
     for folder in spec["hide"]:
         if os.path.isdir(folder) and not os.path.islink(folder):
             _mount(libc, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-    for path, ro, fd in fds:
-        os.makedirs(path, exist_ok=True)  # inside a tmpfs now, or already there
-        _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
-        if ro:
-            _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, None)
-        os.close(fd)
+    os.makedirs(prefix, exist_ok=True)  # inside a tmpfs now, or already there
+    _mount(libc, f"/proc/self/fd/{prefix_fd}", prefix, None, MS_BIND | MS_REC, None)
+    _mount(libc, None, prefix, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, None)
+    os.close(prefix_fd)
+    os.makedirs(workdir, exist_ok=True)
+    uid = spec["drop_to_uid"]
+    size = f"size={spec['workdir_bytes']},mode=700,uid={uid},gid={uid}"
+    _mount(libc, "tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, size)
+    for name, data in inputs.items():
+        path = os.path.join(workdir, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.chown(path, uid, uid)
 
 
 def _limit(spec):

@@ -195,6 +195,25 @@ def test_namespace_mode_hides_home_and_project(tmp_path: Path) -> None:
         assert tmp_listing.strip() == repr([tmp_path.relative_to("/tmp").parts[0]])
 
 
+def test_namespace_mode_bounds_the_working_folders_total_size(tmp_path: Path) -> None:
+    # Every file stays under RLIMIT_FSIZE (4,096 bytes here), but a loop writing many of them filled
+    # the host's disk: the working folder is now a 1 MiB tmpfs, and the inputs are still there.
+    if not namespaces_available():
+        pytest.skip("needs root and util-linux unshare")
+    cfg = SandboxConfig(isolation="namespaces", workdir_root=str(tmp_path), max_workdir_mib=1, **LIMITS)
+    code = (
+        "import os\nprint(open('data.txt').read(), end=' ')\nn = 0\n"
+        "try:\n    for i in range(1000):\n        with open(f'f{i}', 'w') as f:\n            f.write('x' * 4000)\n"
+        "        n += 1\n"
+        "except OSError as e:\n    print(n, e.errno)\nelse:\n    print(n, 0)"
+    )
+    result = Sandbox(cfg).run_python(code, files={"data.txt": "input"})
+    assert result.status == "success", result.stderr
+    given, written, errno = result.stdout.split()
+    assert given == "input"
+    assert 200 < int(written) < 1000 and int(errno) == 28  # ENOSPC at about 1 MiB, not 4 MB
+
+
 @pytest.mark.parametrize("code", [137, 121, 128 + 24, 128 + 25])
 def test_the_programs_own_exit_code_is_not_read_as_a_limit_or_a_setup_failure(
     sandbox: Sandbox, code: int
@@ -243,6 +262,7 @@ def test_a_setup_failure_inside_the_namespace_is_reported(tmp_path: Path) -> Non
         "cpu_s": 2,
         "memory_bytes": 256 * 2**20,
         "output_bytes": 4096,
+        "workdir_bytes": 2**20,
         "max_processes": 4,
         "status_fd": write_fd,
     }

@@ -156,8 +156,10 @@ def test_plan_and_simulate_take_your_own_model_and_gpu(tmp_path) -> None:
     bad = libra(
         "plan", "--hardware", f"8x{tmp_path / 'bad.yaml'}", "--model", model, "--workload", "math-short"
     )
-    assert bad.returncode == 2 and "bad.yaml: hbm_gbps: Input should be greater than 0" in bad.stderr.replace(
-        "\n", ""
+    assert (
+        bad.returncode == 2
+        and "bad.yaml: hbm_gbps: Input should be greater than or equal to 0.001"
+        in bad.stderr.replace("\n", "")
     )
     # The run's config takes files too.
     from libra_core.config.models import PlannerConfig

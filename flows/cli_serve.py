@@ -46,7 +46,15 @@ def cmd_serve(
 ) -> int:
     from rich.console import Console
 
-    from flows.prefect_server import api_healthy, free_port, http_url, start_server
+    from flows.cli_common import folder_write_problem
+    from flows.prefect_server import (
+        api_healthy,
+        free_port,
+        http_url,
+        is_wildcard_host,
+        start_server,
+        user_ui_api_url,
+    )
 
     console = Console(stderr=True)
     cfg = load(args)  # exits 2 with one line per problem
@@ -54,6 +62,10 @@ def cmd_serve(
         return fail(f"--limit must be >= 1, got {args.limit}", EXIT_CONFIG_ERROR)
     if not 0 <= args.port <= 65535:
         return fail(f"--port must be in 0..65535, got {args.port}", EXIT_CONFIG_ERROR)
+    # As `libra run` checks it: the served config's runs write there, and so does the server's log.
+    problem = folder_write_problem(cfg.experiment.output_path)
+    if problem:
+        return fail(f"experiment.output_dir: {problem}", EXIT_CONFIG_ERROR)
     server = None
     # Ctrl-C and SIGTERM both stop serving and the server we started (a shell may have started us
     # with SIGINT ignored, e.g. in the background); installed before the server starts, so an
@@ -78,10 +90,23 @@ def cmd_serve(
             highlight=False,
             markup=False,
         )
+        if is_wildcard_host(host) and user_ui_api_url() is None:
+            # The UI's pages call the API from the browser: at 0.0.0.0 that is the browser's machine.
+            console.print(
+                f"note: the UI's pages will call the API at {http_url(host, port)}/api, which a browser "
+                "on another machine cannot reach; for remote access, export PREFECT_UI_API_URL="
+                f"{http_url('HOST', port)}/api (HOST: this machine's name or address as that browser "
+                "reaches it) before `libra serve`",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
         try:
             server = start_server(host, port, log)
         except RuntimeError as err:
             return fail(str(err), EXIT_SERVER_ERROR)
+        except OSError as err:  # its log cannot be written, or prefect cannot be executed
+            return fail(f"cannot start the Prefect server: {err}", EXIT_SERVER_ERROR)
         except KeyboardInterrupt:  # the server it was starting is stopped
             return 130
         api_url, ui_url = server.api_url, server.ui_url

@@ -45,14 +45,37 @@ def http_url(host: str, port: int) -> str:
     return f"http://[{bare}]:{port}" if ":" in bare else f"http://{bare}:{port}"
 
 
+# Prefect's setting of the API address the UI's pages call, under its two names (Prefect reads
+# either): set by the user, it is theirs (Prefect's documented remedy for a server reached from
+# another machine); unset, `start_server` sets it to the address the server listens on.
+UI_API_URL_VARS = ("PREFECT_UI_API_URL", "PREFECT_SERVER_UI_API_URL")
+
+
+def user_ui_api_url() -> str | None:
+    """The API address the user told Prefect's UI to call (None: they did not)."""
+    for name in UI_API_URL_VARS:
+        if os.environ.get(name):
+            return os.environ[name]
+    return None
+
+
+def is_wildcard_host(host: str) -> bool:
+    """True for an address that listens on every interface (`0.0.0.0`, `::`): a server reached from
+    another machine is not reached at it, so a UI told to call it calls the browser's own machine."""
+    bare = host.removeprefix("[").removesuffix("]")
+    return bare in ("", "0.0.0.0", "::", "0:0:0:0:0:0:0:0")
+
+
 @dataclass
 class LocalServer:
-    """A `prefect server start` subprocess owned by this process."""
+    """A `prefect server start` subprocess owned by this process. `ui_api_url`: the API address
+    the UI's pages call (the user's PREFECT_UI_API_URL when set, else `api_url`)."""
 
     process: subprocess.Popen[bytes]
     api_url: str
     ui_url: str
     log_path: Path
+    ui_api_url: str
 
     def stop(self, timeout_s: float = 15.0) -> None:
         if self.process.poll() is not None:
@@ -72,20 +95,23 @@ def start_server(host: str, port: int, log_path: Path, timeout_s: float = 90.0) 
     the URLs built from it bracket IPv6 literals.
 
     The database is Prefect's default (SQLite under PREFECT_HOME) unless
-    PREFECT_API_DATABASE_CONNECTION_URL says otherwise. Raises RuntimeError with the log's tail if
-    the server exits or does not answer in time.
+    PREFECT_API_DATABASE_CONNECTION_URL says otherwise. The UI calls the API at the user's
+    PREFECT_UI_API_URL (or PREFECT_SERVER_UI_API_URL) when set, else at `http://host:port/api`.
+    Raises RuntimeError with the log's tail if the server exits or does not answer in time.
     """
     ui_url = http_url(host, port)
     api_url = f"{ui_url}/api"
     if api_healthy(api_url, 0.5):
         raise RuntimeError(f"something already answers on {ui_url}; pass --api-url {api_url} to use it")
+    ui_api_url = user_ui_api_url()
     env = {
         **os.environ,
         "PREFECT_SERVER_API_HOST": host,
         "PREFECT_SERVER_API_PORT": str(port),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_UI_API_URL": api_url,
     }
+    if ui_api_url is None:  # the user's is in os.environ already
+        ui_api_url = env["PREFECT_UI_API_URL"] = api_url
     env.pop("PREFECT_API_URL", None)  # the server itself must not point at another API
     log_path.parent.mkdir(parents=True, exist_ok=True)
     prefect_cli = Path(sys.executable).with_name("prefect")
@@ -98,7 +124,7 @@ def start_server(host: str, port: int, log_path: Path, timeout_s: float = 90.0) 
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = LocalServer(proc, api_url, ui_url, log_path)
+    server = LocalServer(proc, api_url, ui_url, log_path, ui_api_url)
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:

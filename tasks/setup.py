@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 from prefect import task
 
 from libra_core.config import load_config, write_resolved_config
-from libra_core.config.loader import apply_overrides, parse_overrides
+from libra_core.config.loader import apply_overrides, parse_overrides, yaml_quoted
 from libra_core.pipeline.resume import apply_resume, plan_resume
 from libra_core.pipeline.run_dir import (
     RunLayout,
@@ -53,7 +52,8 @@ def anchor_paths(
     cfg = load_config(config_path, overrides)
     output_dir = cfg.experiment.output_path
     if not output_dir.is_absolute():
-        overrides = [*overrides, f"experiment.output_dir={(base / output_dir).resolve()}"]
+        # quoted: a working folder with ` #` or `: ` in it is no YAML comment or mapping
+        overrides = [*overrides, f"experiment.output_dir={yaml_quoted(str((base / output_dir).resolve()))}"]
     overrides = [*overrides, *_anchored_specs(cfg.planner.hardware, cfg.planner.model_spec, base)]
     return config_path, overrides, resume
 
@@ -75,11 +75,11 @@ def _anchored_specs(hardware: object, model_spec: object, base: Path) -> list[st
     if match and builtin_hardware(match.group(2)) is None:
         path = anchored(match.group(2).strip())
         if path is not None:
-            out.append(f"planner.hardware={json.dumps(f'{match.group(1)}x{path}')}")
+            out.append(f"planner.hardware={yaml_quoted(f'{match.group(1)}x{path}')}")
     if isinstance(model_spec, str) and builtin_model(model_spec) is None:
         path = anchored(model_spec.strip())
         if path is not None:
-            out.append(f"planner.model_spec={json.dumps(str(path))}")
+            out.append(f"planner.model_spec={yaml_quoted(str(path))}")
     return out
 
 

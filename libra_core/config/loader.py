@@ -10,6 +10,7 @@ is the only function here that writes.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import functools
 import os
@@ -63,28 +64,41 @@ def format_problems(err: ConfigError) -> str:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys, reads `1e-4` as a float and integers and booleans as
-    YAML 1.2 does.
+    """SafeLoader that rejects duplicate keys, reads `1e-4` as a float and integers, booleans,
+    floats and dates as YAML 1.2 does.
 
-    PyYAML implements YAML 1.1, where `1e-4` (no dot) is a string and a repeated key silently
-    keeps the last value; both turn a plausible config into a surprising one.
+    PyYAML implements YAML 1.1, where `1e-4` (no dot) is a string, `1:30.5` is 90.5 (base 60),
+    `2024-01-01` is a date and a repeated key silently keeps the last value; each turns a
+    plausible config into a surprising one.
     """
 
 
 _EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
-_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
 
-# Integers and booleans as YAML 1.2 reads them: YAML 1.1 reads `010` as 8 (octal), `1:30` as 90
-# (base 60) and `yes`/`on` as true, none of which a config means.
+# Integers, booleans and floats as YAML 1.2 reads them: YAML 1.1 reads `010` as 8 (octal), `1:30`
+# as 90 and `1:30.5` as 90.5 (base 60), `yes`/`on` as true and `2024-01-01` as a date (no config
+# field is one), none of which a config means. YAML 1.2 has no implicit timestamps: such text is a
+# string (`experiment.name=2024-01-01`).
 _INT, _BOOL, _MERGE = "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:merge"
+_FLOAT, _TIMESTAMP = "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"
 _BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+# PyYAML's float pattern less its base-60 branch (`[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*`)
+_FLOAT_NO_BASE60 = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
 _StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _BOOL)]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _BOOL, _FLOAT, _TIMESTAMP)]
     for first, resolvers in _StrictLoader.yaml_implicit_resolvers.items()
 }
 _StrictLoader.add_implicit_resolver(_BOOL, _BOOL_12, list("tTfF"))
 _StrictLoader.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))
+_StrictLoader.add_implicit_resolver(_FLOAT, _FLOAT_NO_BASE60, list("-+0123456789."))
+_StrictLoader.add_implicit_resolver(_FLOAT, _EXPONENT_FLOAT, list("-+0123456789."))
 
 
 def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
@@ -207,14 +221,20 @@ def _expanded_size(value: Any, memo: dict[int, int]) -> int:
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """Parse `a.b.c=value` items into `{"a.b.c": value}`, values typed by YAML.
 
-    `3` becomes an int, `1e-4` a float, `true` a bool, `[1, 2]` a list, `{type: hf_local, ...}` a
-    mapping; anything else stays a string. A later item for the same key wins. All malformed
+    `3` becomes an int, `1e-4` a float, `true` a bool, `null` (or nothing) None, `[1, 2]` a list,
+    `{type: hf_local, ...}` a mapping; anything else stays a string. A plain value (one that does
+    not start with `[`, `{`, `"` or `'`) that YAML cannot read, or in which YAML would read ` #` as
+    the start of a comment, is kept as the text given: `schedule.cron=*/5 * * * *` (`*` starts a
+    YAML alias) and `experiment.output_dir=/data/run #2` (a comment would cut it to `/data/run`)
+    mean what they say. A value starting with one of those four characters is YAML, so a broken
+    one is an error, as is a comment after it. A later item for the same key wins. All malformed
     items are reported together in one `ConfigError` with source `<overrides>`.
     """
     if isinstance(items, str):  # a lone "a=1" would otherwise be read character by character
         raise TypeError(f"overrides must be a list of 'key.path=value' strings, got the string {items!r}")
     parsed: dict[str, Any] = {}
     problems: list[str] = []
+    total_size = 0
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -225,14 +245,95 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             problems.append(f"override {item!r} has an empty key path; write it as key.path=value")
             continue
         try:
-            value = yaml.load(text, Loader=_StrictLoader)
-            parsed.pop(key, None)  # a repeated key moves to its last place: applied in order, it wins
-            parsed[key] = value
+            value = _override_value(text)
         except yaml.YAMLError as exc:
-            problems.append(f"override {item!r}: value is not valid YAML ({yaml_error_line(exc)})")
+            problems.append(
+                f"override {item!r}: value is not valid YAML ({yaml_error_line(exc)}); {_QUOTE_HINT}"
+            )
+            continue
+        except _CommentInValue as exc:
+            problems.append(f"override {item!r}: {exc}")
+            continue
+        # The same guard as a file's (_read_yaml_mapping): aliases in one short value can stand for
+        # billions of values, which applying the override would copy out. A served deployment takes
+        # its overrides from whoever starts a run.
+        total_size += _expanded_size(value, {})
+        if total_size > MAX_CONFIG_VALUES:
+            problems.append(
+                f"override {_short_repr(item)}: the overrides expand to more than the "
+                f"{MAX_CONFIG_VALUES:,} values allowed (YAML aliases?)"
+            )
+            break
+        parsed.pop(key, None)  # a repeated key moves to its last place: applied in order, it wins
+        parsed[key] = value
     if problems:
         raise ConfigError(problems, OVERRIDES_SOURCE)
     return parsed
+
+
+_QUOTE_HINT = "to pass the value as text, quote it (key='\"...\"' in a shell)"
+_YAML_VALUE_START = ("[", "{", '"', "'")  # a value starting with one of these is always read as YAML
+
+
+class _CommentInValue(ValueError):
+    """A YAML value with ` #` after it, which YAML would drop as a comment."""
+
+
+def _override_value(text: str) -> Any:
+    """The value of one override's text (after the `=`), as `parse_overrides` describes. Raises
+    `yaml.YAMLError` or `_CommentInValue` for a YAML value (starting with `[`, `{`, `"`, `'`)
+    that is broken or followed by a comment."""
+    plain = not text.strip().startswith(_YAML_VALUE_START)
+    try:
+        value = yaml.load(text, Loader=_StrictLoader)  # _StrictLoader is a SafeLoader
+        comment = _comment_start(text)
+    except yaml.YAMLError:
+        if plain:
+            return text.strip()
+        raise
+    if comment is None:
+        return value
+    if plain:
+        return text.strip()
+    raise _CommentInValue(
+        f"YAML reads {text[comment:].strip()!r} as a comment and would drop it; put it inside the "
+        "quotes, or leave it out"
+    )
+
+
+def _comment_start(text: str) -> int | None:
+    """Where the first YAML comment in `text` starts (None: it has none): a `#` at the start or
+    after a blank that is inside no scalar (in a quoted or plain scalar it is text: `"a #b"`)."""
+    hashes = [i for i, char in enumerate(text) if char == "#" and (i == 0 or text[i - 1] in " \t\r\n")]
+    if not hashes:
+        return None
+    scalars = [
+        (tok.start_mark.index, tok.end_mark.index)
+        for tok in yaml.scan(text, Loader=_StrictLoader)
+        if isinstance(tok, yaml.ScalarToken)
+    ]  # in text order, never overlapping
+    starts = [start for start, _ in scalars]
+    for i in hashes:
+        at = bisect.bisect_right(starts, i) - 1
+        if at < 0 or i >= scalars[at][1]:
+            return i
+    return None
+
+
+def yaml_quoted(text: str) -> str:
+    """`text` as a YAML double-quoted scalar that reads back as exactly `text`, for an override
+    built from any string, such as a path (`experiment.output_dir=` + this): left plain, ` #` in it
+    would start a comment and `: ` a mapping. Everything but printable ASCII is escaped (`\\U`
+    with 8 digits: JSON's `\\u` pairs for a character beyond U+FFFF read back as two halves)."""
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif " " <= char <= "~":
+            out.append(char)
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    return '"' + "".join(out) + '"'
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

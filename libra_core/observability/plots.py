@@ -98,8 +98,8 @@ def gantt_png(spans: Sequence[Span], path: str | Path, *, title: str = "") -> Pa
 
 def curves_figure(history: Sequence[dict[str, Any]]) -> Figure:
     """2x2 panels against the iteration: reward and accuracy, eval accuracy, rollout throughput,
-    and the stage seconds stacked under the iteration's wall time (in the async pipeline stages
-    overlap, so the stack can rise above the wall time)."""
+    and the stage seconds (eval's too, where it ran) stacked under the iteration's wall time (in the
+    async pipeline stages overlap, so the stack can rise above the wall time)."""
     if not history:
         raise ValueError("curves: the history is empty (no iteration recorded yet)")
     its = [int(h["iteration"]) for h in history]
@@ -124,8 +124,10 @@ def curves_figure(history: Sequence[dict[str, Any]]) -> Figure:
     tps_ax.set_title("rollout tokens/s", fontsize=10)
 
     bottom = [0.0] * len(history)
-    for stage in STAGES:
-        values = [float(h[f"{stage}_s"]) for h in history]
+    # eval is in iteration_s on the iterations that ran it (and 0 on the others, as its None means)
+    evaluated = any(h.get("eval_s") is not None for h in history)
+    for stage in (*STAGES, "eval") if evaluated else STAGES:
+        values = [float(h[f"{stage}_s"] or 0.0) for h in history]
         time_ax.bar(its, values, bottom=bottom, width=0.8, color=STAGE_COLORS[stage], label=f"{stage}_s")
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     time_ax.plot(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -316,13 +317,13 @@ def _render_md(report: _Report, images: dict[str, str]) -> str:
     summary = [{"item": label, "value": value} for _, label, value in report.summary]
     parts = [f"# {report.title}", "## Summary", markdown_table(summary, ("item", "value")), "## Timeline"]
     timelines = [k for k in ("timeline_last", "timeline_run") if k in report.figures]
-    # <...> keeps a file name with spaces one link (CommonMark)
-    parts += [f"![{report.figures[k][0]}](<{images[k]}>)" for k in timelines] or [report.timeline_note]
+    links = [f"![{report.figures[k][0]}]({_md_link(images[k])})" for k in timelines]
+    parts += links or [report.timeline_note]
     if report.trace is not None:
-        parts.append(f"Perfetto trace: `{report.trace}` (open in ui.perfetto.dev)")
+        parts.append(f"Perfetto trace: {_md_code(str(report.trace))} (open in ui.perfetto.dev)")
     parts += [
         "## Curves",
-        f"![{report.figures['curves'][0]}](<{images['curves']}>)",
+        f"![{report.figures['curves'][0]}]({_md_link(images['curves'])})",
         "## Stage timings (seconds)",
         markdown_table([*report.timing, report.timing_median], STAGE_TIMING_COLUMNS),
         "## Scheduler",
@@ -331,6 +332,20 @@ def _render_md(report: _Report, images: dict[str, str]) -> str:
         markdown_table(report.planner, PLANNER_COLUMNS) if report.planner else _static_plan_note(report),
     ]
     return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
+
+
+def _md_link(target: str) -> str:
+    """A link destination that is `target` exactly (CommonMark): in `<...>` a space does not end it,
+    and `<`, `>` and `\\` in it are backslash-escaped (a `>` would end it early)."""
+    return "<" + re.sub(r"([<>\\])", r"\\\1", target) + ">"
+
+
+def _md_code(text: str) -> str:
+    """A code span showing `text` exactly (CommonMark): fenced by one more backtick than the longest
+    run of them in it, padded with a space where it starts or ends with one."""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

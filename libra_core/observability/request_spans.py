@@ -19,8 +19,9 @@ import pyarrow.ipc as ipc
 from libra_core.data.atomic import atomic_path
 
 # One row per generation request the agent loop sent, in the order they finished (AgentLoop's
-# `requests_served`). Times are Unix seconds as `time.time()` read them when the request was sent
-# and when its answer came back; no other invariant is imposed (the timeline checks its spans).
+# `requests_served`). Times are Unix seconds: `time.time()` when the request was sent, plus the
+# monotonic clock's duration until its answer came back (so a wall-clock step cannot end a span
+# before it starts); no other invariant is imposed (the timeline checks its spans).
 REQUEST_SPAN_SCHEMA = pa.schema(
     [
         pa.field("instance_id", pa.string(), nullable=False),  # the rollout pool's instance id

@@ -69,12 +69,7 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
     layout = RunLayout(Path(run_dir))
     before = load_run_config(layout.root)
     cfg = load_config(layout.config, overrides) if overrides else before
-    changed = [
-        f"{section}.{key}"
-        for section in FROZEN_ON_RESUME
-        for key, value in getattr(cfg, section).model_dump().items()
-        if getattr(before, section).model_dump()[key] != value
-    ]
+    changed = [key for section in FROZEN_ON_RESUME for key in _changed_keys(section, before, cfg)]
     if isinstance(cfg.model, TinyModelConfig):
         # A tiny policy's tokenizer was trained on its environment's text, with its markers as
         # special tokens: another environment or prompt format would be read through <|unk|>.
@@ -164,6 +159,17 @@ _TINY_CONFIG_KEYS = {
     "max_position_embeddings": "max_position_embeddings",
     "dtype": "dtype",
 }
+
+
+def _changed_keys(section: str, before: LibraConfig, after: LibraConfig) -> list[str]:
+    """`section.key` of every key of `section` that differs. A section of another variant (`model`
+    from `tiny_qwen2` to `hf_local`) is `section.type` alone: the two variants' keys are not the
+    same keys, and a switch is one change, whatever the keys hold."""
+    old, new = getattr(before, section).model_dump(), getattr(after, section).model_dump()
+    if old.get("type") != new.get("type"):
+        return [f"{section}.type"]
+    missing = object()
+    return [f"{section}.{key}" for key in {**old, **new} if old.get(key, missing) != new.get(key, missing)]
 
 
 def policy_disagreements(cfg: LibraConfig, policy_config: Path) -> list[str]:

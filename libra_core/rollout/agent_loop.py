@@ -172,7 +172,9 @@ class AgentLoop:
                 stop_token_ids=self.stop_ids,
             )
             gen_s += time.perf_counter() - t0
-            self.requests_served.append((self.instance_ids[instance], wall0, time.time()))
+            self.requests_served.append(
+                (self.instance_ids[instance], wall0, wall0 + time.perf_counter() - t0)
+            )
             turns += 1
             if out.token_ids:
                 spans.append(

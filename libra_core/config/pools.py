@@ -61,13 +61,18 @@ class ElasticConfig(Frozen):
     host: str = Field("127.0.0.1", description="Interface the side-channel gateway on core rank 0 binds to.")
     port: int = Field(0, ge=0, le=65535, description="Side-channel port; 0 picks a free port.")
     max_frame_mib: int = Field(
-        1024, ge=1, description="Largest side-channel frame accepted (model snapshot included), in MiB."
+        1024,
+        ge=1,
+        description="Largest side-channel frame accepted, in MiB. A hybrid's gradient and each "
+        "published update travel as one frame, so this must exceed 4 B (float32) or 8 B (float64) "
+        "per parameter; the join snapshot is sent in parts and is not limited by it.",
     )
     update_log_steps: int = Field(
         64,
-        ge=1,
+        ge=2,
         description="Averaged updates kept on rank 0 so a joining hybrid can replay from its snapshot; "
-        "a join whose snapshot is older than this restarts from a fresh snapshot.",
+        "a join is served only a snapshot taken within the last update_log_steps // 2 steps (so at "
+        "least 2: with 1 no snapshot is ever fresh and no join can succeed).",
     )
 
 

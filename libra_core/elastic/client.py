@@ -6,6 +6,10 @@ sends one numbered frame and reads one reply frame, whose MAC is verified before
 are parsed (AuthError otherwise), and which must answer that request: the same kind, worker, session,
 sequence number and step, or ReplyMismatchError is raised and nothing from the reply is used (a
 recorded reply played back could otherwise make `run_hybrid` apply an update twice).
+
+The snapshot arrives in parts no larger than this client's frame limit (`snapshot` asks for them in
+order and joins them), so its size is not capped by any one frame. A refused `snapshot` or `loaded`
+raises `JoinEndedError`: the gateway has ended (or never had) the join this connection asked for.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ from libra_core.elastic.wire import bytes_to_tensors, encode_frame, read_frame, 
 
 if TYPE_CHECKING:
     import torch
+
+
+class JoinEndedError(RuntimeError):
+    """The gateway refused a join step (`snapshot`, `loaded`): the join was cancelled, failed, or
+    superseded by a later one, or never requested. Nothing more is to be done for it on this connection."""
 
 
 class GatewayClient:
@@ -53,15 +62,31 @@ class GatewayClient:
         return reply, reply_body
 
     def snapshot(self, wait_s: float = 60.0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        reply, body = self.request("snapshot", wait_s=wait_s)
+        """Fetch the join's snapshot (every part, in order); return the first reply and its tensors."""
+        reply, body = self.request("snapshot", wait_s=wait_s, part_bytes=self.max_frame_bytes)
         if not reply.get("ok"):
-            raise RuntimeError(f"snapshot refused for {self.worker_id}: {reply.get('reason')}")
-        return reply, bytes_to_tensors(body)
+            raise JoinEndedError(f"snapshot refused for {self.worker_id}: {reply.get('reason')}")
+        parts = [body]
+        for index in range(1, int(reply["parts"])):
+            part_reply, part = self.request("snapshot_part", index=index)
+            if not part_reply.get("ok"):
+                raise JoinEndedError(
+                    f"snapshot part {index} refused for {self.worker_id}: {part_reply.get('reason')}"
+                )
+            parts.append(part)
+        encoded = b"".join(parts)
+        del parts
+        if len(encoded) != int(reply["bytes"]):
+            raise ValueError(
+                f"snapshot for {self.worker_id} has {len(encoded)} bytes in {reply['parts']} parts, "
+                f"the gateway announced {reply['bytes']}"
+            )
+        return reply, bytes_to_tensors(encoded)
 
     def loaded(self, aligned_through: int) -> None:
         reply, _ = self.request("loaded", aligned_through=aligned_through)
         if not reply.get("ok"):
-            raise RuntimeError(f"loaded refused for {self.worker_id}: {reply.get('reason')}")
+            raise JoinEndedError(f"loaded refused for {self.worker_id}: {reply.get('reason')}")
 
     def push(self, grad: torch.Tensor, *, step: int, version: int, epoch: int) -> dict[str, Any]:
         body = tensors_to_bytes({"grad": grad.reshape(-1)})

@@ -4,62 +4,59 @@ Hybrids never join the core's process group (its communicators are built once an
 Instead each talks to this TCP server over authenticated frames (libra_core/elastic/wire.py). Core
 rank 0 is the only core rank that sees hybrid gradients: it adds their sum to its own gradient and
 their count to the divisor carried in the core all-reduce (libra_core/elastic/replica.py), so every
-core rank applies the same update without knowing hybrids exist.
+core rank applies the same update without knowing hybrids exist. Connections, handshakes, sessions and
+their limits are the server layer's (libra_core/elastic/server.py); this module holds the requests.
 
 Call context: the core training loop on rank 0 calls `collect` then `publish` once per step, in that
 order; handler threads (one per hybrid connection) call into the coordinator under one lock.
 
-Connections. At most `max_connections` are served at once (more are closed on accept). A connection's
-first frame must be a bodiless `hello` (libra_core/elastic/session.py), complete within
-`handshake_timeout_s` and at most `HELLO_MAX_HEADER_BYTES`, so a peer without the key holds a thread
-and a few KiB for a bounded time. After the hello each frame must carry the connection's session and
-next sequence number (a replayed or reordered frame is dropped with its connection, counted in
-`replayed`, before anything acts on it), and each read must make progress within `idle_timeout_s`.
+Joins (which connection serves which join, snapshots in parts, and when an abandoned join fails)
+are the join desk's (libra_core/elastic/joins.py); a request on a connection bound to an earlier
+join of its worker changes nothing and is answered `ended`.
 
 Message kinds and their checks (a failed check is a typed rejection, logged and counted, never a crash):
 
-- `push` (step, version, epoch, grad): accepted only for the open step, at its frozen version and
-  membership epoch, from an ACTIVE member, once, with a body that decodes as one finite tensor of the
-  expected size and dtype. A payload for a step that has closed (late), a future step, an old version
-  or epoch, or a body that is not safetensors, is rejected.
-- `pull` (step): blocks until update `step` is published; replies with the update and whether the
-  worker is active in step+1. An update older than the log is `expired` (the join fails).
-- `snapshot`: the model + optimizer snapshot, for a worker whose join was requested.
+- `snapshot` (wait_s, part_bytes): for a worker whose join was requested; binds the connection to the
+  join, waits for a fresh snapshot (model, optimizer state and hyperparameters), and replies with
+  its step, version, size and number of parts (each at most `part_bytes`, under the hybrid's frame
+  limit), and part 0.
+- `snapshot_part` (index): the next part of that snapshot. The join moves to LOADING only once the
+  last part has been sent.
 - `loaded` (aligned_through): the worker has loaded the snapshot and starts replaying updates.
+- `pull` (step): blocks until update `step` is published; replies with the update, the optimizer
+  hyperparameters it was applied with, and whether the worker is active in step+1. An update older
+  than the log is `expired` (the join fails).
+- `push` (step, version, epoch, grad): accepted only for the open step, at its frozen version and
+  membership epoch, from an ACTIVE member on the connection serving its current join, once, with a
+  body that decodes as one finite tensor of the expected size and dtype.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-import socketserver
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from libra_core.elastic.joins import SNAPSHOT_PART_BYTES, JoinDesk, ended, why_over
 from libra_core.elastic.membership import Coordinator, Membership
-from libra_core.elastic.session import ReplayError, ServerSession
-from libra_core.elastic.state_machine import HybridState, IllegalTransition
-from libra_core.elastic.wire import (
-    AuthError,
-    BodyError,
-    FrameError,
-    bytes_to_tensors,
-    encode_frame,
-    read_frame,
-    send_frame,
-    tensors_to_bytes,
-)
+from libra_core.elastic.server import HELLO_MAX_HEADER_BYTES, Reply, SideChannelServer
+from libra_core.elastic.session import ServerSession
+from libra_core.elastic.snapshot import Hyperparams, Snapshot
+from libra_core.elastic.state_machine import UNWATCHED, HybridState, IllegalTransition
+from libra_core.elastic.wire import BodyError, bytes_to_tensors, tensors_to_bytes
 
 if TYPE_CHECKING:
     import torch
 
+__all__ = ["HELLO_MAX_HEADER_BYTES", "MAX_PULL_WAIT_S", "Gateway", "StepCollection"]
+
 log = logging.getLogger(__name__)
 
 MAX_PULL_WAIT_S = 120.0
-HELLO_MAX_HEADER_BYTES = 4096  # a hello is ~100 B of JSON; an unauthenticated peer buffers no more
+_PAYLOAD_OVERHEAD_BYTES = 1024  # a one-tensor safetensors header, rounded up
 
 
 @dataclass(frozen=True)
@@ -75,14 +72,6 @@ class StepCollection:
 
 
 @dataclass
-class _Snapshot:
-    step: int  # the first step the snapshot's weights are used for (taken after update step-1)
-    version: int
-    tensors: dict[str, torch.Tensor]
-    encoded: bytes | None = None
-
-
-@dataclass
 class _Open:
     membership: Membership
     received: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -90,7 +79,14 @@ class _Open:
     closed: bool = False
 
 
-class Gateway:
+@dataclass(frozen=True)
+class _Published:
+    update: torch.Tensor
+    next_membership: Membership
+    param_groups: Hyperparams | None  # the optimizer hyperparameters the update was applied with
+
+
+class Gateway(SideChannelServer):
     def __init__(
         self,
         key: bytes,
@@ -106,80 +102,53 @@ class Gateway:
         handshake_timeout_s: float = 10.0,
         idle_timeout_s: float = 600.0,
         max_connections: int = 64,
+        join_timeout_s: float = 600.0,
     ) -> None:
-        """`handshake_timeout_s` bounds a new connection's hello (the only time a peer without the key
-        holds a thread); `idle_timeout_s` bounds each read on an open session, so it must exceed the
-        longest gap between a hybrid's frames (its gradient computation between a pull and a push);
-        `max_connections` caps connections served at once (hybrids plus any unauthenticated peers)."""
-        assert len(key) >= 16, "the side-channel key must be at least 16 bytes"
-        assert handshake_timeout_s > 0 and idle_timeout_s > 0, "side-channel timeouts must be positive"
-        assert max_connections >= 1, "the gateway must accept at least one connection"
+        """`handshake_timeout_s` bounds a new connection until its first authenticated request (the
+        only time a peer without the key holds a thread); `idle_timeout_s` bounds each read on an open
+        session, so it must exceed the longest gap between a hybrid's frames (its gradient computation
+        between a pull and a push); `max_connections` caps connections served at once (hybrids plus
+        any unauthenticated peers); `join_timeout_s` is how long a requested join may wait for a
+        connection to ask for its snapshot (its training loop queued or dead) before it fails."""
+        assert update_log_steps >= 2, (
+            f"update_log_steps={update_log_steps}: a join replays from a snapshot taken within half the "
+            "log, so the log must keep at least 2 updates (pools.elastic.update_log_steps)"
+        )
+        assert join_timeout_s > 0, "join_timeout_s must be positive"
+        payload_bytes = numel * dtype.itemsize + _PAYLOAD_OVERHEAD_BYTES
+        if payload_bytes > max_frame_bytes:
+            raise ValueError(
+                f"a gradient of {numel} {dtype} values is a {payload_bytes / 2**20:.1f} MiB frame, over the "
+                f"side channel's frame limit of {max_frame_bytes / 2**20:.1f} MiB: raise max_frame_bytes "
+                f"(pools.elastic.max_frame_mib) to at least {-(-payload_bytes // 2**20)} MiB (gradients "
+                "and updates travel as one frame each; snapshots are sent in parts)"
+            )
+        super().__init__(
+            key,
+            max_frame_bytes=max_frame_bytes,
+            handshake_timeout_s=handshake_timeout_s,
+            idle_timeout_s=idle_timeout_s,
+            max_connections=max_connections,
+        )
         # Import the codec now: a first import on a handler thread would hold the GIL during a core step.
         import safetensors.torch  # noqa: F401
 
-        self.key, self.coordinator, self.numel, self.dtype = key, coordinator, numel, dtype
-        self.deadline_s, self.max_frame_bytes, self.update_log_steps = (
-            deadline_s,
-            max_frame_bytes,
-            update_log_steps,
-        )
+        self.coordinator, self.numel, self.dtype = coordinator, numel, dtype
+        self.deadline_s, self.update_log_steps = deadline_s, update_log_steps
         self._cond = threading.Condition()
         self._open = _Open(coordinator.current)
-        self._log: OrderedDict[int, tuple[torch.Tensor, Membership]] = OrderedDict()
-        self._snapshot: _Snapshot | None = None
-        self.handshake_timeout_s, self.idle_timeout_s = handshake_timeout_s, idle_timeout_s
-        self.max_connections = max_connections
-        self._conn_lock = threading.Lock()
-        self.connections = 0  # connections being served now
-        self.refused_connections = 0  # closed on accept: `max_connections` were being served
-        self.timed_out = 0  # connections closed for a hello or read past its timeout
-        self.unauthenticated = 0  # frames dropped for a bad MAC or malformed prefix
-        self.replayed = 0  # authentic frames dropped by the session check (replayed or out of order)
-        gateway = self
-
-        class _Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                gateway._serve_connection(self.request)
-
-        class _Server(socketserver.ThreadingTCPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-            request_queue_size = max_connections  # listen backlog: a burst of hybrids is not made to retry
-
-            def verify_request(self, request: Any, client_address: Any) -> bool:
-                return gateway._admit_connection()
-
-            def process_request(self, request: Any, client_address: Any) -> None:
-                try:
-                    super().process_request(request, client_address)
-                except BaseException:
-                    gateway._release_connection()  # no handler thread started to release it
-                    raise
-
-            def process_request_thread(self, request: Any, client_address: Any) -> None:
-                try:
-                    super().process_request_thread(request, client_address)
-                finally:
-                    gateway._release_connection()
-
-        self._server = _Server((host, port), _Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="libra-gateway", daemon=True)
-        self._thread.start()
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._log: OrderedDict[int, _Published] = OrderedDict()
+        self.joins = JoinDesk(
+            coordinator, self._cond, update_log_steps=update_log_steps, join_timeout_s=join_timeout_s
+        )
+        self._start_server(host, port)
 
     # ------------------------------------------------------------------ control (plan applier, rank 0)
 
     def request_join(self, worker_id: str) -> None:
         with self._cond:
             self.coordinator.request_join(worker_id)
+            self.joins.requested(worker_id)
             self._cond.notify_all()
 
     def request_leave(self, worker_id: str) -> None:
@@ -198,24 +167,15 @@ class Gateway:
     # ------------------------------------------------------------------ core side (rank 0 training loop)
 
     def wants_snapshot(self) -> bool:
-        """True when a join waits and there is no snapshot recent enough to replay from."""
+        """True when a join waits for a snapshot and there is none recent enough to replay from."""
         with self._cond:
-            pending = any(
-                life.state is HybridState.JOIN_REQUESTED for life in self.coordinator.hybrids.values()
-            )
-            return pending and not self._snapshot_fresh()
-
-    def _snapshot_fresh(self) -> bool:
-        """A snapshot a joining hybrid can catch up from: stored, and recent enough that the updates
-        after it are still in the log (half the log, so replaying stays short). Under `_cond`."""
-        snap = self._snapshot
-        return snap is not None and self._open.membership.step - snap.step < self.update_log_steps // 2
+            return self.joins.wants_snapshot(self._open.membership.step)
 
     def set_snapshot(self, tensors: dict[str, torch.Tensor], *, step: int, version: int) -> None:
         """Store clones of the state to serve; encoding happens on a handler thread, off the core's path."""
-        snap = _Snapshot(step, version, {k: v.detach().clone() for k, v in tensors.items()})
+        snap = Snapshot(step, version, {k: v.detach().clone() for k, v in tensors.items()})
         with self._cond:
-            self._snapshot = snap
+            self.joins.snapshot = snap
             self._cond.notify_all()
 
     def collect(self, step: int, version: int) -> tuple[torch.Tensor | None, StepCollection]:
@@ -247,129 +207,59 @@ class Gateway:
             )
         return total, StepCollection(step, m, included, missing, rejected, time.perf_counter() - t0)
 
-    def publish(self, step: int, update: torch.Tensor, next_version: int) -> Membership:
-        """Log the applied update of `step`, freeze and open the membership of step+1."""
+    def publish(
+        self, step: int, update: torch.Tensor, next_version: int, param_groups: Hyperparams | None = None
+    ) -> Membership:
+        """Log the applied update of `step` (and the optimizer hyperparameters it was applied with),
+        freeze and open the membership of step+1, and fail joins nobody came for."""
         with self._cond:
             nxt = self.coordinator.freeze_next(step, next_version)
-            self._log[step] = (update.detach().clone(), nxt)
+            self._log[step] = _Published(update.detach().clone(), nxt, param_groups)
             while len(self._log) > self.update_log_steps:
                 self._log.popitem(last=False)
             self._open = _Open(nxt)
+            self.joins.expire()
             self._cond.notify_all()
         return nxt
 
     # ------------------------------------------------------------------ hybrid side (handler threads)
 
-    def _admit_connection(self) -> bool:
-        """On the accept thread, before a handler starts: take a connection slot if one is free."""
-        with self._conn_lock:
-            if self.connections >= self.max_connections:
-                self.refused_connections += 1
-                admitted = False
-            else:
-                self.connections += 1
-                admitted = True
-        if not admitted:
-            log.warning("side channel: refused a connection (%d served at once)", self.max_connections)
-        return admitted
-
-    def _release_connection(self) -> None:
-        with self._conn_lock:
-            self.connections -= 1
-
-    def _drop(self, label: str, exc: Exception) -> None:
-        """A frame that failed authentication (`label` "<unauthenticated>") or the session check
-        ("<replayed>"): counted and reported in the open step; the caller closes the connection."""
+    def _report_dropped(self, label: str, reason: str) -> None:
         with self._cond:
-            if label == "<replayed>":
-                self.replayed += 1
-            else:
-                self.unauthenticated += 1
-            self._open.rejected.append((label, str(exc)))
-        log.warning("side channel: dropped a frame and its connection: %s", exc)
+            self._open.rejected.append((label, reason))
 
-    def _open_session(self, sock: socket.socket) -> ServerSession | None:
-        """Read the connection's hello (bounded in time and size, as its sender is not yet known)."""
-        deadline = time.monotonic() + self.handshake_timeout_s
+    def _connection_ended(self, session: ServerSession) -> None:
+        self.joins.connection_ended(session)
+
+    def _handle(self, session: ServerSession, header: dict[str, Any], body: bytes) -> Reply:
         try:
-            hello, _ = read_frame(
-                sock, self.key, 0, max_header_bytes=HELLO_MAX_HEADER_BYTES, deadline=deadline
-            )
-            session = ServerSession.accept(hello)
-        except TimeoutError:
-            with self._conn_lock:
-                self.timed_out += 1
-            log.warning(
-                "side channel: closed a connection with no hello within %.1f s", self.handshake_timeout_s
-            )
-            return None
-        except OSError:  # the peer closed or reset the connection
-            return None
-        except (AuthError, FrameError) as exc:
-            self._drop("<unauthenticated>", exc)
-            return None
-        except ReplayError as exc:
-            self._drop("<replayed>", exc)
-            return None
-        sock.settimeout(self.idle_timeout_s)
-        try:
-            send_frame(sock, encode_frame(self.key, session.hello_reply()))
-        except OSError:
-            return None
-        return session
+            return self._dispatch(session, header, body)
+        except (KeyError, TypeError, ValueError, IllegalTransition) as exc:
+            return Reply({"ok": False, "reason": f"bad request: {exc!r}"})
 
-    def _serve_connection(self, sock: socket.socket) -> None:
-        session = self._open_session(sock)
-        while session is not None:
-            try:
-                header, body = read_frame(sock, self.key, self.max_frame_bytes)
-                session.check(header)
-            except TimeoutError:
-                with self._conn_lock:
-                    self.timed_out += 1
-                log.warning(
-                    "side channel: closed %s's connection, idle for %.1f s",
-                    session.worker,
-                    self.idle_timeout_s,
-                )
-                return
-            except OSError:  # the peer closed or reset the connection
-                return
-            except (AuthError, FrameError) as exc:
-                self._drop("<unauthenticated>", exc)
-                return
-            except ReplayError as exc:
-                self._drop("<replayed>", exc)
-                return
-            try:
-                reply, reply_body = self._dispatch(header, body)
-            except (KeyError, TypeError, ValueError, IllegalTransition) as exc:
-                reply, reply_body = {"ok": False, "reason": f"bad request: {exc!r}"}, b""
-            reply = {**reply, **session.reply_fields(header)}
-            try:
-                send_frame(sock, encode_frame(self.key, reply, reply_body))
-            except OSError:
-                return
-
-    def _dispatch(self, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
-        kind, worker = header["kind"], str(header["worker"])
+    def _dispatch(self, session: ServerSession, header: dict[str, Any], body: bytes) -> Reply:
+        kind = header["kind"]
         if kind == "push":
-            return self._on_push(worker, header, body), b""
+            return Reply(self._on_push(session, header, body))
         if kind == "pull":
-            return self._on_pull(worker, int(header["step"]), float(header.get("wait_s", 60.0)))
+            return self._on_pull(session, int(header["step"]), float(header.get("wait_s", 60.0)))
         if kind == "snapshot":
-            return self._on_snapshot(worker, float(header.get("wait_s", 60.0)))
+            wait_s = min(float(header.get("wait_s", 60.0)), MAX_PULL_WAIT_S)
+            part_bytes = int(header.get("part_bytes", SNAPSHOT_PART_BYTES))
+            return self.joins.on_snapshot(session, wait_s, part_bytes, lambda: self._open.membership.step)
+        if kind == "snapshot_part":
+            return self.joins.on_snapshot_part(session, int(header["index"]))
         if kind == "loaded":
-            with self._cond:
-                self.coordinator.loaded(worker, int(header["aligned_through"]))
-            return {"ok": True}, b""
+            return Reply(self.joins.on_loaded(session, int(header["aligned_through"])))
         raise ValueError(f"unknown message kind {kind!r}")
 
-    def _on_push(self, worker: str, header: dict[str, Any], body: bytes) -> dict[str, Any]:
+    def _on_push(self, session: ServerSession, header: dict[str, Any], body: bytes) -> dict[str, Any]:
+        worker = session.worker
         with self._cond:
             current = self._open
             m = current.membership
             step, version, epoch = int(header["step"]), int(header["version"]), int(header["epoch"])
+            join = self.joins.join_of(session)
             reason = None
             if step != m.step or current.closed:
                 reason = f"step {step} is not open (open step {m.step}, closed={current.closed})"
@@ -379,6 +269,8 @@ class Gateway:
                 reason = f"membership epoch {epoch} != {m.epoch}"
             elif worker not in m.active:
                 reason = f"{worker} is not an active member of step {m.step}"
+            elif join is None or self.joins.superseded(join):
+                reason = f"this connection does not serve {worker}'s current join"
             elif worker in current.received:
                 reason = f"duplicate payload from {worker} for step {m.step}"
             if reason is None:
@@ -406,22 +298,39 @@ class Gateway:
             return None, "payload 'grad' holds non-finite values"
         return grad.reshape(-1), ""
 
-    def _on_pull(self, worker: str, step: int, wait_s: float) -> tuple[dict[str, Any], bytes]:
+    def _on_pull(self, session: ServerSession, step: int, wait_s: float) -> Reply:
+        """Update `step` for the connection's join (its state changes only for a bound connection;
+        one that fetched no snapshot just reads the log)."""
+        worker = session.worker
         deadline = time.perf_counter() + min(wait_s, MAX_PULL_WAIT_S)
         with self._cond:
+            join = self.joins.join_of(session)
+            life = self.coordinator.lifecycle(worker)
             while step not in self._log:
+                if over := self.joins.superseded(join):
+                    return Reply(ended(over))
+                if join is not None and life.state is HybridState.ROLLOUT:
+                    return Reply(ended(why_over(life)))
                 oldest = next(iter(self._log), None)
                 if oldest is not None and step < oldest:
-                    self.coordinator.fail(worker, f"update {step} expired from the log (oldest {oldest})")
-                    return {"ok": False, "reason": "expired"}, b""
+                    if join is not None:
+                        self.coordinator.fail(worker, f"update {step} expired from the log (oldest {oldest})")
+                    return Reply({"ok": False, "reason": "expired"})
                 left = deadline - time.perf_counter()
                 if left <= 0:
-                    return {"ok": False, "reason": f"update {step} not published within {wait_s} s"}, b""
+                    reason = f"update {step} not published within {wait_s} s"
+                    if join is not None and life.state in UNWATCHED:
+                        self.coordinator.fail(worker, reason)
+                    return Reply({"ok": False, "reason": reason})
                 self._cond.wait(left)
-            update, nxt = self._log[step]
-            self.coordinator.update_applied(worker, step)
-            state = self.coordinator.state(worker)
-        reply = {
+            if over := self.joins.superseded(join):
+                return Reply(ended(over))
+            published = self._log[step]
+            if join is not None:
+                self.coordinator.update_applied(worker, step)
+            state = life.state
+        nxt = published.next_membership
+        reply: dict[str, Any] = {
             "ok": True,
             "step": step,
             "next_step": nxt.step,
@@ -430,23 +339,6 @@ class Gateway:
             "active_next": worker in nxt.active,
             "state": state.value,
         }
-        return reply, tensors_to_bytes({"update": update})
-
-    def _on_snapshot(self, worker: str, wait_s: float) -> tuple[dict[str, Any], bytes]:
-        deadline = time.perf_counter() + min(wait_s, MAX_PULL_WAIT_S)
-        with self._cond:
-            if self.coordinator.state(worker) is not HybridState.JOIN_REQUESTED:
-                return {"ok": False, "reason": f"no join requested for {worker}"}, b""
-            # A stale snapshot (stored before the log's oldest kept updates) would fail the join as
-            # "expired" on its first pull: wait for the fresh one `wants_snapshot` asks the core for.
-            while not self._snapshot_fresh():
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    return {"ok": False, "reason": "no fresh snapshot within the wait"}, b""
-                self._cond.wait(left)
-            snap = self._snapshot
-            assert snap is not None, "a fresh snapshot is a stored one"
-            self.coordinator.snapshot_fetched(worker)
-        if snap.encoded is None:
-            snap.encoded = tensors_to_bytes(snap.tensors)
-        return {"ok": True, "step": snap.step, "version": snap.version}, snap.encoded
+        if published.param_groups is not None:
+            reply["param_groups"] = published.param_groups
+        return Reply(reply, tensors_to_bytes({"update": published.update}))

@@ -19,51 +19,38 @@ that replica's shard had not been part of the step, and the hybrid is evicted fr
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from libra_core.elastic.client import GatewayClient
+from libra_core.elastic.client import GatewayClient, JoinEndedError
 from libra_core.elastic.gateway import Gateway
+from libra_core.elastic.snapshot import (
+    apply_hyperparams,
+    load_state_tensors,
+    optimizer_hyperparams,
+    state_tensors,
+)
+from libra_core.elastic.state_machine import LOOP_STATES
 from libra_core.training.backends.ddp import DDPBackend
 from libra_core.training.backends.flat import clip_flat_, flat_grad, set_flat_grad, trainable
 
 if TYPE_CHECKING:
     import torch
 
+__all__ = [
+    "CoreReplica",
+    "CoreStepReport",
+    "HybridReport",
+    "load_state_tensors",
+    "run_hybrid",
+    "state_tensors",
+]
+
 log = logging.getLogger(__name__)
 
 LossFn = Callable[["torch.nn.Module", int], "torch.Tensor"]  # (model, step) -> mean loss on own shard
-
-
-def state_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
-    """Model parameters and optimizer state as named tensors (the snapshot a joining hybrid loads)."""
-    import torch
-
-    out = {f"param.{i}": p.detach() for i, p in enumerate(trainable(model))}
-    for index, state in optimizer.state_dict()["state"].items():
-        for name, value in state.items():
-            out[f"opt.{index}.{name}"] = value if torch.is_tensor(value) else torch.tensor(value)
-    return out
-
-
-def load_state_tensors(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor]
-) -> None:
-    import torch
-
-    params = trainable(model)
-    with torch.no_grad():
-        for i, p in enumerate(params):
-            p.copy_(tensors[f"param.{i}"])
-    state: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in tensors.items():
-        if key.startswith("opt."):
-            _, index, name = key.split(".", 2)
-            state.setdefault(int(index), {})[name] = value.clone()
-    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
 
 
 @dataclass(frozen=True)
@@ -114,19 +101,17 @@ class CoreReplica:
             extra, collection = self.gateway.collect(step, self.version)
         count = len(collection.included) if collection else 0
         update, divisor = self.backend.reduce(local, extra_sum=extra, extra_count=count)
-        norm = clip_flat_(update, self.grad_clip)
-        if not math.isfinite(norm):
-            # Every replica reduced the same sum, so every one stops here, before any weight changes.
-            raise FloatingPointError(
-                f"core step {step}: the reduced gradient norm is {norm} (divisor {divisor}); nothing applied"
-            )
+        # A non-finite norm raises FloatingPointError here, before any weight changes; every replica
+        # reduced the same sum, so every one stops.
+        clip_flat_(update, self.grad_clip, what=f"core step {step}: the reduced gradient")
+        hyper = optimizer_hyperparams(self.backend.optimizer) if self.gateway is not None else None
         self.backend.apply(update)
         self.version += 1
         self.step_index += 1
         epoch = collection.membership.epoch if collection else 0
         if self.gateway is not None:
             self._maybe_snapshot()
-            self.gateway.publish(step, update, self.version)
+            self.gateway.publish(step, update, self.version, param_groups=hyper)
         return CoreStepReport(
             step=step,
             loss=float(loss.detach()),
@@ -165,13 +150,37 @@ def run_hybrid(
 ) -> HybridReport:
     """Join (snapshot -> replay -> active), train until left, cancelled or failed; return what happened.
 
-    `step_delay_s(step)` is a fault-injection hook for tests and benchmarks (a slow hybrid).
+    The loop runs while the gateway reports the worker WARMING, ACTIVE or LEAVING, and ends on any
+    other state, on a refused pull, or when the gateway says this join is over (`ended`: cancelled,
+    failed, or superseded by a later join of the same worker, which then goes on without this loop).
+    `final_state` is the last state seen, or "ended: <reason>" / "failed: <reason>". If anything here
+    raises, the connection is closed first, so the gateway fails the join at once rather than after
+    its idle timeout. `step_delay_s(step)` is a fault-injection hook for tests and benchmarks.
     """
+    try:
+        return _run_hybrid(client, model, optimizer, loss_fn, step_delay_s)
+    except BaseException:
+        client.close()
+        raise
+
+
+def _run_hybrid(
+    client: GatewayClient,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: LossFn,
+    step_delay_s: Callable[[int], float] | None,
+) -> HybridReport:
     t0 = time.perf_counter()
-    header, tensors = client.snapshot()
-    load_state_tensors(model, optimizer, tensors)
-    step, version = int(header["step"]), int(header["version"])
-    client.loaded(aligned_through=step - 1)
+    try:
+        header, tensors = client.snapshot()
+        load_state_tensors(model, optimizer, tensors)
+        del tensors
+        step, version = int(header["step"]), int(header["version"])
+        client.loaded(aligned_through=step - 1)
+    except JoinEndedError as exc:
+        log.info("hybrid %s: %s", client.worker_id, exc)
+        return HybridReport(client.worker_id, -1, time.perf_counter() - t0, final_state=f"ended: {exc}")
     report = HybridReport(client.worker_id, step, time.perf_counter() - t0)
     params = trainable(model)
     active, epoch = False, -1
@@ -190,15 +199,17 @@ def run_hybrid(
             report.replayed_steps.append(step)
         reply, update = client.pull(step)
         if not reply.get("ok") or update is None:
-            report.final_state = f"failed: {reply.get('reason')}"
+            report.final_state = f"{'ended' if reply.get('ended') else 'failed'}: {reply.get('reason')}"
             break
         set_flat_grad(params, update)
+        if reply.get("param_groups") is not None:
+            apply_hyperparams(optimizer, reply["param_groups"])  # the lr etc. the core applied it with
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         step, version = int(reply["next_step"]), int(reply["next_version"])
         active, epoch = bool(reply["active_next"]), int(reply["next_epoch"])
         report.final_state = str(reply["state"])
-        if not active and report.final_state == "rollout":
+        if report.final_state not in {s.value for s in LOOP_STATES}:
             break
     report.final_step = step
     log.info(

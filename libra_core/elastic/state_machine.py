@@ -59,6 +59,11 @@ TRANSITIONS: dict[tuple[HybridState, HybridEvent], HybridState] = {
 
 # States in which the worker holds training state (snapshot, replica) that a failure must discard.
 TRAINING_SIDE = frozenset({S.JOIN_REQUESTED, S.LOADING, S.WARMING, S.ACTIVE, S.LEAVING})
+# Training-side states in which no payload deadline watches the worker: the gateway fails it when the
+# connection serving its join ends or one of its waits times out (an ACTIVE one misses a deadline).
+UNWATCHED = TRAINING_SIDE - {S.ACTIVE}
+# States in which a hybrid's training loop keeps going (applying updates); any other ends it.
+LOOP_STATES = frozenset({S.WARMING, S.ACTIVE, S.LEAVING})
 
 
 class IllegalTransition(RuntimeError):
@@ -73,6 +78,9 @@ class HybridLifecycle:
     state: HybridState = HybridState.ROLLOUT
     history: list[tuple[int, HybridEvent, HybridState]] = field(default_factory=list)
     failure: str | None = None  # reason of the last FAIL (rollback), if any
+    # Number of the current (or last) join: bumped by every request_join, so a connection bound to an
+    # earlier join (cancelled or failed, then requested again) can be told its join is over.
+    join: int = 0
 
     def can(self, event: HybridEvent) -> bool:
         return (self.state, event) in TRANSITIONS
@@ -87,6 +95,8 @@ class HybridLifecycle:
             )
         if event is HybridEvent.FAIL:
             self.failure = reason or "unspecified failure"
+        elif event is HybridEvent.REQUEST_JOIN:
+            self.join += 1
         self.state = new
         self.history.append((step, event, new))
         return new

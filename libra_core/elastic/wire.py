@@ -8,14 +8,15 @@ mac = HMAC-SHA256(key, MAGIC | header_len | body_len | header | body). The recei
 lengths against its limit, reads exactly that many bytes, and compares the MAC in constant time
 (`hmac.compare_digest`) BEFORE it parses anything: neither the JSON header nor the body (tensors as
 safetensors bytes, which has no code-execution path either) is decoded for an unauthenticated
-frame. Nothing is ever unpickled. The key is a per-run secret handed to workers by the driver.
+frame; an authentic header that is not a JSON object raises HeaderError (a FrameError). Nothing
+is ever unpickled. The key is a per-run secret handed to workers by the driver.
 
 The MAC says who made a frame, not when: the header also carries the connection's `session` and a
 `seq` number (libra_core/elastic/session.py), which is what stops a recorded frame being used again.
 The header carries `kind`, `worker`, `step`, `version` and `epoch` as well; what each kind must match
 is checked by the gateway (libra_core/elastic/gateway.py), not here.
 
-Reads can be given a deadline (the gateway bounds a connection's unauthenticated first frame with one)
+Reads can be given a deadline (the gateway bounds a connection's hello and first request with one)
 and frames are sent in 1 MiB pieces, so a socket timeout bounds each piece, not the whole frame.
 """
 
@@ -45,6 +46,10 @@ class AuthError(ValueError):
 
 class FrameError(ValueError):
     """The frame is malformed or over the size limit (rejected before any parsing)."""
+
+
+class HeaderError(FrameError):
+    """An authenticated frame whose header is not a UTF-8 JSON object (a key holder's bug)."""
 
 
 class BodyError(ValueError):
@@ -119,9 +124,12 @@ def read_frame(
 def verify_frame(key: bytes, prefix: bytes, mac: bytes, raw_header: bytes, body: bytes) -> dict[str, Any]:
     if not hmac.compare_digest(mac, _mac(key, prefix, raw_header, body)):
         raise AuthError("side-channel frame failed HMAC verification (wrong key or tampered bytes)")
-    header = json.loads(raw_header)
+    try:
+        header = json.loads(raw_header)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise HeaderError(f"authenticated frame header is not JSON: {exc!r}") from exc
     if not isinstance(header, dict):
-        raise FrameError("frame header must be a JSON object")
+        raise HeaderError("frame header must be a JSON object")
     return header
 
 

@@ -1,11 +1,14 @@
 """Builders for the side-channel tests: core rank 0 of a one-replica core with its gateway, in this
-process, driving a hybrid by hand; raw sessions for sending hand-made frames; a frame recorder."""
+process, driving a hybrid by hand (`Harness`) or through `run_hybrid` on a thread (`Core`,
+`hybrid_thread`); raw sessions for sending hand-made frames; a frame recorder."""
 
 from __future__ import annotations
 
 import secrets
 import socket
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,7 +19,7 @@ from libra_core.elastic import wire
 from libra_core.elastic.client import GatewayClient
 from libra_core.elastic.gateway import Gateway
 from libra_core.elastic.membership import Coordinator
-from libra_core.elastic.replica import CoreReplica, load_state_tensors
+from libra_core.elastic.replica import CoreReplica, load_state_tensors, run_hybrid
 from libra_core.elastic.session import ClientSession
 from libra_core.elastic.toy import ToyProblem
 from libra_core.training.backends.ddp import DDPBackend
@@ -82,6 +85,60 @@ class Harness:
     def close(self) -> None:
         self.client.close()
         self.gateway.close()
+
+
+class Core:
+    """Core rank 0 of a one-replica core with its gateway, built before any join is requested."""
+
+    def __init__(self, problem: ToyProblem = PROBLEM, **gateway_options: Any) -> None:
+        torch.set_num_threads(1)
+        self.problem = problem
+        model = problem.model()
+        self.backend = DDPBackend()
+        self.backend.setup(model, problem.optimizer(model))
+        numel = sum(p.numel() for p in model.parameters())
+        dtype = getattr(torch, problem.dtype)
+        self.gateway = Gateway(KEY, Coordinator(1), numel=numel, dtype=dtype, **gateway_options)
+        self.replica = CoreReplica(self.backend, gateway=self.gateway, grad_clip=problem.grad_clip)
+
+    def step(self) -> dict:
+        return self.replica.step(lambda m, s: self.problem.loss(m, 0, s)).to_dict()
+
+    def close(self) -> None:
+        self.gateway.close()
+
+
+def hybrid_thread(
+    gateway: Gateway, worker: str, out: dict[str, Any], *, delay: Callable[[int], float] | None = None
+) -> threading.Thread:
+    """run_hybrid on a thread (as a pool worker would run it); its report or error, model and
+    optimizer land in `out`."""
+
+    def body() -> None:
+        client = GatewayClient(gateway.address, KEY, worker)
+        model = out["model"] = PROBLEM.model()
+        optimizer = out["optimizer"] = PROBLEM.optimizer(model)
+        try:
+            out["report"] = run_hybrid(
+                client, model, optimizer, lambda m, s: PROBLEM.loss(m, 1, s), step_delay_s=delay
+            )
+        except Exception as exc:
+            out["error"] = exc
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+def step_until(core_step: Callable[[], dict], done: Callable[[dict], bool], limit: int = 200) -> dict:
+    for _ in range(limit):
+        report = core_step()
+        if done(report):
+            return report
+        time.sleep(0.01)
+    raise AssertionError(f"condition not reached within {limit} core steps")
 
 
 def open_raw_session(address: tuple[str, int], worker: str) -> tuple[socket.socket, ClientSession]:

@@ -1,9 +1,13 @@
-"""Connection limits of the side-channel gateway: a peer that never says hello is closed after the
-handshake timeout and may not make the gateway buffer a body; an idle session is closed after the idle
-timeout; connections past the cap are closed on accept, and their slots come back."""
+"""Connection limits of the side-channel gateway: a peer that never says hello, or replays a recorded
+hello and sends no authentic request, is closed after the handshake timeout and may not make the
+gateway buffer a body; an idle session is closed after the idle timeout; connections past the cap are
+closed on accept, and their slots come back; an authentic frame with a broken header is counted."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import socket
 import struct
 import time
@@ -121,5 +125,94 @@ def test_connections_past_the_cap_are_closed_on_accept_and_slots_come_back(
         finally:
             client.close()
         assert gateway.refused_connections == 2 and gateway.timed_out == 0
+    finally:
+        gateway.close()
+
+
+def _recorded_hello() -> bytes:
+    """A hello as an eavesdropper records it off an honest hybrid's connection (made with the key)."""
+    return wire.encode_frame(KEY, {"kind": "hello", "worker": "h0", "nonce": secrets.token_hex(16)})
+
+
+def _hello_reply(sock: socket.socket) -> dict[str, Any]:
+    header, _ = wire.read_frame(sock, KEY, 0)
+    assert header["kind"] == "hello_reply"
+    return header
+
+
+def test_a_replayed_hello_holds_its_slot_only_for_the_handshake_timeout(sockets: list[socket.socket]) -> None:
+    # The audit's case: a keyless peer replaying a recorded hello got a session and, from then on,
+    # the 600 s idle timeout per read instead of the handshake's bound (docs promised the latter).
+    gateway = _gateway(handshake_timeout_s=0.5, idle_timeout_s=600, max_connections=2)
+    try:
+        t0 = time.monotonic()
+        replayers = [_connect(gateway, sockets) for _ in range(2)]
+        for sock in replayers:
+            sock.sendall(_recorded_hello())
+            _hello_reply(sock)  # a hello is answered: it proves nothing, and opens nothing usable
+        assert all(closed_by_gateway(sock, within_s=5) for sock in replayers)
+        assert time.monotonic() - t0 < 3
+        assert wait_until(lambda: gateway.connections == 0, timeout_s=5)
+        assert gateway.timed_out == 2
+        client = GatewayClient(gateway.address, KEY, "h1", timeout_s=5)  # the slots are free again
+        client.close()
+    finally:
+        gateway.close()
+
+
+def test_after_a_replayed_hello_a_large_body_is_refused_unread(sockets: list[socket.socket]) -> None:
+    # Until a request carrying the session passes its MAC check, a frame may have no body: the gateway
+    # must not wait for and buffer up to max_frame_bytes of a keyless peer's bytes.
+    gateway = _gateway(handshake_timeout_s=30)
+    try:
+        sock = _connect(gateway, sockets)
+        sock.sendall(_recorded_hello())
+        _hello_reply(sock)
+        sock.sendall(struct.pack(">4sIQ", wire.MAGIC, 10, 256 << 20) + b"\0" * 32 + b"x" * 10)
+        assert closed_by_gateway(sock, within_s=5)
+        assert gateway.unauthenticated == 1 and gateway.timed_out == 0
+    finally:
+        gateway.close()
+
+
+def test_after_its_first_request_a_session_is_bound_by_the_idle_timeout_not_the_handshake() -> None:
+    gateway = _gateway(handshake_timeout_s=0.5, idle_timeout_s=10)
+    client = GatewayClient(gateway.address, KEY, "h0", timeout_s=10)
+    try:
+        for _ in range(2):
+            reply, _ = client.pull(0, wait_s=0.01)
+            assert reply["kind"] == "pull_reply"
+            time.sleep(1.0)  # twice the handshake timeout between requests
+        assert gateway.timed_out == 0
+    finally:
+        client.close()
+        gateway.close()
+
+
+def _frame_with_raw_header(raw_header: bytes) -> bytes:
+    prefix = struct.pack(">4sIQ", wire.MAGIC, len(raw_header), 0)
+    return prefix + hmac.new(KEY, prefix + raw_header, hashlib.sha256).digest() + raw_header
+
+
+@pytest.mark.parametrize("raw_header", [b"{not json", b"\xff\xfe", b"[1, 2]"], ids=["json", "utf8", "list"])
+def test_an_authentic_frame_whose_header_is_not_a_json_object_is_a_counted_protocol_error(
+    raw_header: bytes,
+) -> None:
+    # It used to raise JSONDecodeError (not a FrameError) out of the handler thread, uncounted.
+    with pytest.raises(wire.HeaderError):
+        wire.decode_frame(KEY, _frame_with_raw_header(raw_header), max_bytes=0)
+    gateway = _gateway(handshake_timeout_s=5)
+    try:
+        with socket.create_connection(gateway.address, timeout=5) as sock:
+            sock.sendall(_recorded_hello())
+            _hello_reply(sock)
+            sock.sendall(_frame_with_raw_header(raw_header))
+            assert closed_by_gateway(sock, within_s=5)
+        assert gateway.malformed == 1 and gateway.unauthenticated == 0
+        client = GatewayClient(gateway.address, KEY, "h0", timeout_s=5)  # the gateway serves on
+        try:
+            assert client.pull(0, wait_s=0.01)[0]["kind"] == "pull_reply"
+        finally:
+            client.close()
     finally:
         gateway.close()

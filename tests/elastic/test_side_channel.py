@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from libra_core.elastic import wire
-from libra_core.elastic.client import GatewayClient
+from libra_core.elastic.client import GatewayClient, JoinEndedError
 from libra_core.elastic.gateway import Gateway
 from libra_core.elastic.membership import Coordinator
 from libra_core.elastic.replica import CoreReplica
 from libra_core.elastic.toy import flat_params, reference_params
 from libra_core.training.backends.ddp import DDPBackend
-from tests.elastic.builders import KEY, PROBLEM, Harness, closed_by_gateway, open_raw_session
+from tests.elastic.builders import KEY, PROBLEM, Harness, closed_by_gateway, open_raw_session, wait_until
 
 # ---------------------------------------------------------------------------- wire format
 
@@ -119,6 +119,9 @@ def test_bad_key_is_dropped_and_the_core_step_completes(harness: Harness) -> Non
         assert closed_by_gateway(sock, within_s=5), "the gateway closes the connection without replying"
     sock, session = open_raw_session(harness.gateway.address, "h0")
     with sock:
+        # An authentic first request proves the session (until then a body is refused unread).
+        sock.sendall(wire.encode_frame(KEY, session.request("pull", {"step": 0, "wait_s": 1.0})))
+        assert wire.read_frame(sock, KEY, 1 << 30)[0]["ok"]
         header = session.request("push", {"step": 1, "version": 1, "epoch": 1})
         sock.sendall(
             wire.encode_frame(bad_key, header, wire.tensors_to_bytes({"grad": harness.hybrid_grad(1)}))
@@ -200,7 +203,7 @@ def test_a_late_join_is_served_a_fresh_snapshot_not_a_stale_one() -> None:
     gateway = Gateway(
         KEY, Coordinator(1), numel=numel, dtype=torch.float64, deadline_s=0.5, update_log_steps=8
     )
-    client = GatewayClient(gateway.address, KEY, "h1")
+    clients: list[GatewayClient] = []
     try:
         gateway.request_join("h0")  # the core snapshots step 0 for it; then the join is cancelled
         core = CoreReplica(backend, gateway=gateway, grad_clip=PROBLEM.grad_clip)
@@ -209,17 +212,24 @@ def test_a_late_join_is_served_a_fresh_snapshot_not_a_stale_one() -> None:
             core.step(lambda m, s: PROBLEM.loss(m, 0, s))
         gateway.request_join("h1")
         assert gateway.wants_snapshot()  # step 0's snapshot is older than the log
-        with pytest.raises(RuntimeError, match="no fresh snapshot within the wait"):
-            client.snapshot(wait_s=0.2)  # the stale one is not served
+        clients.append(GatewayClient(gateway.address, KEY, "h1"))
+        with pytest.raises(JoinEndedError, match="no fresh snapshot within the wait"):
+            clients[-1].snapshot(wait_s=0.2)  # the stale one is not served
+        # A timed-out snapshot wait fails the join (its loop gives up): it does not stay requested.
+        assert gateway.states()["h1"] == "rollout" and not gateway.wants_snapshot()
+        gateway.request_join("h1")
         core.step(lambda m, s: PROBLEM.loss(m, 0, s))  # the core stores a fresh one at the step's end
-        header, _ = client.snapshot(wait_s=5)
-        assert header["step"] == 21 and gateway.states()["h1"] == "loading"
-        client.loaded(aligned_through=20)
+        clients.append(GatewayClient(gateway.address, KEY, "h1"))
+        header, _ = clients[-1].snapshot(wait_s=5)
+        assert header["step"] == 21  # LOADING once the gateway's send has returned (just after ours)
+        assert wait_until(lambda: gateway.states()["h1"] == "loading", timeout_s=5), gateway.states()
+        clients[-1].loaded(aligned_through=20)
         core.step(lambda m, s: PROBLEM.loss(m, 0, s))
-        reply, _ = client.pull(21)
+        reply, _ = clients[-1].pull(21)
         assert reply["ok"], reply  # replay starts inside the log
     finally:
-        client.close()
+        for client in clients:
+            client.close()
         gateway.close()
 
 

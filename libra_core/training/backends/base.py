@@ -63,7 +63,11 @@ class TrainingBackend(ABC):
 
     @abstractmethod
     def step(self, *, grad_clip: float | None = None) -> StepStats:
-        """Average gradients over replicas, clip the average, step the optimizer, zero gradients."""
+        """Average gradients over replicas, clip the average, step the optimizer, zero gradients.
+
+        `torch` and `ddp` raise FloatingPointError, having applied nothing and dropped the gradients,
+        when the averaged gradient's norm is NaN or infinite (on every replica alike: they all reduced
+        the same sum); `deepspeed` leaves this to its engine."""
 
     @property
     @abstractmethod

@@ -76,7 +76,12 @@ class DDPBackend(TrainingBackend):
         from libra_core.training.backends.flat import clip_flat_, flat_grad, trainable
 
         avg, divisor = self.reduce(flat_grad(trainable(self._model)))
-        norm = clip_flat_(avg, grad_clip)
+        try:  # every replica reduced the same sum, so every one raises here
+            norm = clip_flat_(avg, grad_clip)
+        except FloatingPointError:  # nothing applied; drop the gradient so the next step starts clean
+            self.optimizer.zero_grad(set_to_none=True)
+            self._backward_pending = False
+            raise
         self.apply(avg)
         return StepStats(norm, divisor)
 

@@ -6,6 +6,8 @@ what crosses the all-reduce and the hybrid side channel, in the order of `model.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -27,9 +29,19 @@ def set_flat_grad(params: list[torch.nn.Parameter], flat: torch.Tensor) -> None:
     assert offset == flat.numel(), f"flat gradient has {flat.numel()} values, parameters {offset}"
 
 
-def clip_flat_(flat: torch.Tensor, max_norm: float | None) -> float:
-    """Clip in place exactly as torch.nn.utils.clip_grad_norm_ does; return the norm before clipping."""
+def clip_flat_(flat: torch.Tensor, max_norm: float | None, *, what: str = "the averaged gradient") -> float:
+    """Clip in place exactly as torch.nn.utils.clip_grad_norm_ does; return the norm before clipping.
+
+    Raises FloatingPointError, leaving `flat` untouched, when the norm is NaN or infinite: clipping
+    would not catch it (a NaN clip factor, and `nan < 1.0` is False) and one optimizer step would put
+    NaN in the weights and the optimizer state for good. Every caller clips before it applies
+    anything, so nothing has been applied when this raises. `what` names the vector in the message.
+    """
     norm = float(torch.linalg.vector_norm(flat))
+    if not math.isfinite(norm):
+        raise FloatingPointError(
+            f"{what} norm is {norm}; nothing applied (check the loss, its inputs and the learning rate)"
+        )
     if max_norm is not None:
         coef = max_norm / (norm + 1e-6)
         if coef < 1.0:

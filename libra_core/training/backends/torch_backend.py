@@ -26,7 +26,12 @@ class TorchBackend(TrainingBackend):
 
         params = trainable(self._model)
         flat = flat_grad(params)
-        norm = clip_flat_(flat, grad_clip)
+        try:
+            norm = clip_flat_(flat, grad_clip)
+        except FloatingPointError:  # nothing applied; drop the gradient so the next step starts clean
+            self.optimizer.zero_grad(set_to_none=True)
+            self._backward_pending = False
+            raise
         set_flat_grad(params, flat)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,209 @@
+"""A join that no process drives any more does not stay in a training state (the planner counts those
+as training), and a hybrid loop whose join was cancelled or evicted and then requested again stops,
+while the new join goes on."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from libra_core.elastic import wire
+from libra_core.elastic.client import GatewayClient
+from libra_core.elastic.gateway import Gateway
+from libra_core.elastic.membership import Role
+from libra_core.elastic.plan import RoleSwitch, plan_switches
+from libra_core.elastic.replica import HybridReport, run_hybrid
+from libra_core.elastic.state_machine import HybridState
+from tests.elastic.builders import (
+    KEY,
+    PROBLEM,
+    Core,
+    Harness,
+    hybrid_thread,
+    open_raw_session,
+    step_until,
+    wait_until,
+)
+
+ROLES = {"c0": Role.CORE_TRAINING, "h0": Role.HYBRID, "h1": Role.HYBRID}
+
+
+def _plan(gateway: Gateway, num_training: int) -> list[RoleSwitch]:
+    states = {w: HybridState(s) for w, s in gateway.states().items()}
+    return plan_switches(ROLES, states, num_training)
+
+
+# ---------------------------------------------------------------------------- a join nobody drives
+
+
+def test_a_timed_out_snapshot_wait_fails_the_join() -> None:
+    # The audit's case: the snapshot wait timed out during a long core step; run_hybrid gave up, but
+    # the gateway kept the worker JOIN_REQUESTED for good and every later plan counted it as training.
+    core = Core(deadline_s=0.5)
+    try:
+        core.gateway.request_join("h0")  # after the core's last boundary: no snapshot is stored yet
+        client = GatewayClient(core.gateway.address, KEY, "h0")
+        try:
+            with pytest.raises(RuntimeError, match="no fresh snapshot within the wait"):
+                client.snapshot(wait_s=0.2)
+        finally:
+            client.close()
+        assert core.gateway.states() == {"h0": "rollout"}
+        assert _plan(core.gateway, 2) == [RoleSwitch("h0", "join_training")]
+        for _ in range(3):
+            core.step()
+        assert core.gateway.states() == {"h0": "rollout"}
+    finally:
+        core.close()
+
+
+@pytest.mark.parametrize("stage", ["loading", "warming"])
+def test_a_hybrid_whose_connection_ends_mid_join_is_failed(stage: str) -> None:
+    # The audit's case: a hybrid that died after fetching its snapshot stayed LOADING for good.
+    with Harness() as harness:
+        if stage == "loading":  # a second join, dropped after its snapshot arrived
+            harness.gateway.cancel("h0")
+            harness.gateway.request_join("h0")
+            harness.core_step()
+            client = GatewayClient(harness.gateway.address, KEY, "h0")
+            client.snapshot(wait_s=5)
+            assert wait_until(lambda: harness.gateway.states() == {"h0": "loading"}, timeout_s=5)
+        else:
+            client = harness.client  # loaded and warming
+            assert harness.gateway.states() == {"h0": "warming"}
+        client.close()
+        assert wait_until(lambda: harness.gateway.states() == {"h0": "rollout"}, timeout_s=5)
+        assert f"connection serving its join closed ({stage})" in str(
+            harness.gateway.coordinator.lifecycle("h0").failure
+        )
+        assert harness.core_step()["divisor"] == 1
+        assert _plan(harness.gateway, 2) == [RoleSwitch("h0", "join_training")]
+
+
+def test_a_timed_out_pull_of_a_warming_hybrid_fails_the_join() -> None:
+    with Harness() as harness:
+        reply, _ = harness.client.pull(0, wait_s=0.2)  # the core has not finished step 0
+        assert not reply["ok"] and "not published within 0.2 s" in reply["reason"]
+        assert harness.gateway.states() == {"h0": "rollout"}
+        assert harness.core_step()["divisor"] == 1
+
+
+def test_run_hybrid_that_raises_closes_its_connection_so_the_join_fails_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    core = Core(deadline_s=0.5)
+    try:
+        core.gateway.request_join("h0")
+        core.step()  # the core stores a snapshot for the join at this boundary
+        client = GatewayClient(core.gateway.address, KEY, "h0")
+
+        def broken_pull(step: int, wait_s: float = 60.0) -> Any:
+            raise MemoryError("out of memory while replaying")
+
+        monkeypatch.setattr(client, "pull", broken_pull)
+        model = PROBLEM.model()
+        with pytest.raises(MemoryError):
+            run_hybrid(client, model, PROBLEM.optimizer(model), lambda m, s: PROBLEM.loss(m, 1, s))
+        # Before, the connection stayed open until idle_timeout_s (600 s) and h0 stayed WARMING.
+        assert wait_until(lambda: core.gateway.states() == {"h0": "rollout"}, timeout_s=5)
+    finally:
+        core.close()
+
+
+def test_a_join_nobody_asks_a_snapshot_for_fails_after_the_join_timeout() -> None:
+    # The hybrid's loop never started (its pool worker died, or the call is queued behind rollout).
+    core = Core(deadline_s=0.5, join_timeout_s=0.3)
+    try:
+        core.gateway.request_join("h0")
+        core.step()
+        assert core.gateway.states() == {"h0": "join_requested"}  # within the timeout
+        time.sleep(0.4)
+        core.step()  # checked at the step boundary
+        assert core.gateway.states() == {"h0": "rollout"}
+        assert "no snapshot request within 0.3 s" in str(core.gateway.coordinator.lifecycle("h0").failure)
+    finally:
+        core.close()
+
+
+def test_a_connection_that_does_not_serve_the_join_cannot_end_it() -> None:
+    # Only the connection bound to the join (by its snapshot request) fails it when it ends: another
+    # key holder's session for the same worker id, or a replayed hello, changes nothing.
+    with Harness() as harness:
+        sock, session = open_raw_session(harness.gateway.address, "h0")
+        with sock:
+            sock.sendall(wire.encode_frame(KEY, session.request("pull", {"step": 0, "wait_s": 0.01})))
+            reply, _ = wire.read_frame(sock, KEY, 1 << 30)
+            assert not reply["ok"] and "not published" in reply["reason"]
+        time.sleep(0.2)
+        assert harness.gateway.states() == {"h0": "warming"}  # neither the timed-out pull nor the close
+        harness.core_step()
+        harness.pull_and_apply(0)
+        assert harness.gateway.states() == {"h0": "active"}
+
+
+# ---------------------------------------------------------------------------- superseded joins
+
+
+def test_cancel_then_join_again_stops_the_old_loop_and_the_new_join_activates() -> None:
+    # The audit's case: the old loop, waiting in a pull, saw 'join_requested' (not 'rollout') and kept
+    # replaying for ever; on a pool worker the new join's loop queued behind it and never started.
+    core = Core(deadline_s=5.0)
+    try:
+        core.gateway.request_join("h0")
+        core.step()
+        old: dict[str, Any] = {}
+        old_thread = hybrid_thread(core.gateway, "h0", old)
+        assert wait_until(lambda: core.gateway.states() == {"h0": "warming"}, timeout_s=10)
+        core.gateway.cancel("h0")
+        core.gateway.request_join("h0")  # a plan flip-flop while the old loop waits in pull
+        old_thread.join(10)
+        assert not old_thread.is_alive(), "the old loop still runs"
+        report: HybridReport = old["report"]
+        assert report.final_state == "ended: join 1 of h0 is over: join 2 was requested since"
+        assert core.gateway.states() == {"h0": "join_requested"}  # the old loop's end left it alone
+        new: dict[str, Any] = {}
+        new_thread = hybrid_thread(core.gateway, "h0", new)
+        step_until(core.step, lambda r: "h0" in r["included"])
+        core.gateway.request_leave("h0")
+        step_until(core.step, lambda r: r["divisor"] == 1)
+        new_thread.join(10)
+        assert new["report"].final_state == "rollout" and new["report"].contributed_steps
+    finally:
+        core.close()
+
+
+def test_an_evicted_hybrid_joined_again_before_its_loop_noticed_stops_that_loop() -> None:
+    # The audit's realistic variant: an ACTIVE hybrid is slow once, evicted at the deadline, and the
+    # planner asks it to join again before its loop has pulled.
+    core = Core(deadline_s=0.3)
+    try:
+        core.gateway.request_join("h0")
+        core.step()
+        old: dict[str, Any] = {}
+        slow = {"step": None}
+
+        def delay(step: int) -> float:
+            if slow["step"] is None:
+                slow["step"] = step
+            return 1.5 if step == slow["step"] else 0.0
+
+        old_thread = hybrid_thread(core.gateway, "h0", old, delay=delay)
+        report = step_until(core.step, lambda r: bool(r["missing"]))
+        assert list(report["missing"]) == ["h0"]
+        core.gateway.request_join("h0")
+        for _ in range(3):
+            core.step()
+        old_thread.join(10)
+        assert not old_thread.is_alive(), "the old loop still runs"
+        assert old["report"].final_state.startswith("ended: ")
+        assert core.gateway.states() == {"h0": "join_requested"}
+        new: dict[str, Any] = {}
+        new_thread = hybrid_thread(core.gateway, "h0", new)
+        assert wait_until(lambda: core.gateway.states()["h0"] in ("loading", "warming"), timeout_s=10)
+        core.gateway.cancel("h0")
+        step_until(core.step, lambda r: not new_thread.is_alive())
+        assert new["report"].final_state in ("rollout", "ended: the join is over: h0 is in rollout (cancel)")
+    finally:
+        core.close()

@@ -1,7 +1,8 @@
-"""Bookkeeping after each iteration: history row, run state, checkpoint."""
+"""Bookkeeping after each iteration: history row, timeline, run state, checkpoint (and its span)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,5 +27,12 @@ def record_iteration_task(run_dir: str, row: dict[str, Any], spans: Sequence[Spa
     write_state(run_dir, state)
     last = iteration == cfg.experiment.iterations
     if last or iteration % cfg.experiment.checkpoint_every == 0:
+        started, t0 = time.time(), time.perf_counter()
         save_checkpoint(run_dir, iteration, state, cfg.experiment.keep_checkpoints)
+        if spans:
+            # The checkpoint comes after the history row (a resume needs the row), so its time is
+            # in no column: it gets a lane of the timeline, written again now that it is known.
+            end = started + time.perf_counter() - t0
+            write_timeline(run_dir, iteration, [*spans, Span(iteration, "checkpoint", started, end)])
+            write_perfetto(run_dir)
     report("iterations", 1, cfg.experiment.iterations)

@@ -28,6 +28,7 @@ STAGE_COLORS = {
     "update": "#2ca02c",
     "sync": "#9467bd",
     "eval": "#d62728",
+    "checkpoint": "#17becf",
 }
 INSTANCE_COLOR = "#6baed6"  # a lighter rollout blue: instances are the rollout stage's workers
 OTHER_COLOR = "#bcbd22"

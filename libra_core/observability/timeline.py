@@ -22,7 +22,7 @@ from typing import Any
 from libra_core.data.atomic import atomic_path
 from libra_core.data.io import drop_partitions_after
 
-STAGE_LANES = ("plan", "rollout", "reward", "update", "sync", "eval")
+STAGE_LANES = ("plan", "rollout", "reward", "update", "sync", "eval", "checkpoint")
 INSTANCE_LANE_PREFIX = "instance/"  # lane of one rollout instance, e.g. "instance/vllm-0"
 
 

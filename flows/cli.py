@@ -173,7 +173,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # handler turns it into TerminationSignal, and afterwards re-sends it to this process under the
     # handler it found; the default one would kill the process on the spot, skipping the exit
     # handlers that stop the ephemeral Prefect server and the run's engines and trainer process.
+    # SIGHUP (the terminal closed, an ssh session dropped) too: until 2026-12-06 it killed the run
+    # on the spot, and its engines, in sessions of their own, kept running.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     try:
         return run_with_progress(config_path, args.overrides, args.resume)
     except KeyboardInterrupt:

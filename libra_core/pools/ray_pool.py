@@ -119,24 +119,35 @@ class RayPool(WorkerPool):
             self._pids.pop(worker_id, None)
             removed.append(worker_id)
         added: list[str] = []
-        while self.size < size:
-            worker_id = f"w{self._next_index}"
-            self._next_index += 1
-            self._actors[worker_id] = self._actor_cls.options(
-                num_cpus=self.cfg.num_cpus_per_worker,
-                num_gpus=self.cfg.num_gpus_per_worker,
-            ).remote()
-            added.append(worker_id)
         try:
-            pids = ray.get([self._actors[w].pid.remote() for w in added], timeout=self.cfg.start_timeout_s)
-        except ray.exceptions.GetTimeoutError as err:
-            for worker_id in added:  # not started: none of them joins the pool
-                ray.kill(self._actors.pop(worker_id))
-            raise RuntimeError(
-                f"ray pool: {len(added)} new worker(s) did not start within {self.cfg.start_timeout_s:g} s "
-                "(pools.ray.start_timeout_s); can the cluster place actors of "
-                f"{self.cfg.num_cpus_per_worker:g} CPU and {self.cfg.num_gpus_per_worker:g} GPU each?"
-            ) from err
+            while self.size < size:
+                worker_id = f"w{self._next_index}"
+                self._next_index += 1
+                self._actors[worker_id] = self._actor_cls.options(
+                    num_cpus=self.cfg.num_cpus_per_worker,
+                    num_gpus=self.cfg.num_gpus_per_worker,
+                ).remote()
+                added.append(worker_id)
+            try:
+                probes = [self._actors[w].pid.remote() for w in added]
+                pids = ray.get(probes, timeout=self.cfg.start_timeout_s)
+            except ray.exceptions.GetTimeoutError as err:
+                raise RuntimeError(
+                    f"ray pool: {len(added)} new worker(s) did not start within "
+                    f"{self.cfg.start_timeout_s:g} s (pools.ray.start_timeout_s); can the cluster place "
+                    f"actors of {self.cfg.num_cpus_per_worker:g} CPU and {self.cfg.num_gpus_per_worker:g} "
+                    "GPU each?"
+                ) from err
+        except BaseException:
+            # Not started (a timeout, an actor that died starting, Ctrl-C or a termination signal
+            # while waiting): none of them joins the pool, as in LocalPool.resize. Until 2026-12-06
+            # only a timeout removed them, and the others left actors the pool counted but that
+            # never answered.
+            for worker_id in added:
+                actor = self._actors.pop(worker_id, None)
+                if actor is not None:
+                    ray.kill(actor)
+            raise
         self._pids.update(zip(added, pids, strict=True))
         record = timed_resize(self.type_name, from_size, started_at, t0, added, removed)
         log.info("ray pool %d -> %d workers in %.2f s", from_size, record.to_size, record.duration_s)

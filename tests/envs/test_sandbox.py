@@ -203,7 +203,8 @@ def test_namespace_mode_bounds_the_working_folders_total_size(tmp_path: Path) ->
     cfg = SandboxConfig(isolation="namespaces", workdir_root=str(tmp_path), max_workdir_mib=1, **LIMITS)
     code = (
         "import os\nprint(open('data.txt').read(), end=' ')\nn = 0\n"
-        "try:\n    for i in range(1000):\n        with open(f'f{i}', 'w') as f:\n            f.write('x' * 4000)\n"
+        "try:\n    for i in range(1000):\n        with open(f'f{i}', 'w') as f:\n"
+        "            f.write('x' * 4000)\n"
         "        n += 1\n"
         "except OSError as e:\n    print(n, e.errno)\nelse:\n    print(n, 0)"
     )

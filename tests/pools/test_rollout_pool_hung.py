@@ -19,14 +19,16 @@ from libra_core.rollout import engine_registry
 from libra_core.rollout.client import EngineClient, EngineRequestError
 
 HUNG_SERVER = """
-import sys, time
+import json, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):  # /health answers: the API server is up
+    def do_GET(self):  # /health and /v1/models answer: the API server is up
+        body = json.dumps({"data": [{"id": sys.argv[2]}]}).encode() if self.path == "/v1/models" else b""
         self.send_response(200)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def do_POST(self):  # the engine behind it is stuck
         time.sleep(3600)
@@ -40,7 +42,7 @@ ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 
 class _HungServer(rollout.VllmServer):
     def command(self) -> list[str]:
-        return [sys.executable, "-c", HUNG_SERVER, str(self.port)]
+        return [sys.executable, "-c", HUNG_SERVER, str(self.port), self.identity]
 
 
 @pytest.fixture

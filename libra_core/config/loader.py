@@ -10,15 +10,13 @@ is the only function here that writes.
 
 from __future__ import annotations
 
-import bisect
 import difflib
 import functools
 import os
-import re
 import tempfile
 import types
 import typing
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -26,314 +24,25 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from libra_core.config.errors import (
+    DEFAULTS_SOURCE,
+    OVERRIDES_SOURCE,
+    ConfigError,
+    short_repr,
+)
 from libra_core.config.models import LibraConfig
+from libra_core.config.overrides import parse_overrides
+from libra_core.config.yaml_io import (
+    StrictDumper,
+    read_yaml_mapping,
+)
 
-OVERRIDES_SOURCE = "<overrides>"
-DEFAULTS_SOURCE = "<defaults>"
 RESOLVED_CONFIG_NAME = "config.resolved.yaml"
-
-_MAX_VALUE_REPR = 80
-
-
-class ConfigError(Exception):
-    """A user-facing config problem: what is wrong, where, and what is allowed.
-
-    `problems` holds one human-readable line per problem (`stages.rollout.size: ...`); `source` is
-    the file the config came from, or `<overrides>` / `<defaults>` when no file is involved.
-    """
-
-    def __init__(self, problems: Sequence[str], source: str) -> None:
-        assert problems, "ConfigError needs at least one problem"
-        self.problems: list[str] = list(problems)
-        self.source: str = source
-        super().__init__(format_problems(self))
-
-    def __reduce__(self) -> tuple[Any, tuple[list[str], str]]:
-        # Prefect and multiprocessing pickle exceptions; the default would call __init__(message).
-        return (type(self), (self.problems, self.source))
-
-
-def format_problems(err: ConfigError) -> str:
-    """One line per problem, each prefixed by the source, for the CLI to print as-is."""
-    return "\n".join(f"{err.source}: {problem}" for problem in err.problems)
-
-
-# --------------------------------------------------------------------------------------------
-# YAML reading
-# --------------------------------------------------------------------------------------------
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys, reads `1e-4` as a float and integers, booleans,
-    floats and dates as YAML 1.2 does.
-
-    PyYAML implements YAML 1.1, where `1e-4` (no dot) is a string, `1:30.5` is 90.5 (base 60),
-    `2024-01-01` is a date and a repeated key silently keeps the last value; each turns a
-    plausible config into a surprising one.
-    """
-
-
-_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
-
-# Integers, booleans and floats as YAML 1.2 reads them: YAML 1.1 reads `010` as 8 (octal), `1:30`
-# as 90 and `1:30.5` as 90.5 (base 60), `yes`/`on` as true and `2024-01-01` as a date (no config
-# field is one), none of which a config means. YAML 1.2 has no implicit timestamps: such text is a
-# string (`experiment.name=2024-01-01`).
-_INT, _BOOL, _MERGE = "tag:yaml.org,2002:int", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:merge"
-_FLOAT, _TIMESTAMP = "tag:yaml.org,2002:float", "tag:yaml.org,2002:timestamp"
-_BOOL_12 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_INT_12 = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
-# PyYAML's float pattern less its base-60 branch (`[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*`)
-_FLOAT_NO_BASE60 = re.compile(
-    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""",
-    re.X,
-)
-_StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _BOOL, _FLOAT, _TIMESTAMP)]
-    for first, resolvers in _StrictLoader.yaml_implicit_resolvers.items()
-}
-_StrictLoader.add_implicit_resolver(_BOOL, _BOOL_12, list("tTfF"))
-_StrictLoader.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))
-_StrictLoader.add_implicit_resolver(_FLOAT, _FLOAT_NO_BASE60, list("-+0123456789."))
-_StrictLoader.add_implicit_resolver(_FLOAT, _EXPONENT_FLOAT, list("-+0123456789."))
-
-
-def _construct_int(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
-    text = str(loader.construct_scalar(node))
-    if text.startswith(("0o", "0x")):
-        return int(text[2:], 8 if text[1] == "o" else 16)
-    return int(text, 10)  # `010` is ten
-
-
-_StrictLoader.add_constructor(_INT, _construct_int)
-
-
-class _Dumper(yaml.SafeDumper):
-    """Quotes every string the strict loader would read as another type: the stock dumper leaves
-    `2e4` plain (a string in YAML 1.1), which `_StrictLoader` reads back as a float."""
-
-
-_Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
-_Dumper.add_implicit_resolver(_BOOL, _BOOL_12, list("tTfF"))
-_Dumper.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))
-
-
-def _construct_mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    # Duplicates among the mapping's own keys; keys brought in by a merge (`<<: *base`) may be
-    # overridden, which is what a merge is for.
-    seen: dict[Any, yaml.Node] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == _MERGE:
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, Hashable):
-            break  # construct_mapping below reports the unhashable key with its position
-        if key in seen:
-            first = seen[key].start_mark
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"duplicate key {key!r} (first defined on line {first.line + 1})",
-                key_node.start_mark,
-            )
-        seen[key] = key_node
-    loader.flatten_mapping(node)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping_no_duplicates
-)
-
-
-def strict_yaml_load(text: str) -> Any:
-    """YAML as this project reads it everywhere: duplicate keys rejected, `1e-4` a float. Raises
-    `yaml.YAMLError`; `yaml_error_line` turns it into one line for a message."""
-    return yaml.load(text, Loader=_StrictLoader)  # _StrictLoader is a SafeLoader
-
-
-def yaml_error_line(exc: yaml.YAMLError) -> str:
-    """`line L, column C: problem` from a PyYAML error (1-based, as editors show them)."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    context = getattr(exc, "context", None)
-    text = f"{context}; {problem}" if context else problem
-    if mark is None:
-        return f"invalid YAML: {text}"
-    return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {text}"
-
-
-def _read_yaml_mapping(path: Path) -> dict[str, Any]:
-    source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"config file not found: {path}; pass an existing YAML file"], source) from None
-    except IsADirectoryError:
-        raise ConfigError([f"config path is a directory, not a file: {path}"], source) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError([f"config file is not valid UTF-8 text: {exc}"], source) from None
-    except OSError as exc:
-        raise ConfigError([f"cannot read config file: {exc.strerror or exc}"], source) from None
-    try:
-        raw = yaml.load(text, Loader=_StrictLoader)  # _StrictLoader is a SafeLoader
-    except yaml.YAMLError as exc:
-        raise ConfigError([yaml_error_line(exc)], source) from None
-    if raw is None:  # an empty (or all-comment) file means "all defaults"
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            [f"top level must be a mapping of sections (experiment:, model:, ...), got {type(raw).__name__}"],
-            source,
-        )
-    size = _expanded_size(raw, {})
-    if size > MAX_CONFIG_VALUES:
-        # YAML aliases let a few lines stand for billions of values ("billion laughs"); copying
-        # and validating them would take tens of seconds and gigabytes before any error.
-        limit = f"more than the {MAX_CONFIG_VALUES:,} allowed"
-        raise ConfigError([f"config expands to {size:,} values (YAML aliases?), {limit}"], source)
-    return raw
-
-
-MAX_CONFIG_VALUES = 100_000  # stages.yaml has about 200
-
-
-def _expanded_size(value: Any, memo: dict[int, int]) -> int:
-    """Values in `value` with every YAML alias expanded, counted without expanding them (each
-    shared mapping or list is counted once and its size reused)."""
-    if not isinstance(value, dict | list):
-        return 1
-    known = memo.get(id(value))
-    if known is None:
-        items = value.values() if isinstance(value, dict) else value
-        known = memo[id(value)] = 1 + sum(_expanded_size(v, memo) for v in items)
-    return known
 
 
 # --------------------------------------------------------------------------------------------
 # Overrides
 # --------------------------------------------------------------------------------------------
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """Parse `a.b.c=value` items into `{"a.b.c": value}`, values typed by YAML.
-
-    `3` becomes an int, `1e-4` a float, `true` a bool, `null` (or nothing) None, `[1, 2]` a list,
-    `{type: hf_local, ...}` a mapping; anything else stays a string. A plain value (one that does
-    not start with `[`, `{`, `"` or `'`) that YAML cannot read, or in which YAML would read ` #` as
-    the start of a comment, is kept as the text given: `schedule.cron=*/5 * * * *` (`*` starts a
-    YAML alias) and `experiment.output_dir=/data/run #2` (a comment would cut it to `/data/run`)
-    mean what they say. A value starting with one of those four characters is YAML, so a broken
-    one is an error, as is a comment after it. A later item for the same key wins. All malformed
-    items are reported together in one `ConfigError` with source `<overrides>`.
-    """
-    if isinstance(items, str):  # a lone "a=1" would otherwise be read character by character
-        raise TypeError(f"overrides must be a list of 'key.path=value' strings, got the string {items!r}")
-    parsed: dict[str, Any] = {}
-    problems: list[str] = []
-    total_size = 0
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep:
-            problems.append(f"override {item!r} has no '='; write it as key.path=value")
-            continue
-        if not key or any(not part for part in key.split(".")):
-            problems.append(f"override {item!r} has an empty key path; write it as key.path=value")
-            continue
-        try:
-            value = _override_value(text)
-        except yaml.YAMLError as exc:
-            problems.append(
-                f"override {item!r}: value is not valid YAML ({yaml_error_line(exc)}); {_QUOTE_HINT}"
-            )
-            continue
-        except _CommentInValue as exc:
-            problems.append(f"override {item!r}: {exc}")
-            continue
-        # The same guard as a file's (_read_yaml_mapping): aliases in one short value can stand for
-        # billions of values, which applying the override would copy out. A served deployment takes
-        # its overrides from whoever starts a run.
-        total_size += _expanded_size(value, {})
-        if total_size > MAX_CONFIG_VALUES:
-            problems.append(
-                f"override {_short_repr(item)}: the overrides expand to more than the "
-                f"{MAX_CONFIG_VALUES:,} values allowed (YAML aliases?)"
-            )
-            break
-        parsed.pop(key, None)  # a repeated key moves to its last place: applied in order, it wins
-        parsed[key] = value
-    if problems:
-        raise ConfigError(problems, OVERRIDES_SOURCE)
-    return parsed
-
-
-_QUOTE_HINT = "to pass the value as text, quote it (key='\"...\"' in a shell)"
-_YAML_VALUE_START = ("[", "{", '"', "'")  # a value starting with one of these is always read as YAML
-
-
-class _CommentInValue(ValueError):
-    """A YAML value with ` #` after it, which YAML would drop as a comment."""
-
-
-def _override_value(text: str) -> Any:
-    """The value of one override's text (after the `=`), as `parse_overrides` describes. Raises
-    `yaml.YAMLError` or `_CommentInValue` for a YAML value (starting with `[`, `{`, `"`, `'`)
-    that is broken or followed by a comment."""
-    plain = not text.strip().startswith(_YAML_VALUE_START)
-    try:
-        value = yaml.load(text, Loader=_StrictLoader)  # _StrictLoader is a SafeLoader
-        comment = _comment_start(text)
-    except yaml.YAMLError:
-        if plain:
-            return text.strip()
-        raise
-    if comment is None:
-        return value
-    if plain:
-        return text.strip()
-    raise _CommentInValue(
-        f"YAML reads {text[comment:].strip()!r} as a comment and would drop it; put it inside the "
-        "quotes, or leave it out"
-    )
-
-
-def _comment_start(text: str) -> int | None:
-    """Where the first YAML comment in `text` starts (None: it has none): a `#` at the start or
-    after a blank that is inside no scalar (in a quoted or plain scalar it is text: `"a #b"`)."""
-    hashes = [i for i, char in enumerate(text) if char == "#" and (i == 0 or text[i - 1] in " \t\r\n")]
-    if not hashes:
-        return None
-    scalars = [
-        (tok.start_mark.index, tok.end_mark.index)
-        for tok in yaml.scan(text, Loader=_StrictLoader)
-        if isinstance(tok, yaml.ScalarToken)
-    ]  # in text order, never overlapping
-    starts = [start for start, _ in scalars]
-    for i in hashes:
-        at = bisect.bisect_right(starts, i) - 1
-        if at < 0 or i >= scalars[at][1]:
-            return i
-    return None
-
-
-def yaml_quoted(text: str) -> str:
-    """`text` as a YAML double-quoted scalar that reads back as exactly `text`, for an override
-    built from any string, such as a path (`experiment.output_dir=` + this): left plain, ` #` in it
-    would start a comment and `: ` a mapping. Everything but printable ASCII is escaped (`\\U`
-    with 8 digits: JSON's `\\u` pairs for a character beyond U+FFFF read back as two halves)."""
-    out = []
-    for char in text:
-        if char in '"\\':
-            out.append("\\" + char)
-        elif " " <= char <= "~":
-            out.append(char)
-        else:
-            out.append(f"\\U{ord(char):08x}")
-    return '"' + "".join(out) + '"'
 
 
 def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -366,7 +75,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dic
             if not isinstance(child, dict):
                 blocked = ".".join(parts[: depth + 1])
                 problems.append(
-                    f"{dotted}: cannot set, {blocked} holds {_short_repr(child)} "
+                    f"{dotted}: cannot set, {blocked} holds {short_repr(child)} "
                     f"({type(child).__name__}), not a mapping"
                 )
                 break
@@ -416,11 +125,6 @@ def variant_sections() -> dict[str, str | None]:
 # --------------------------------------------------------------------------------------------
 # Validation errors -> one line per problem
 # --------------------------------------------------------------------------------------------
-
-
-def _short_repr(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _MAX_VALUE_REPR else text[: _MAX_VALUE_REPR - 3] + "..."
 
 
 def _strip_annotated(tp: Any) -> Any:
@@ -515,7 +219,7 @@ def _error_line(error: ErrorDetails) -> tuple[str, str]:
         return path, msg.removeprefix("Value error, ")
     if isinstance(value, dict):
         return path, msg
-    return path, f"{msg}; got {_short_repr(value)}"
+    return path, f"{msg}; got {short_repr(value)}"
 
 
 def _override_touches(path: str, override_keys: Sequence[str]) -> bool:
@@ -552,7 +256,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Libra
         raw: dict[str, Any] = {}
     else:
         source = str(path)
-        raw = _read_yaml_mapping(Path(path))
+        raw = read_yaml_mapping(Path(path))
     raw = apply_overrides(raw, parsed)
     try:
         return LibraConfig.model_validate(raw)
@@ -566,7 +270,7 @@ def config_to_yaml(cfg: LibraConfig) -> str:
     """Every field of `cfg` (defaults included) as YAML; `load_config` on it gives back `cfg`."""
     data = cfg.model_dump(mode="json")
     body = yaml.dump(
-        data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=110
+        data, Dumper=StrictDumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=110
     )
     return "# Resolved Libra config: stages.yaml + overrides + defaults. Generated; do not edit.\n" + body
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
-from libra_core.config.loader import strict_yaml_load, yaml_error_line
+from libra_core.config.yaml_io import strict_yaml_load, yaml_error_line
 
 if TYPE_CHECKING:
     from libra_core.planner.specs import HardwareSpec, ModelSpec

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from libra_core.config import load_config, write_resolved_config
-from libra_core.config.loader import MAX_CONFIG_VALUES, ConfigError, parse_overrides, yaml_quoted
+from libra_core.config.errors import ConfigError
+from libra_core.config.overrides import parse_overrides, yaml_quoted
+from libra_core.config.yaml_io import MAX_CONFIG_VALUES
 
 
 def _value(text: str) -> object:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from libra_core.config import load_config
-from libra_core.config.loader import parse_overrides
+from libra_core.config.overrides import parse_overrides
 from libra_core.pipeline.run_lock import unlock_run
 from tasks.setup import _anchored_specs, anchor_paths, create_run_task
 

@@ -25,14 +25,20 @@ from libra_core.data.schema import (
 
 def write_ipc(table: pa.Table, path: str | Path, *, require_reward: bool = False) -> Path:
     """Validate and write a trajectory table as an Arrow IPC file."""
-    path = Path(path)
     validate_trajectories(table, require_reward=require_reward)
+    return write_arrow_file(table, path, TRAJECTORY_SCHEMA)
+
+
+def write_arrow_file(table: pa.Table, path: str | Path, schema: pa.Schema) -> Path:
+    """`table` as an Arrow IPC file of `schema` at `path`, written atomically (no reader sees a
+    half-written file)."""
+    path = Path(path)
     with (
         atomic_path(path) as tmp,
         pa.OSFile(str(tmp), "wb") as sink,
-        ipc.new_file(sink, TRAJECTORY_SCHEMA) as w,
+        ipc.new_file(sink, schema) as writer,
     ):
-        w.write_table(table)
+        writer.write_table(table)
     return path
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from libra_core.data.atomic import atomic_path
+from libra_core.data.io import write_arrow_file
 
 # One row per generation request the agent loop sent, in the order they finished (AgentLoop's
 # `requests_served`). Times are Unix seconds: `time.time()` when the request was sent, plus the
@@ -35,7 +35,6 @@ RequestSpan = tuple[str, float, float]  # (instance id, start, end), Unix second
 
 def write_request_spans(path: str | Path, served: Sequence[RequestSpan]) -> Path:
     """Write `served` to `path` as an Arrow IPC file, atomically (a retried rollout replaces it)."""
-    path = Path(path)
     table = pa.table(
         [
             pa.array([instance for instance, _, _ in served], pa.string()),
@@ -44,13 +43,7 @@ def write_request_spans(path: str | Path, served: Sequence[RequestSpan]) -> Path
         ],
         schema=REQUEST_SPAN_SCHEMA,
     )
-    with (
-        atomic_path(path) as tmp,
-        pa.OSFile(str(tmp), "wb") as sink,
-        ipc.new_file(sink, REQUEST_SPAN_SCHEMA) as writer,
-    ):
-        writer.write_table(table)
-    return path
+    return write_arrow_file(table, path, REQUEST_SPAN_SCHEMA)
 
 
 def read_request_spans(path: str | Path | None) -> list[RequestSpan]:

@@ -102,15 +102,6 @@ def test_start_server_on_ipv6_checks_and_names_a_bracketed_url(ipv6_health_api: 
     )
 
 
-@pytest.fixture
-def signal_handlers() -> Iterator[None]:
-    """`libra serve` installs SIGINT/SIGTERM handlers: put pytest's back afterwards."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 @needs_ipv6
 def test_serve_on_ipv6_port_0_picks_a_port_and_prints_a_bracketed_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], signal_handlers: None

@@ -6,7 +6,6 @@ The server's process is stubbed; `start_server` and `libra serve` are the real o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +13,6 @@ import pytest
 
 import flows.prefect_server as ps
 from flows.cli import main
-
-
-@pytest.fixture
-def signal_handlers() -> Iterator[None]:
-    """`libra serve` installs SIGINT/SIGTERM handlers: put pytest's back afterwards."""
-    import signal
-
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 @pytest.fixture

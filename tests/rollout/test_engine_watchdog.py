@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,10 @@ def _kill_group(pgid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-@pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVllmServer]:
-    """A healthy fake engine with an engine-core child in its group."""
-    monkeypatch.setenv("FAKE_CHILD", "1")
+@contextmanager
+def _healthy_engine(tmp_path: Path) -> Iterator[FakeVllmServer]:
+    """A fake engine started and healthy (the FAKE_* variables set then apply), stopped and its
+    group killed afterwards."""
     srv = FakeVllmServer("w-0", tmp_path, VllmEngineConfig(startup_timeout_s=30), tmp_path / "w-0.log", 64)
     srv.start()
     assert srv.process is not None
@@ -50,6 +51,14 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVllm
     finally:
         srv.stop(timeout_s=2)
         _kill_group(pgid)
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeVllmServer]:
+    """A healthy fake engine with an engine-core child in its group."""
+    monkeypatch.setenv("FAKE_CHILD", "1")
+    with _healthy_engine(tmp_path) as srv:
+        yield srv
 
 
 OWNER = """
@@ -94,17 +103,11 @@ def test_when_the_server_exits_alone_the_rest_of_its_group_ends_with_it(
     instance now ends as a whole, with the server's exit code."""
     monkeypatch.setenv("FAKE_EXIT_AFTER_S", "1")
     monkeypatch.setenv("FAKE_CHILD", "1")
-    srv = FakeVllmServer("w-0", tmp_path, VllmEngineConfig(startup_timeout_s=30), tmp_path / "w-0.log", 64)
-    srv.start()
-    assert srv.process is not None
-    pgid = srv.process.pid
-    try:
-        srv.wait_healthy(time.monotonic() + 30)
+    with _healthy_engine(tmp_path) as srv:
+        assert srv.process is not None
         assert srv.process.wait(timeout=20) == 9  # the server's own code, through the watchdog
+        pgid = srv.process.pid
         assert _gone_within(pgid, 5), f"still running: {group_members(pgid)}"  # the engine core too
-    finally:
-        srv.stop(timeout_s=2)
-        _kill_group(pgid)
 
 
 def test_a_stop_after_the_group_leader_died_signals_the_rest_at_once(server: FakeVllmServer) -> None:

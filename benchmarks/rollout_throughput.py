@@ -61,26 +61,34 @@ def main(argv: list[str] | None = None) -> None:
         extra, threads = VARIANTS[name]
         engine = VllmEngineConfig(extra_args=extra, cpu_threads=threads)
         with tempfile.TemporaryDirectory() as logs:
-            start = time.perf_counter()
-            info = ensure_rollout_pool(
-                f"bench-{name}", args.policy, engine, Path(logs), size=1, max_model_len=512, dtype="float32"
-            )
-            startup_s = time.perf_counter() - start
-            windows = list(dict.fromkeys(args.windows))  # each window once
-            rates: dict[float, list[float]] = {w: [] for w in windows}
-            posts: dict[float, list[int]] = {w: [] for w in windows}
-            for rep in range(args.repeats + 1):
-                for window in windows:
-                    clients = [EngineClient(u, coalesce_window_s=window) for u in info.urls]
-                    loop = AgentLoop(env, tok, clients, cfg.rollout, policy_version=0, iteration=1)
-                    requests = make_requests(env.sample_problems(16, rep), 8, 1)
-                    t0 = time.perf_counter()
-                    rows = loop.run(requests, static_router())
-                    wall = time.perf_counter() - t0
-                    if rep:  # the first batch warms caches
-                        rates[window].append(sum(sum(r["loss_mask"]) for r in rows) / wall)
-                        posts[window].append(sum(c.http_requests for c in clients))
-            stop_rollout_pool(f"bench-{name}")
+            try:  # an interrupt or a failed start must not leave the engine running
+                start = time.perf_counter()
+                info = ensure_rollout_pool(
+                    f"bench-{name}",
+                    args.policy,
+                    engine,
+                    Path(logs),
+                    size=1,
+                    max_model_len=512,
+                    dtype="float32",
+                )
+                startup_s = time.perf_counter() - start
+                windows = list(dict.fromkeys(args.windows))  # each window once
+                rates: dict[float, list[float]] = {w: [] for w in windows}
+                posts: dict[float, list[int]] = {w: [] for w in windows}
+                for rep in range(args.repeats + 1):
+                    for window in windows:
+                        clients = [EngineClient(u, coalesce_window_s=window) for u in info.urls]
+                        loop = AgentLoop(env, tok, clients, cfg.rollout, policy_version=0, iteration=1)
+                        requests = make_requests(env.sample_problems(16, rep), 8, 1)
+                        t0 = time.perf_counter()
+                        rows = loop.run(requests, static_router())
+                        wall = time.perf_counter() - t0
+                        if rep:  # the first batch warms caches
+                            rates[window].append(sum(sum(r["loss_mask"]) for r in rows) / wall)
+                            posts[window].append(sum(c.http_requests for c in clients))
+            finally:
+                stop_rollout_pool(f"bench-{name}")
         for window in windows:
             r = rates[window]
             print(

@@ -18,6 +18,10 @@ from libra_core.traces.schema import MAX_TOOL_LATENCY_S
 MAX_PROMPT_POOL = 1_000_000  # the pool's per-prompt draws are held in memory: ~130 MB at this size
 MAX_TRAJECTORIES = 100_000  # per iteration (prompts x group); the built-in scenarios run 512
 MAX_TURNS = 10_000
+# Trajectories per iteration x max_turns: the most turns one iteration may draw (each held in memory
+# until its trajectory finishes). The built-in scenarios reach 30,720 (r2e-gym); without this bound
+# the two limits above allowed 1e9.
+MAX_TURNS_PER_ITERATION = 5_000_000
 MAX_TOKENS = 10_000_000  # a trajectory's token cap and each token median
 MAX_SIGMA = 10.0  # a token log-normal's sigma: e^10 (22,000x) per standard deviation
 # The per-prompt tool-latency factor's sigma. Its draws are not capped as token counts are (by the
@@ -125,6 +129,13 @@ class ScenarioSpec:
                 f"scenario {self.name!r}: prompts_per_iteration x group_size (trajectories per "
                 f"iteration) must be in [1, {MAX_TRAJECTORIES}], got {self.prompts_per_iteration} x "
                 f"{self.group_size} = {per_iteration}"
+            )
+        turn_slots = per_iteration * self.max_turns
+        if turn_slots > MAX_TURNS_PER_ITERATION:
+            raise ValueError(
+                f"scenario {self.name!r}: prompts_per_iteration x group_size x max_turns (the most "
+                f"turns an iteration may draw) must be at most {MAX_TURNS_PER_ITERATION:,}, got "
+                f"{self.prompts_per_iteration} x {self.group_size} x {self.max_turns} = {turn_slots:,}"
             )
 
 

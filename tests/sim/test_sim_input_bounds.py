@@ -63,6 +63,18 @@ def test_a_scenario_value_past_its_range_is_refused(field: str, value: float, me
         load_scenario("tiny", 2, 0, spec_overrides={field: value})
 
 
+def test_trajectories_times_turns_per_iteration_is_bounded() -> None:
+    # Each bound alone allowed 100,000 trajectories of up to 10,000 turns: 1e9 turns an iteration.
+    with pytest.raises(
+        ValueError,
+        match=r"scenario 'tiny': prompts_per_iteration x group_size x max_turns \(the most turns an "
+        r"iteration may draw\) must be at most 5,000,000, got 4 x 25000 x 100 = 10,000,000",
+    ):
+        load_scenario("tiny", 2, 0, spec_overrides={"group_size": 25_000, "max_turns": 100})
+    wl = load_scenario("tiny", 2, 0, spec_overrides={"group_size": 25_000, "max_turns": 50})
+    assert isinstance(wl, ScenarioWorkload)  # 5,000,000 exactly is allowed
+
+
 def test_the_subtask_draw_of_a_prompt_of_astronomic_difficulty_is_finite() -> None:
     # A difficulty of 1e40 (sigma 10 allows e^120): `1 - 1/mean` rounds to 1, and the geometric
     # draw divided by its log, 0 (ZeroDivisionError before 2026-12-06).

@@ -113,6 +113,7 @@ class VllmServer:
     identity: str = field(default_factory=lambda: f"libra-{secrets.token_hex(8)}")
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _signalled: bool = field(default=False, repr=False)  # terminate() sent SIGTERM to this process
+    _watchdog: bool = field(default=False, repr=False)  # the process is engine_watchdog (with /proc)
 
     @property
     def url(self) -> str:
@@ -171,8 +172,10 @@ class VllmServer:
             log_file.flush()
             # A new session lets stop() signal the watchdog, the API server and its engine core
             # together (the watchdog leads the group).
+            watched = self._watched(command)
+            self._watchdog = watched != command
             self.process = subprocess.Popen(
-                self._watched(command),
+                watched,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=server_environment(self.cfg, self.cpu_slot),
@@ -261,13 +264,19 @@ class VllmServer:
         return self.process is not None and self.process.poll() is None
 
     def terminate(self) -> None:
-        """Ask the instance to exit (SIGTERM to its process group) without waiting; `stop()` waits.
-        Sent once per process, so `stop()` after `terminate()` only waits. Sent while any member of
-        the group runs: when the leader has exited on its own, its engine core may not have, and
-        until 2026-12-06 that case got no signal and every stop waited its full timeout."""
+        """Ask the instance to exit without waiting; `stop()` waits. While the leader (the engine's
+        watchdog) runs, SIGTERM goes to it alone and it passes the signal on to the group once: a
+        signal to the whole group reached vLLM twice, the second from the watchdog (until
+        2026-12-07). A leader that exited on its own may have left its engine core running: then
+        the group gets the SIGTERM (until 2026-12-06 that case got none, and every stop waited its
+        full timeout). Sent once per process, so `stop()` after `terminate()` only waits."""
         if self.process is None or self._signalled:
             return
-        if self.process.poll() is None or engine_registry.group_members(self.process.pid):
+        if self.process.poll() is None and self._watchdog:
+            self._signalled = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGTERM)
+        elif self.process.poll() is None or engine_registry.group_members(self.process.pid):
             self._signalled = True
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)

@@ -10,7 +10,9 @@ flags it needs; the rest ignored) and answers the endpoints the pool and the wei
   `kwargs.weights_path`.
 Environment knobs: FAKE_DELAY_S (sleep before binding, as vLLM imports for seconds), FAKE_CHILD=1
 (start an "engine core" child in the process group, which stays when the server exits),
-FAKE_EXIT_AFTER_S (the server exits with code 9 after that many seconds, leaving the child).
+FAKE_EXIT_AFTER_S (the server exits with code 9 after that many seconds, leaving the child),
+FAKE_SIGTERM_LOG=PATH (each SIGTERM appends a line to PATH; the server exits 0.5 s after the first,
+as vLLM shuts down gracefully, so a repeated signal in that time is recorded).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -82,6 +85,15 @@ def main() -> None:
         print(f"fake vllm: cannot bind {args.host}:{args.port}: {err}", file=sys.stderr, flush=True)
         sys.exit(1)
     print(f"fake vllm pid {os.getpid()} on {args.port} serving {state['served']}", flush=True)
+    if os.environ.get("FAKE_SIGTERM_LOG"):
+        sigterm_log = Path(os.environ["FAKE_SIGTERM_LOG"])
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            with sigterm_log.open("a") as f:
+                f.write(f"SIGTERM {time.monotonic()}\n")
+            threading.Timer(0.5, lambda: os._exit(0)).start()
+
+        signal.signal(signal.SIGTERM, on_sigterm)
     if os.environ.get("FAKE_EXIT_AFTER_S"):
         threading.Timer(float(os.environ["FAKE_EXIT_AFTER_S"]), lambda: os._exit(9)).start()
     server.serve_forever()

@@ -139,6 +139,7 @@ def rl_iteration(
         "routing_migrations": rollout.routing.migrations,
         "migrated_tokens": rollout.routing.migrated_tokens,
         "routing_class_accuracy": rollout.routing.class_accuracy,
+        "migration_token_ratio": rollout.routing.migration_token_ratio,
         "optimizer_steps": update.num_optimizer_steps,
         "stale_dropped": selection.stale_dropped,
         "stale_recomputed": selection.stale_recomputed,

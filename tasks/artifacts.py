@@ -93,7 +93,8 @@ def _iteration_artifacts(run_dir: str, iteration: int) -> None:
     )
     parts.append(
         f"**Scheduler**: {row['routing_moves']} moves, {row['routing_migrations']} migrations "
-        f"({row['migrated_tokens']} tokens re-prefilled), {row['rollout_instances']} rollout instance(s), "
+        f"({row['migrated_tokens']} tokens re-prefilled, migration token ratio "
+        f"{_fmt(row['migration_token_ratio'])}), {row['rollout_instances']} rollout instance(s), "
         f"class accuracy {_fmt(row['routing_class_accuracy'])}"
     )
     decisions = [d for d in planner_rows(run_dir) if d.get("iteration") == iteration]

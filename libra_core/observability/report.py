@@ -44,6 +44,7 @@ SCHEDULER_COLUMNS = (
     "routing_moves",
     "routing_migrations",
     "migrated_tokens",
+    "migration_token_ratio",
     "routing_class_accuracy",
     "rollout_instances",
 )

@@ -54,6 +54,9 @@ class RoutingStats:
     # share of generated tokens decoded in the bucket of their trajectory's final size (the trace
     # evaluator's class_accuracy, measured live); None without bucket bounds or finished work
     class_accuracy: float | None = None
+    # migrated_tokens / every token of the finished trajectories (prompt, generated, payloads): the
+    # trace evaluator's migration_token_ratio, measured live; None when nothing finished
+    migration_token_ratio: float | None = None
 
 
 class InstanceRouter:
@@ -75,6 +78,7 @@ class InstanceRouter:
         self._bucket: dict[str, int] = {}  # request -> bucket it decodes in now
         self._decoded: dict[str, dict[int, int]] = {}  # request -> bucket -> tokens decoded there
         self._gen_right = self._gen_total = 0
+        self._processed = 0  # tokens of the finished trajectories (total_tokens)
 
     def _credit(self, request_id: str, tokens: int) -> None:
         by_bucket = self._decoded.setdefault(request_id, {})
@@ -126,8 +130,9 @@ class InstanceRouter:
         self._credit(rid, last_gen_tokens)
         decoded = self._decoded.pop(rid, {})
         self._bucket.pop(rid, None)
+        size = total_tokens(trajectory.prompt_tokens, trajectory.turns)
+        self._processed += size
         if self.bounds is not None:
-            size = total_tokens(trajectory.prompt_tokens, trajectory.turns)
             right = min(bucket_of(size, self.bounds), len(self.groups) - 1)
             self._gen_right += decoded.get(right, 0)
             self._gen_total += sum(decoded.values())
@@ -142,6 +147,7 @@ class InstanceRouter:
             self._migrated_tokens,
             tuple(self._tokens),
             accuracy,
+            self._migrated_tokens / self._processed if self._processed else None,
         )
 
 

@@ -27,6 +27,7 @@ def _row(eval_s: float | None) -> dict[str, Any]:
         "migrated_tokens": 0,
         "rollout_instances": 1,
         "routing_class_accuracy": None,
+        "migration_token_ratio": 0.125,
     }
 
 
@@ -40,8 +41,10 @@ def test_the_stage_table_shows_eval_only_when_it_ran(monkeypatch, eval_s, eval_r
     monkeypatch.setattr(artifacts, "read_timeline", lambda run_dir: [])
     monkeypatch.setattr(artifacts, "planner_rows", lambda run_dir: [])
     monkeypatch.setattr(artifacts, "create_table_artifact", lambda table, **kw: tables.append(table))
-    monkeypatch.setattr(artifacts, "create_markdown_artifact", lambda **kw: None)
+    markdowns: list[str] = []
+    monkeypatch.setattr(artifacts, "create_markdown_artifact", lambda **kw: markdowns.append(kw["markdown"]))
     artifacts._iteration_artifacts("unused", 2)
+    assert "(0 tokens re-prefilled, migration token ratio 0.125)" in markdowns[0]
     (table,) = tables
     assert [r for r in table if r["stage"] == "eval"] == eval_rows
     assert [r["stage"] for r in table] == [*STAGES, *(["eval"] if eval_rows else []), "iteration"]

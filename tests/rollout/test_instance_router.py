@@ -107,11 +107,16 @@ def test_router_class_accuracy_counts_tokens_decoded_in_the_right_bucket() -> No
         last_gen_tokens=50,
     )
     assert router.stats().class_accuracy == pytest.approx((5 + 3 + 50) / (5 + 3 + 6 + 50))
+    # the move re-prefilled long's context before the returned payload (76 - 2, as its ToolReturn
+    # says); the finished trajectories processed 20 + 126 tokens (the trace evaluator's ratio)
+    assert router.stats().migration_token_ratio == pytest.approx((76 - 2) / (20 + 126))
 
 
 def test_router_without_bounds_reports_no_class_accuracy() -> None:
     router = InstanceRouter(ScriptedScheduler(), num_buckets=2, num_instances=1)
     req = SchedRequest("r", "p", 10, 1)
     router.admit(req)
+    assert router.stats().migration_token_ratio is None  # nothing finished yet
     router.finish(FinishedTrajectory("r", "p", 10, 1, 0, (Turn(4, None, 0, None),)), 0, last_gen_tokens=4)
     assert router.stats().class_accuracy is None
+    assert router.stats().migration_token_ratio == 0.0  # measured without bounds too

@@ -75,7 +75,13 @@ def cmd_serve(
     api_url = args.api_url or os.environ.get("PREFECT_API_URL")
     if api_url:
         if not api_healthy(api_url):
-            return fail(f"no Prefect server answers at {api_url}", EXIT_SERVER_ERROR)
+            source = (
+                ""
+                if args.api_url
+                else " (from PREFECT_API_URL in the environment: unset it to start a server here, or "
+                "start the server it names)"
+            )
+            return fail(f"no Prefect server answers at {api_url}{source}", EXIT_SERVER_ERROR)
         ui_url = api_url.rstrip("/").removesuffix("/api")
     else:
         host = args.host.removeprefix("[").removesuffix("]")  # uvicorn takes `::1`, not `[::1]`

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from libra_core.config.base import Frozen
+from libra_core.config.cron import cron_problem, timezone_problem
 from libra_core.config.environments import (
     CodeEnvConfig,
     MathToolsEnvConfig,
@@ -297,26 +298,12 @@ class ScheduleConfig(Frozen):
 
     @model_validator(mode="after")
     def _valid(self) -> ScheduleConfig:
-        import datetime
-        import zoneinfo
-
-        from cronsim import CronSim, CronSimError
-
-        if self.cron is not None:
-            if len(self.cron.split()) != 5:
-                raise ValueError(
-                    f"schedule.cron must have 5 fields (minute hour day month weekday), got {self.cron!r}"
-                )
-            try:
-                CronSim(self.cron, datetime.datetime(2026, 1, 1))
-            except CronSimError as err:
-                raise ValueError(
-                    f"schedule.cron {self.cron!r} is not a valid cron expression: {err}"
-                ) from None
-        try:
-            zoneinfo.ZoneInfo(self.timezone)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"schedule.timezone {self.timezone!r} is not a known IANA time zone") from None
+        problem = cron_problem(self.cron) if self.cron is not None else None
+        if problem:
+            raise ValueError(f"schedule.cron {problem}")
+        problem = timezone_problem(self.timezone)
+        if problem:
+            raise ValueError(f"schedule.timezone {problem}")
         return self
 
 

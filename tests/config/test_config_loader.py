@@ -388,6 +388,26 @@ def test_schedule_cron_and_timezone_are_checked() -> None:
     assert load_config(None, ["schedule.cron=null"]).schedule.cron is None
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("schedule.cron=0 2 LW * *", "'LW' (the last weekday of the month) in the day field"),
+        ("schedule.cron=0 2 * * 5L", "e.g. 'L5' for the last Friday), got '5L'"),
+        ("schedule.timezone=right/UTC", "'right/UTC' is not a known IANA time zone"),
+    ],
+)
+def test_a_schedule_prefect_would_refuse_fails_validation(override: str, message: str) -> None:
+    # These passed `libra config validate` before 2026-12-07 and failed only at `libra serve`.
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    assert message in info.value.problems[0]
+
+
+def test_prefects_spelling_of_the_last_weekday_of_the_month_is_accepted() -> None:
+    # cronsim alone refused `L5` (Prefect's "last Friday"), and `?`.
+    assert load_config(None, ["schedule.cron=0 2 ? * L5"]).schedule.cron == "0 2 ? * L5"
+
+
 def test_data_parallel_update_backends_are_refused_not_ignored() -> None:
     # the update stage is single-process: a ddp/deepspeed setting must not silently train on one rank
     for backend in ("ddp", "deepspeed"):

@@ -68,8 +68,9 @@ def test_a_run_started_from_the_ui_checks_the_planners_specs_before_making_its_f
 
 
 def test_serve_refuses_a_cron_prefect_cannot_schedule_with_exit_2(tmp_path) -> None:
-    # `5L` (last Friday) passes the config's cron check but not Prefect's: it used to escape as a
-    # traceback with exit 1 once the server was up.
+    # `5L` (last Friday) passed the config's cron check but not Prefect's: it escaped as a traceback
+    # with exit 1 once the server was up, then (2026-12-06) exited 2 only after the server check.
+    # Now the config refuses it with Prefect's spelling, before any server is contacted.
     import os
     import subprocess
     import sys
@@ -79,16 +80,51 @@ def test_serve_refuses_a_cron_prefect_cannot_schedule_with_exit_2(tmp_path) -> N
         "PREFECT_HOME": str(tmp_path / "prefect"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
-    with fake_prefect_api() as api_url:
-        done = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "serve", "--api-url", api_url]
-            + ["--set", "schedule.cron=0 2 * * 5L", "--set", f"experiment.output_dir={tmp_path / 'runs'}"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=False,
-        )
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "serve", "--api-url", "http://127.0.0.1:9/api"]
+        + ["--set", "schedule.cron=0 2 * * 5L", "--set", f"experiment.output_dir={tmp_path / 'runs'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "schedule (cron '0 2 * * 5L'" in done.stderr + done.stdout
+    assert "schedule.cron '0 2 * * 5L'" in done.stderr and "'L5' for the last Friday" in done.stderr
+    assert "no Prefect server" not in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_serve_turns_prefects_refusal_of_a_schedule_into_exit_2(
+    tmp_path, monkeypatch, signal_handlers
+) -> None:
+    # The config now refuses what Prefect 3.7 refuses (tests/config/test_cron_parity.py); a later
+    # Prefect may refuse more, and that still ends as a config error, not a traceback.
+    import flows.serve
+    from flows.cli import main
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError('Invalid cron string: "0 2 * * 1"')
+
+    monkeypatch.setattr(flows.serve, "build_deployments", refuse)
+    with fake_prefect_api() as api_url:
+        code = main(
+            ["serve", "--api-url", api_url, "--set", "schedule.cron=0 2 * * 1"]
+            + ["--set", f"experiment.output_dir={tmp_path / 'runs'}"]
+        )
+    assert code == 2
+
+
+def test_serve_names_prefect_api_url_when_the_server_it_names_does_not_answer(
+    tmp_path, monkeypatch, capsys, signal_handlers
+) -> None:
+    # A stale PREFECT_API_URL exported in the shell was reported only as "no Prefect server answers
+    # at <url>", with nothing saying where the URL came from (or how to serve without it).
+    from flows.cli import main
+
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    code = main(["serve", "--set", f"experiment.output_dir={tmp_path / 'runs'}"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "no Prefect server answers at http://127.0.0.1:9/api" in err
+    assert "PREFECT_API_URL" in err and "unset it" in err

@@ -1,0 +1,68 @@
+"""The schedule's cron and time-zone checks, as strict as Prefect's deployment schedule.
+
+`libra config validate` (and every load) runs them, so a nightly schedule that Prefect would refuse
+fails there, not only when `libra serve` registers it. Core must not import Prefect, so the rules
+Prefect applies beyond `cronsim` are restated here (checked against Prefect 3.7's vendored croniter
+by tests/config/test_cron_parity.py, which does import it):
+- day of month: `LW` (the last weekday of the month) is refused by Prefect; cronsim takes it;
+- day of week: Prefect writes "the last Friday of the month" `L5`; cronsim writes it `5L` and
+  refuses `L5`. The field is accepted in Prefect's form (and checked with cronsim in its own);
+  any other use of `L` there is refused;
+- `?` (no specific value, Quartz's spelling) as the whole day or weekday field means `*` to
+  Prefect; cronsim refuses it;
+- time zone: one of `zoneinfo.available_timezones()`, which is Prefect's list; `ZoneInfo()` alone
+  also opens files such as `posixrules` or `right/UTC` that Prefect refuses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import re
+import zoneinfo
+
+_PREFECT_LAST_WEEKDAY = re.compile(r"L([0-7])")
+
+
+def cron_problem(cron: str) -> str | None:
+    """Why Prefect's scheduler would refuse `cron` (a five-field expression), or None."""
+    from cronsim import CronSim, CronSimError
+
+    fields = cron.split()
+    if len(fields) != 5:
+        return f"must have 5 fields (minute hour day month weekday), got {cron!r}"
+    day, weekday = fields[2].upper(), fields[4].upper()
+    if "LW" in day:
+        return (
+            f"{cron!r}: 'LW' (the last weekday of the month) in the day field is not supported by "
+            "Prefect's scheduler"
+        )
+    last = _PREFECT_LAST_WEEKDAY.fullmatch(weekday)
+    if "L" in weekday and last is None:
+        return (
+            f"{cron!r}: in the weekday field Prefect's scheduler takes 'L' only as 'L<day>' alone "
+            "(the last such weekday of the month, e.g. 'L5' for the last Friday), got "
+            f"{fields[4]!r}"
+        )
+    if last is not None:  # cronsim's spelling of the same thing
+        fields[4] = f"{last.group(1)}L"
+    for i in (2, 4):
+        if fields[i] == "?":
+            fields[i] = "*"
+    try:
+        CronSim(" ".join(fields), datetime.datetime(2026, 1, 1))
+    except CronSimError as err:
+        return f"{cron!r} is not a valid cron expression: {err}"
+    return None
+
+
+@functools.cache
+def _timezones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())  # ~4 ms: it walks the tz database
+
+
+def timezone_problem(timezone: str) -> str | None:
+    """Why Prefect would refuse `timezone`, or None."""
+    if timezone not in _timezones():
+        return f"{timezone!r} is not a known IANA time zone (e.g. UTC, Europe/Berlin, America/New_York)"
+    return None

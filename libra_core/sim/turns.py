@@ -87,9 +87,22 @@ class SimTurns(SimDeployments):
                 q.popleft()
                 inst.join(now, f, f.ctx, self._prefill_tokens(f, inst), gen)
 
+    def finish(self, f: Flight) -> None:
+        """End `f`: the scheduler learns it, the rollout may end (`Simulator.finish`)."""
+        raise NotImplementedError
+
     def on_tool_return(self, f: Flight) -> None:
-        t = f.traj.turns[f.turn]
+        turns = f.traj.turns
+        t = turns[f.turn]
         f.ctx += t.payload_tokens
+        if f.turn + 2 == len(turns) and turns[-1].gen_tokens == 0:
+            # The return ended the trajectory (a trace's 0-token closing turn: it hit max_turns or
+            # its token budget). Nothing runs after it, so, as in the agent loop and the trace
+            # evaluator, no scheduler is asked and nothing is prefilled (until 2026-12-07 the
+            # scheduler was asked, and a move there counted, and the payload was prefilled).
+            f.turn += 1
+            self.finish(f)
+            return
         f.new_tokens = float(t.payload_tokens)
         assert self.sched is not None and t.tool is not None and t.status is not None
         ret = ToolReturn(f.turn, t.gen_tokens, t.tool, t.payload_tokens, t.status, int(f.ctx))

@@ -112,3 +112,44 @@ def test_the_planner_prices_the_period_the_simulator_runs(tmp_path: Path) -> Non
         errors[overlaps] = sim.dep.plan.t_iter_s / period_s - 1.0
     assert abs(errors[True]) < 0.05, errors
     assert errors[False] > 0.25, errors
+
+
+def test_a_tool_return_that_ends_the_trajectory_asks_no_one_and_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A trace's 0-token closing turn marks a trajectory that ended on a tool return (max_turns):
+    # the agent loop and the trace evaluator ask no scheduler there; the simulator asked (a move
+    # there was counted) and prefilled the payload for a turn that generates nothing.
+    import libra_core.sim.deployments as deployments
+
+    asked: list[int] = []
+    real = deployments.build_scheduler
+
+    def spying(*args: object, **kwargs: object) -> object:
+        sched = real(*args, **kwargs)  # type: ignore[arg-type]
+        inner = sched.on_tool_return
+
+        def on_tool_return(req, ret):  # type: ignore[no-untyped-def]
+            asked.append(ret.turn_index)
+            return inner(req, ret)
+
+        sched.on_tool_return = on_tool_return  # type: ignore[method-assign]
+        return sched
+
+    monkeypatch.setattr(deployments, "build_scheduler", spying)
+    rows = [
+        TraceTrajectory(  # two calls, the second ends it (closing turn of 0 tokens)
+            f"cut-{it}", "p0", it, 50,
+            (Turn(40, "bash", 10, "success"), Turn(30, "bash", 500, "success"), Turn(0, None, 0, None)),
+            (1.0, 7.0, None),
+        )
+        for it in range(2)
+    ]  # fmt: skip
+    sim = build_sim(str(write_trace(trace_table(rows), tmp_path / "cut.parquet")), "greedy", 2, gpus="8xH100")
+    records = sim.run().records
+    assert all(r.trajectories == 1 for r in records)  # every trajectory finished
+    assert asked == [0, 0]  # per iteration only the first return, which a turn follows
+    # the trajectory ends when its last call returns: its latency is 1 s + 7 s of tools plus the two
+    # generating turns, with no third turn's prefill of the 500-token payload after it
+    first = sim.stats.latencies_s[0]
+    assert 8.0 < first < 8.5, first

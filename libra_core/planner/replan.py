@@ -52,7 +52,12 @@ class ReplanDecision:
     proposed_split: str
 
     def as_record(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        """The decision as a JSON-safe dict: a price of inf (the running plan no longer fits the
+        window's memory; `reason` says so) or nan is null, which strict JSON readers (jq, a
+        browser) accept; Python's json wrote `Infinity` until 2026-12-07."""
+        return {
+            k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in self.__dict__.items()
+        }
 
 
 def split_label(plan: Plan) -> str:

@@ -58,6 +58,9 @@ DEFAULT_MIXED_MARGIN = 0.05
 class SearchSettings:
     staleness: int = 0
     max_num_seqs: int = 256
+    # The update also runs a frozen reference model's forward (GRPO with kl_coef > 0): +1/3 of the
+    # training FLOPs (train_cost.iteration_flops). Its weights' memory is not counted.
+    ref_forward: bool = False
     num_bins: int = 48
     top_k: int = 4  # plans returned (best first)
     rel_tol: float = 1e-3
@@ -119,8 +122,8 @@ class Plan:
     tokens_per_iteration: float
     colocated: bool = False
     bin_max_len: tuple[float, ...] = ()
-    # The (rollout, update) correction factors t_rollout_s and t_train_s include: what an observed
-    # stage time is compared with is the prediction without them (planner/service.py).
+    # The (rollout, update) correction factors t_rollout_s and t_train_s include (the planner's
+    # observations compare measured times with a re-pricing without them: planner/service.py).
     priced_with: tuple[float, float] = (1.0, 1.0)
 
     @property
@@ -191,7 +194,7 @@ def search_plans(
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = instance_tp_degrees(model, hw)
     table = segment_table(cost, workload, tps, num_gpus, s)
-    shape = TrainShape.from_workload(workload)
+    shape = TrainShape.from_workload(workload, s.ref_forward)
     spread = _spread(cost, workload, tps, s)
     colocated = num_gpus == 1
     t_sync = weight_sync_s(model, hw, colocated)
@@ -464,7 +467,7 @@ def evaluate_plan(
     tps = tuple(sorted(plan.instance_tps))
     table = segment_table(cost, workload, tps, plan.rollout_gpus, s)
     assignment = _assign(table, plan.rollout_gpus, s)
-    shape = TrainShape.from_workload(workload)
+    shape = TrainShape.from_workload(workload, s.ref_forward)
     est = _best_same_topology(model, hw, plan.train.layout, shape)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
     spread = _spread(cost, workload, instance_tp_degrees(model, hw), s)  # as search_plans prices it

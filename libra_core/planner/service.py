@@ -57,6 +57,8 @@ class LibraPlanner:
         two_phase_path: bool = True,
         total_iterations: int | None = None,
         reprefill_fraction: float | None = None,
+        max_num_seqs: int = 256,
+        ref_forward: bool = False,
     ) -> None:
         self.cluster = cluster
         self.total_iterations = total_iterations  # the run's length: a move amortises over what is left
@@ -70,6 +72,9 @@ class LibraPlanner:
         # Set on the measured trajectories' workloads (None: the default of Workload); a Workload
         # given to `observe` keeps its own.
         self.reprefill_fraction = reprefill_fraction
+        # Search settings from the run's config: the engines' sequence cap, the reference forward
+        self.max_num_seqs = max_num_seqs
+        self.ref_forward = ref_forward
         self.num_gpus = min(gpu_budget, cluster.num_gpus) if gpu_budget else cluster.num_gpus
         self.window = TrajectoryWindow(window_iterations)
         self.corrections = StageCorrection()
@@ -136,6 +141,8 @@ class LibraPlanner:
             p.two_phase_path,
             cfg.experiment.iterations,
             p.reprefill_fraction,
+            cfg.rollout.engine.max_num_seqs,
+            cfg.training.grpo.kl_coef > 0,
         )
 
     @property
@@ -150,6 +157,8 @@ class LibraPlanner:
             plan_for_spread=self.plan_for_spread,
             mixed_margin=self.mixed_margin,
             two_phase_path=self.two_phase_path,
+            max_num_seqs=self.max_num_seqs,
+            ref_forward=self.ref_forward,
         )
 
     def _search(self, workload: Workload, iteration: int = 0) -> Plan:
@@ -178,6 +187,9 @@ class LibraPlanner:
             w = trajectories
         else:
             w = workload_from_trajectory_table(trajectories, group_size)
+            # What the table cannot say comes from the config, as in the prior: the optimizer
+            # steps per iteration (4, Workload's default, priced every replan until 2026-12-07)
+            w = replace(w, minibatches=self._prior.minibatches)
             if self.reprefill_fraction is not None:
                 w = replace(w, reprefill_fraction=self.reprefill_fraction)
         self.window.add(w)
@@ -188,13 +200,20 @@ class LibraPlanner:
             self.audit.record(iteration, tokens, period_s)
         if self._plan is None:
             return
-        # The model's own prediction: the plan's times without the factors they were priced with
-        # (today's factors differ once an observation moved them; dividing by those would feed the
-        # correction back into itself between replans).
-        f_rollout, f_update = self._plan.priced_with
-        predicted = {"rollout": self._plan.t_rollout_s / f_rollout, "update": self._plan.t_train_s / f_update}
+        if not any(seconds > 0 for seconds in measured_s.values()):
+            return
+        # The model's own prediction of what ran: the running plan re-priced on this iteration's
+        # workload, without correction factors (with them, the correction would feed back into
+        # itself between replans). The plan's own times were priced on the workload it was planned
+        # for (the preset, an older window): compared with those, drift and a preset unlike the
+        # task were learned as model error and applied again on top of the next window's prices
+        # (until 2026-12-07; the simulator re-priced already, sim/pipeline.py).
+        now = evaluate_plan(
+            self._plan, self.model, self.cluster.hardware, w, replace(self.settings(), corrections={})
+        )
+        predicted = {"rollout": now.t_rollout_s, "update": now.t_train_s}
         for stage, seconds in measured_s.items():
-            if stage in predicted and seconds > 0 and predicted[stage] > 0:
+            if stage in predicted and seconds > 0 and 0 < predicted[stage] < math.inf:
                 self.corrections.observe(stage, predicted[stage], seconds)
 
     def catch_up(self, iteration: int, feed: Callable[[int], None], first: int = 1) -> list[ReplanDecision]:

@@ -90,7 +90,9 @@ class Workload:
             name=name or f"{self.name}x{length_scale:g}",
             gen_tokens=np.round(self.gen_tokens * length_scale),
             payload_tokens=np.round(self.payload_tokens * length_scale),
-            reprefill_ctx_tokens=self.reprefill_ctx_tokens * length_scale,
+            # each call's context is the prompt (not scaled) plus the trajectory so far (scaled)
+            reprefill_ctx_tokens=self.tool_calls * self.prompt_tokens
+            + (self.reprefill_ctx_tokens - self.tool_calls * self.prompt_tokens) * length_scale,
             last_call_ctx_tokens=None
             if self.last_call_ctx_tokens is None
             else self.prompt_tokens + (self.last_call_ctx_tokens - self.prompt_tokens) * length_scale,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 
+import pyarrow as pa
 import pytest
 
 from libra_core.config import LibraConfig
@@ -112,12 +115,14 @@ def test_service_plans_and_replans_on_schedule() -> None:
     plan, decision = planner.step(0)
     assert decision is not None and decision.action == "initial"
     assert plan.train_gpus + plan.rollout_gpus == 8
+    ran = workload_preset("math-short").scaled(3.0)
+    # the model's own price of what ran, without factors: a 1.2x slower rollout is a 1.2 factor
+    truth = evaluate_plan(plan, planner.model, planner.cluster.hardware, ran, planner.settings())
     planner.observe(
-        workload_preset("math-short").scaled(3.0),
-        group_size=8,
-        measured_s={"rollout": plan.t_rollout_s * 1.2, "update": plan.t_train_s},
+        ran, group_size=8, measured_s={"rollout": truth.t_rollout_s * 1.2, "update": truth.t_train_s}
     )
     assert planner.corrections.factor("rollout") == pytest.approx(1.2)
+    assert planner.corrections.factor("update") == pytest.approx(1.0)
     assert planner.step(1)[1] is None  # not a replan iteration
     plan2, decision2 = planner.step(2)
     assert decision2 is not None and decision2.action in ("keep", "apply")
@@ -136,6 +141,81 @@ def test_a_steady_model_error_is_learned_once_between_replans() -> None:
         assert planner.step(it + 1)[0] is plan
         assert planner.corrections.factor("rollout") == pytest.approx(2.0)
         assert planner.corrections.factor("update") == pytest.approx(3.0)
+
+
+def test_drift_is_not_learned_as_model_error() -> None:
+    """The measured stage times were compared with the plan's price on the workload it was planned
+    for, so 2x longer trajectories priced exactly by the model set factors of 2.1 (rollout) and 2.7
+    (update), and the next replan applied the drift twice (until 2026-12-07)."""
+    cluster, model = parse_cluster("48xA800"), get_model("qwen3-14b")
+    prior = workload_preset("search-medium", 0)
+    planner = LibraPlanner(cluster, model, prior, ReplanPolicy(), 1, 0, 1)
+    plan, _ = planner.step(1)
+    ran = prior.scaled(2.0)
+    truth = evaluate_plan(plan, model, cluster.hardware, ran, planner.settings())
+    assert truth.t_rollout_s > 1.5 * plan.t_rollout_s  # the drift is large
+    for it in range(1, 4):
+        planner.observe(ran, 8, {"rollout": truth.t_rollout_s, "update": truth.t_train_s}, iteration=it)
+    assert planner.corrections.factor("rollout") == pytest.approx(1.0)
+    assert planner.corrections.factor("update") == pytest.approx(1.0)
+
+
+def test_measured_workloads_keep_the_configured_minibatches() -> None:
+    """A workload built from a run's trajectories took Workload's default of 4 optimizer steps, so
+    every replan priced training for 4 whatever training.grpo.minibatches said."""
+    cfg = LibraConfig.model_validate(
+        {
+            "planner": {"type": "libra", "hardware": "8xH100", "model_spec": "qwen3-4b"},
+            "training": {"grpo": {"minibatches": 1}},
+            "rollout": {"engine": {"max_num_seqs": 32}},
+        }
+    )
+    planner = LibraPlanner.from_config(cfg)
+    planner.step(1)
+    rows = [
+        {
+            "iteration": 1,
+            "prompt_id": f"p{g}",
+            "group_id": f"g{g}",
+            "prompt_ids": [1] * 40,
+            "loss_mask": [1] * 50 + [0] * 20 + [1] * 30,
+            "tool_events": [{"turn": 0, "payload_tokens": 20}],
+            "tool_latency_s": 0.5,
+        }
+        for g in range(4)
+        for _ in range(8)
+    ]
+    planner.observe(pa.Table.from_pylist(rows), 8, {})
+    assert planner.window.pooled().minibatches == 1
+    assert planner.settings().max_num_seqs == 32  # the engines' cap, not the search's default 256
+
+
+def test_a_kl_penalty_prices_the_reference_forward() -> None:
+    """kl_coef > 0 runs a reference model's forward in every update; the planner never priced it."""
+    base = {"type": "libra", "hardware": "8xH100", "model_spec": "qwen3-4b"}
+    plain = LibraPlanner.from_config(LibraConfig.model_validate({"planner": base}))
+    with_kl = LibraPlanner.from_config(
+        LibraConfig.model_validate({"planner": base, "training": {"grpo": {"kl_coef": 0.01}}})
+    )
+    plan, _ = plain.step(1)
+    w = workload_preset("math-short", 0)
+    t_plain = evaluate_plan(plan, plain.model, plain.cluster.hardware, w, plain.settings()).t_train_s
+    t_kl = evaluate_plan(plan, plain.model, plain.cluster.hardware, w, with_kl.settings()).t_train_s
+    assert with_kl.settings().ref_forward and not plain.settings().ref_forward
+    assert t_kl > 1.1 * t_plain
+
+
+def test_a_decision_record_is_strict_json() -> None:
+    """A running plan that no longer fits the window prices at inf; the decisions log got
+    `Infinity`, which jq and browsers refuse."""
+    cluster, model = parse_cluster("8xH100"), get_model("qwen3-4b")
+    w = workload_preset("math-short", 0)
+    plan = search_plans(model, cluster.hardware, 8, w)[0]
+    unfit = replace(plan, t_iter_s=math.inf)
+    decision = ReplanPolicy().decide(1, unfit, unfit, plan, w)
+    record = decision.as_record()
+    assert record["current_t_iter_s"] is None and record["saving_per_iter_s"] is None
+    json.loads(json.dumps(record, allow_nan=False))
 
 
 def test_a_keep_keeps_the_running_instances() -> None:
@@ -229,3 +309,20 @@ def test_a_proposal_with_the_same_gpu_groups_applies_on_any_saving() -> None:
     assert proposed.same_gpu_groups(current) and not proposed.same_resources(current)
     decision = ReplanPolicy().decide(10, current, current, proposed, workload_preset("math-short"))
     assert decision.action == "apply" and decision.move_cost_s == 0.0, decision
+
+
+def test_scaling_a_workload_keeps_the_prompt_in_each_calls_context() -> None:
+    """`scaled` multiplied the whole context at each tool return, prompt included: at x0.25 a
+    call's context came out smaller than the prompt before it."""
+    from libra_core.planner.workload import Turns, workload_from_turns
+
+    # prompt 100, 30 generated, a call returning 8 tokens, then 500 generated
+    def one(gen: tuple[int, int], payload: int) -> float:
+        w = workload_from_turns("t", Turns([100], [list(gen)], [[payload, 0]], [1.5]), 1, 1)
+        return float(w.reprefill_ctx_tokens[0])
+
+    base = workload_from_turns("t", Turns([100], [[30, 500]], [[8, 0]], [1.5]), 1, 1)
+    for x in (0.25, 2.0):
+        assert base.scaled(x).reprefill_ctx_tokens[0] == pytest.approx(
+            one((round(30 * x), round(500 * x)), round(8 * x)), abs=1.0
+        )

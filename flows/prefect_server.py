@@ -7,6 +7,7 @@ No Prefect import here: these helpers run before Prefect is imported, because Pr
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -151,17 +152,61 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
+def _settings_may_name_an_api() -> bool:
+    """Whether a Prefect settings file may set the API URL: the active profile (what `prefect
+    config set PREFECT_API_URL=...` writes), or `.env`, `prefect.toml` or `pyproject.toml` in the
+    working folder. Only then is the slower exact check (`_configured_api_url`) worth its second."""
+    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    profiles = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
+    for path in (profiles, Path(".env"), Path("prefect.toml"), Path("pyproject.toml")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if "PREFECT_API_URL" in text or re.search(r"^\s*\[(tool\.prefect\.)?api\]|api\.url", text, re.M):
+            return True
+    return False
+
+
+def _configured_api_url() -> str | None:
+    """The API URL Prefect would use from its settings files, read in a child process: Prefect
+    reads its settings once, when it is first imported, and this process must not import it yet
+    (an override set after that is not seen)."""
+    probe = "from prefect.settings import get_current_settings as s; print(s().api.url or '')"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return None  # Prefect's own error shows when the run imports it
+    return lines[-1].strip() or None
+
+
 def choose_api_for_run() -> str | None:
-    """For `libra run`: the configured API if it answers; otherwise unset it and say so.
+    """For `libra run`: the configured API if it answers; otherwise an ephemeral API, and say so.
+    Called before Prefect is imported. The API comes from PREFECT_API_URL in the environment or,
+    without it, from Prefect's settings files (a profile set by `prefect config set`); until
+    2026-12-06 only the environment was checked, and a profile naming a stopped server ended the
+    run in a traceback. The fallback sets PREFECT_API_URL to empty, which Prefect reads as "no
+    server" and which overrides a profile (deleting it would let the profile's URL through), and
+allows the ephemeral API.
 
     Returns a one-line message for the user (None when nothing needs saying)."""
     url = os.environ.get("PREFECT_API_URL")
+    source = "PREFECT_API_URL"
+    if url is None and _settings_may_name_an_api():
+        url, source = _configured_api_url(), "the active Prefect profile or settings file"
     if not url:
         return None
     if api_healthy(url):
         return f"Prefect server: {url.removesuffix('/api')} (this run appears in its UI)"
-    del os.environ["PREFECT_API_URL"]
+    os.environ["PREFECT_API_URL"] = ""
+    # A profile of one's own may not allow the ephemeral API that the default profile allows.
+    os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "true"
     return (
-        f"Prefect server at {url} is not reachable; running with an ephemeral Prefect API instead "
-        "(the run works the same, but will not appear in that server's UI)"
+        f"Prefect server at {url} (from {source}) is not reachable; running with an ephemeral Prefect "
+        "API instead (the run works the same, but will not appear in that server's UI)"
     )

@@ -13,16 +13,65 @@ from tests.support import fake_prefect_api
 def test_unreachable_server_falls_back_to_ephemeral(monkeypatch: pytest.MonkeyPatch) -> None:
     dead = f"http://127.0.0.1:{free_port()}/api"
     monkeypatch.setenv("PREFECT_API_URL", dead)
+    monkeypatch.delenv("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", raising=False)  # restored afterwards
     message = choose_api_for_run()
     assert message is not None and dead in message and "ephemeral" in message
+    assert "(from PREFECT_API_URL)" in message
     import os
 
-    assert "PREFECT_API_URL" not in os.environ  # Prefect will start its own ephemeral API
+    assert os.environ["PREFECT_API_URL"] == ""  # Prefect will start its own ephemeral API
+    assert os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] == "true"
 
 
-def test_no_server_configured_says_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_server_configured_says_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))  # no profiles file
+    monkeypatch.chdir(tmp_path)
     assert choose_api_for_run() is None
+
+
+PROFILE_RUN = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from flows.prefect_server import choose_api_for_run
+print("MESSAGE", choose_api_for_run(), flush=True)
+from prefect import flow
+
+@flow
+def one() -> int:
+    return 1
+
+print("RESULT", one(), flush=True)
+"""
+
+
+def test_a_profile_naming_a_stopped_server_falls_back_to_ephemeral(tmp_path: Path) -> None:
+    """`prefect config set PREFECT_API_URL=...` writes the URL into the active profile, which the
+    check (environment only) did not see: with that server stopped, `libra run` ended in Prefect's
+    "Failed to reach API" traceback (until 2026-12-06)."""
+    import os
+    import subprocess
+    import sys
+
+    dead = f"http://127.0.0.1:{free_port()}/api"
+    (tmp_path / "profiles.toml").write_text(
+        f'active = "ephemeral"\n\n[profiles.ephemeral]\nPREFECT_API_URL = "{dead}"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env |= {"PREFECT_HOME": str(tmp_path), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILE_RUN, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"Prefect server at {dead} (from the active Prefect profile or settings file)" in done.stdout
+    assert "RESULT 1" in done.stdout
 
 
 def test_start_server_refuses_a_port_in_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,8 +50,13 @@ def run_on_trainer(
     pool_id: str, cfg: LocalPoolConfig, threads: int, fn: Callable[..., T], /, *args: Any, **kwargs: Any
 ) -> T:
     """Run `fn(*args, **kwargs)` in the pool's trainer process (started on first use, with
-    `threads` torch/OMP threads) and return its result; its exceptions are re-raised here."""
+    `threads` torch/OMP threads) and return its result; its exceptions are re-raised here. A
+    worker that died between calls (killed while idle) is replaced before the call is sent: until
+    2026-12-06 the call went to the dead worker and failed, and with it the run's update."""
     pool = _pool(pool_id, cfg, threads)
+    if trainer_pid(pool_id) is None:
+        stop_trainer_pool(pool_id)
+        pool = _pool(pool_id, cfg, threads)
     try:
         result: T = pool.run(pool.worker_ids[0], fn, *args, **kwargs)
     except WorkerDiedError:
@@ -71,11 +76,13 @@ def warm_trainer(pool_id: str, cfg: LocalPoolConfig, threads: int, module: str) 
 
 
 def trainer_pid(pool_id: str) -> int | None:
-    """Process id of the pool's trainer worker, or None when none is running."""
+    """Process id of the pool's trainer worker, or None when none is running (a dead worker's pid
+    was returned until 2026-12-06, so the async rollout task never warmed a replacement)."""
     pool = _POOLS.get(pool_id)
     if pool is None or pool.size == 0:
         return None
-    return pool.health()[pool.worker_ids[0]].pid
+    health = pool.health()[pool.worker_ids[0]]
+    return None if health.state == "dead" else health.pid
 
 
 def stop_trainer_pool(pool_id: str) -> None:

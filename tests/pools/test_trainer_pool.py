@@ -71,6 +71,22 @@ def test_a_dead_worker_fails_its_call_and_is_replaced(pool: str) -> None:
     assert new_pid not in (pid, os.getpid())
 
 
+def test_a_worker_that_died_between_calls_is_replaced_before_the_next(pool: str) -> None:
+    """Killed while idle (an OOM kill, a stray signal), the worker still reported its pid, so the
+    async rollout task warmed no replacement and the next update failed on it, ending the run."""
+    import time
+
+    cfg = LocalPoolConfig()
+    pid = run_on_trainer(pool, cfg, 1, os.getpid)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while trainer_pid(pool) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert trainer_pid(pool) is None  # the rollout task warms a replacement
+    new_pid = run_on_trainer(pool, cfg, 1, os.getpid)  # not a WorkerDiedError: nothing was sent
+    assert new_pid not in (pid, os.getpid())
+
+
 def test_stop_ends_the_worker(pool: str) -> None:
     pid = run_on_trainer(pool, LocalPoolConfig(), 1, os.getpid)
     stop_trainer_pool(pool)

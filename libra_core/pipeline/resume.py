@@ -229,11 +229,22 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
     drop_history_after(layout.root, kept)
     drop_lake_after(layout.root, kept)
     drop_timeline_after(layout.root, kept)
+    _drop_stages_after(layout, kept)
     if overrides:  # written back so the folder stays self-describing
         write_resolved_config(plan.cfg, layout.root)
     state = RunState(plan.state.completed_iterations, plan.state.policy_version, "running")
     write_state(layout.root, state)
     return state
+
+
+def _drop_stages_after(layout: RunLayout, iteration: int) -> None:
+    """Delete the stage folders of iterations after `iteration`: the abandoned attempt's files.
+    One of them, an async rollout's C-MLFQ tree snapshot, was copied into the redone iteration's
+    checkpoint when the resume ran in sync mode (which writes none), until 2026-12-06."""
+    for folder in (layout.root / "stages").glob("iteration=*"):
+        number = folder.name.removeprefix("iteration=")
+        if number.isdigit() and int(number) > iteration:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _remove_leftovers(layout: RunLayout) -> None:

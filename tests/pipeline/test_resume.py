@@ -224,3 +224,19 @@ def test_a_resume_removes_what_a_killed_write_left(tmp_path: Path) -> None:
     assert [p.exists() for p in leftovers] == [False, False, False]
     assert not (layout.checkpoints / ".iter_00004.staging").exists()
     assert (layout.checkpoint(3) / "state.json").is_file()  # the checkpoint itself is kept
+
+
+def test_a_resume_drops_the_abandoned_iterations_stage_files(tmp_path: Path) -> None:
+    """An async rollout leaves a C-MLFQ tree snapshot in its stage folder, and a checkpoint prefers
+    it to the live tree. Resumed in sync mode (which writes none), the redone iteration's checkpoint
+    copied the abandoned attempt's snapshot, not the tree its own rollout left (until 2026-12-06)."""
+    layout = _run_with_checkpoint(tmp_path)  # 4 iterations completed, checkpoint at 3
+    for it in (3, 4, 5):  # 5: the rollout an async run had started before it stopped
+        layout.scheduler_tree_at(it).parent.mkdir(parents=True, exist_ok=True)
+        layout.scheduler_tree_at(it).write_text(f'{{"who": "abandoned rollout {it}"}}')
+    apply_resume(layout.root, plan_resume(layout.root, ["pipeline.mode=sync"]), ["pipeline.mode=sync"])
+    assert [layout.stage_dir(it).exists() for it in (3, 4, 5)] == [True, False, False]
+    layout.scheduler_tree.parent.mkdir(parents=True, exist_ok=True)
+    layout.scheduler_tree.write_text('{"who": "resumed rollout 4"}')  # a sync rollout's tree
+    ckpt = save_checkpoint(layout.root, 4, RunState(4, 4, "running"), keep=2)
+    assert (ckpt / "scheduler" / "cmlfq_tree.json").read_text() == '{"who": "resumed rollout 4"}'

@@ -121,6 +121,10 @@ def simulate_flow(
     `-2`, `-3`... if that is taken) is resolved against `base_dir` when relative: `libra serve` sets
     that to its working folder at start, so where a served run writes does not depend on the working
     folder at the time it runs; None: this process's."""
+    if is_trace(scenario):
+        # checked and read as the same file: the task got the unexpanded `~/t.parquet` (until
+        # 2026-12-06), which the check had accepted and the reader could not find
+        scenario = str(Path(scenario).expanduser())
     # As `libra simulate` reads `--policies`: "greedy, +elastic" names two policies.
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:
@@ -137,7 +141,7 @@ def simulate_flow(
     SimSettings(**knobs)  # range checks
     shape = parse_overrides(spec or [], spec_class(scenario), "spec")
     scenario_spec(scenario, model, shape)  # the name, and the spec's ranges
-    if is_trace(scenario) and not Path(scenario).expanduser().is_file():
+    if is_trace(scenario) and not Path(scenario).is_file():
         raise ValueError(f"scenario {scenario!r}: no such trace file")
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     if out_dir is not None:

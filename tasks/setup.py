@@ -47,9 +47,10 @@ def anchor_paths(
         if isinstance(raw, dict):
             hardware, model_spec = raw.get("hardware"), raw.get("model_spec")
             overrides = [*overrides, *_anchored_specs(hardware, model_spec, base)]
-        return config_path, overrides, str((base / resume).resolve())
+        # `~` as a shell would: `base / "~/runs/x"` was a folder named `~` under base_dir
+        return config_path, overrides, str((base / Path(resume).expanduser()).resolve())
     if config_path is not None:
-        config_path = str((base / config_path).resolve())
+        config_path = str((base / Path(config_path).expanduser()).resolve())
     cfg = load_config(config_path, overrides)
     output_dir = cfg.experiment.output_path
     if not output_dir.is_absolute():

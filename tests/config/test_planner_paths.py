@@ -117,3 +117,16 @@ def test_a_run_started_in_one_folder_resolves_its_specs_from_another(
     monkeypatch.chdir(elsewhere)
     cluster, model, _ = LibraPlanner.resolve_specs(cfg)
     assert (cluster.label, cluster.hardware.nvlink_gbps_per_dir, model.num_layers) == ("16xgpu", 200, 72)
+
+
+def test_a_config_and_a_resume_folder_given_with_a_tilde_are_the_home_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # They were joined to base_dir as typed: `~/exp.yaml` became `<base>/~/exp.yaml`, not found.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "exp.yaml").write_text(f"experiment:\n  output_dir: {tmp_path / 'runs'}\n")
+    config_path, _, _ = anchor_paths("~/exp.yaml", [], None, str(tmp_path / "base"))
+    assert config_path == str(tmp_path / "home" / "exp.yaml")
+    _, _, resume = anchor_paths(None, [], "~/runs/x", str(tmp_path / "base"))
+    assert resume == str(tmp_path / "home" / "runs" / "x")

@@ -86,8 +86,10 @@ def test_simulate_flow_what_ifs_match_the_library(prefect_quiet, tmp_path: Path)
         simulate_flow("tiny", "8xA800", 2, "greedy", settings=["spill_factor=-1"])
 
 
-def test_simulate_flow_replays_a_trace_with_its_what_ifs(prefect_quiet, tmp_path: Path) -> None:
+def test_simulate_flow_replays_a_trace_with_its_what_ifs(prefect_quiet, tmp_path: Path, monkeypatch) -> None:
     # A trace path as the scenario (what a user types in the UI): `spec` is the replay's TraceSpec.
+    # Given with `~`: the check expanded it and the task did not ("does not exist", until 2026-12-06).
+    monkeypatch.setenv("HOME", str(tmp_path))
     import random
 
     from flows.simulate_flow import simulate_flow
@@ -98,7 +100,7 @@ def test_simulate_flow_replays_a_trace_with_its_what_ifs(prefect_quiet, tmp_path
     trace = write_trace(synthetic_trace(random.Random(0), cfg), tmp_path / "synth.parquet")
     out = Path(
         simulate_flow(
-            str(trace), "8xA800", 2, "greedy", out_dir=str(tmp_path / "sim"), spec=["latency_scale=2"]
+            "~/synth.parquet", "8xA800", 2, "greedy", out_dir=str(tmp_path / "sim"), spec=["latency_scale=2"]
         )
     )
     summary = json.loads((out / "summary.json").read_text())

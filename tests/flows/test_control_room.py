@@ -350,7 +350,7 @@ def test_run_cancelled_from_the_api_stops_engines_and_resumes(served: Served) ->
         env={**os.environ, "PREFECT_API_URL": dead_api},
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"Prefect server at {dead_api} is not reachable" in resumed.stderr
+    assert f"Prefect server at {dead_api} (from PREFECT_API_URL) is not reachable" in resumed.stderr
     assert "ephemeral" in resumed.stderr
     rows = read_history(run_dir)
     assert [r["iteration"] for r in rows] == list(range(1, done + 2))

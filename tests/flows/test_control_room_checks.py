@@ -107,6 +107,9 @@ def test_serve_turns_prefects_refusal_of_a_schedule_into_exit_2(
         raise ValueError('Invalid cron string: "0 2 * * 1"')
 
     monkeypatch.setattr(flows.serve, "build_deployments", refuse)
+    # serve exports the server's URL for Prefect: restored afterwards (the fake server is gone then)
+    monkeypatch.setenv("PREFECT_API_URL", "")
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     with fake_prefect_api() as api_url:
         code = main(
             ["serve", "--api-url", api_url, "--set", "schedule.cron=0 2 * * 1"]

@@ -65,8 +65,16 @@ def _require_math_verify() -> None:
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
+# Markdown emphasis (`**18**`, `__Answer__`, `*18*`) in prose: the opening marker follows no
+# operand, so it is no power or product. Until 2026-12-06 the screen read `**18**` as a chain of
+# powers and refused a correct unboxed answer (well formed, 0.1) whenever a word near its end was
+# bold, and `*18*` was not read as 18.
+_MARKDOWN_BOLD = re.compile(r"(?<![\w)\]}*])(\*\*|__|\*)(?=[^\s*])([^*_\n]+?)(?<=\S)\1(?![\w(\[{*])")
+
+
 def final_answer_text(text: str) -> str:
-    """The last balanced `\\boxed{...}` of `text`, else its last MAX_ANSWER_CHARS characters."""
+    """The last balanced `\\boxed{...}` of `text`, else its last MAX_ANSWER_CHARS characters with
+    markdown emphasis unwrapped."""
     text = text.strip()
     starts = list(_BOXED.finditer(text))
     if starts:
@@ -74,7 +82,7 @@ def final_answer_text(text: str) -> str:
         end = _group_end(text, start.end() - 1)
         if end is not None:
             return text[start.start() : end + 1]
-    return text[-MAX_ANSWER_CHARS:].strip()
+    return _MARKDOWN_BOLD.sub(r"\2", text[-MAX_ANSWER_CHARS:]).strip()
 
 
 _OPEN, _CLOSE = "({[", ")}]"

@@ -128,6 +128,30 @@ def test_every_math500_answer_passes_the_screen_and_matches_itself() -> None:
     assert [r for r in refs if not math_equivalent(r, f"{REASONING}So the answer is \\boxed{{{r}}}.")] == []
 
 
+# -- markdown emphasis in a prose answer ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The **total** cost is 18 dollars.",
+        "Janet earns 18 dollars per day. **Done**",
+        "So she makes **18** dollars per day.",
+        "**Answer**: 18",
+        "The answer is __18__.",
+        "So the answer is *18*.",
+    ],
+)
+def test_a_bold_or_italic_word_is_no_power_and_the_answer_reads(answer: str) -> None:
+    # `**18**` was read as a chain of powers: a correct unboxed answer scored well formed (0.1).
+    assert refusal(final_answer_text(answer)) is None
+    assert math_equivalent("18", answer) is True
+    assert math_equivalent("17", answer) is False
+
+
+@pytest.mark.parametrize("answer", ["2**3**4**5", "(2)**3**40", "The answer is 2**100**3"])
+def test_powers_written_with_stars_are_still_screened(answer: str) -> None:
+    assert refusal(final_answer_text(answer)) == "a chain of powers"
+
+
 # -- defect 3: prose answers are read as written ---------------------------------------------------
 @pytest.mark.parametrize(
     ("reference", "answer"),

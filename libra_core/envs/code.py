@@ -27,7 +27,7 @@ from libra_core.config.environments import CodeEnvConfig
 from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, unknown_tool
 from libra_core.envs.code_harness import check_plan, check_program
 from libra_core.envs.datasets import CodeRecord, load_code, sample_records
-from libra_core.envs.protocol import extract_code, text_format
+from libra_core.envs.protocol import extract_code, python_source, text_format
 from libra_core.envs.python_tool import PythonTool
 from libra_core.envs.sandbox import ExecutionResult
 
@@ -66,7 +66,7 @@ class CodeEnv:
     def run_tool(self, action: TurnAction) -> ToolResult:
         if action.tool != self.python.name or action.arguments is None:
             return unknown_tool(action.tool)
-        return self.python(extract_code(action.arguments))
+        return self.python(python_source(action.arguments))
 
     def format_observation(self, result: ToolResult) -> str:
         return self.format.observation(result.observation)

@@ -17,7 +17,7 @@ from libra_core.config.environments import MathToolsEnvConfig
 from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, call_with_deadline, unknown_tool
 from libra_core.envs.datasets import MathRecord, load_math, sample_records
 from libra_core.envs.math_calculator import CalculatorError, MathCalculator, evaluate
-from libra_core.envs.protocol import text_format
+from libra_core.envs.protocol import python_source, text_format
 from libra_core.envs.python_tool import PythonTool
 
 SYSTEM_PROMPT = (
@@ -56,7 +56,7 @@ class MathToolsEnv:
 
     def run_tool(self, action: TurnAction) -> ToolResult:
         if action.tool == self.python.name and action.arguments is not None:
-            return self.python(action.arguments)
+            return self.python(python_source(action.arguments))
         if action.tool != self.calculator.name or action.arguments is None:
             return unknown_tool(action.tool)
         return call_with_deadline(self.calculator, action.arguments, self.cfg.tool_timeout_s)

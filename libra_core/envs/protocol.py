@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
+import textwrap
 from dataclasses import dataclass
 
 from libra_core.envs.arithmetic import (
@@ -66,18 +67,21 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
     C-MLFQ expects).
     """
     text = body.strip()
-    if text.startswith("{"):
+    if text.startswith(("{", "[")):
         try:
             obj = json.loads(text)
         except (ValueError, RecursionError):  # bad JSON, a 4,301-digit number, 1,000 nested brackets
             obj = None
+        if isinstance(obj, list) and len(obj) == 1:  # a list of one call, as some chat models write
+            obj = obj[0]
         if isinstance(obj, dict) and isinstance(obj.get("name"), str):
             # A JSON escape like \ud800 decodes to a lone surrogate, which no tool can encode.
             return _valid_text(obj["name"]), _valid_text(_arguments_text(obj.get("arguments", "")))
     for sep in (":", "\n"):
         name, found, rest = text.partition(sep)
         if found and name.strip() in tools:
-            return name.strip(), rest.strip("\n") if sep == ":" else rest
+            # `python: print(1)`: the space after the colon is no indentation of the program
+            return name.strip(), rest.removeprefix(" ").strip("\n") if sep == ":" else rest
     name = text.partition(":")[0].strip()
     if _TOOL_NAME.fullmatch(name) and not keyword.iskeyword(name):
         return name, text.partition(":")[2].strip("\n")
@@ -85,8 +89,18 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
 
 
 def _arguments_text(args: object) -> str:
-    """The text a tool gets from JSON `arguments`: a string as is; from an object, the value of a
-    known argument key (`code`, `expression`, `query`), else its single value, else the JSON."""
+    """The text a tool gets from JSON `arguments`: a string as is, unless it is itself a JSON object
+    (OpenAI's function calls encode `arguments` so); from an object, the value of a known argument
+    key (`code`, `expression`, `query`), else its single value, else the JSON. Until 2026-12-06 a
+    list of one call and string-encoded arguments reached the python tool as a literal, which ran,
+    printed nothing and reported success."""
+    if isinstance(args, str) and args.lstrip().startswith("{"):
+        try:
+            decoded = json.loads(args)
+        except (ValueError, RecursionError):
+            decoded = None
+        if isinstance(decoded, dict):
+            args = decoded
     if isinstance(args, dict):
         for key in ARGUMENT_KEYS:
             if isinstance(args.get(key), str):
@@ -179,3 +193,10 @@ def extract_code(answer: str) -> str:
     """The program in an answer: the last fenced code block, else the whole text."""
     blocks = _CODE_BLOCK.findall(answer)
     return blocks[-1].replace("\r\n", "\n") if blocks else answer
+
+
+def python_source(arguments: str) -> str:
+    """The program a python tool call runs: its fenced block if it has one, dedented. The code and
+    math_tools environments both run this (math_tools ran the arguments as written until
+    2026-12-06, so a fenced call was a SyntaxError there and ran in the code environment)."""
+    return textwrap.dedent(extract_code(arguments)).strip("\n")

@@ -127,3 +127,17 @@ def test_tiny_tokenizer_covers_the_corpus_and_maps_unseen_characters_to_unk(env)
     unk = tokenizer.convert_tokens_to_ids(UNK_TOKEN)
     odd = tokenizer.encode("costs 5\u20ac\u2603", add_special_tokens=False)
     assert unk in odd  # a character no demonstration showed is kept as <|unk|>, not dropped
+
+
+def test_a_fenced_or_spaced_python_call_runs_as_in_the_code_environment() -> None:
+    # math_tools ran the arguments as written: a fenced block was a SyntaxError, `python: print(1)`
+    # an IndentationError; the code environment ran both.
+    chat = build_environment(
+        MathToolsEnvConfig(type="math_tools", prompt_format="chatml", files=("gsm8k/test.jsonl",))
+    )
+    for turn in (
+        "<tool_call>\npython:```python\nprint(6*7)\n```\n</tool_call><|im_end|>",
+        "<tool_call>python: print(6*7)</tool_call><|im_end|>",
+    ):
+        result = chat.run_tool(chat.parse_turn(turn))
+        assert (result.status, result.observation.strip()) == ("success", "42"), result

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from libra_core.envs.base import UNKNOWN_TOOL
-from libra_core.envs.protocol import CHATML, MARKERS, extract_code, split_call
+from libra_core.envs.protocol import CHATML, MARKERS, extract_code, python_source, split_call
 
 TOOLS = ("python", "calculator")
 CODE = "def f(x):\n    return x + 1\n"
@@ -44,6 +44,23 @@ def test_json_arguments_with_several_keys_use_the_known_one() -> None:
         "python",
         '{"a": 1, "b": 2}',
     )
+
+
+def test_string_encoded_arguments_and_a_list_of_one_call_reach_the_tool() -> None:
+    # OpenAI-style `arguments` (a JSON string holding an object) and a list of one call reached the
+    # python tool as a literal, which ran, printed nothing and reported success.
+    want = ("python", "print(6*7)")
+    assert split_call('{"name": "python", "arguments": "{\\"code\\": \\"print(6*7)\\"}"}', TOOLS) == want
+    assert split_call('[{"name": "python", "arguments": {"code": "print(6*7)"}}]', TOOLS) == want
+    assert split_call('{"name": "python", "arguments": "print(1)"}', TOOLS) == ("python", "print(1)")
+    assert split_call("[1, 2]", TOOLS) == ("python", "[1, 2]")  # no call in it: the first tool
+
+
+def test_a_space_after_the_colon_is_no_indentation_and_fenced_arguments_run() -> None:
+    assert split_call("python: print(1)", TOOLS) == ("python", "print(1)")
+    assert split_call("python:\n    x = 1\n    print(x)", TOOLS) == ("python", "    x = 1\n    print(x)")
+    assert python_source("```python\nprint(6*7)\n```") == "print(6*7)"
+    assert python_source("    x = 1\n    print(x)") == "x = 1\nprint(x)"
 
 
 @pytest.mark.parametrize("body", ["shell:1", "bash:ls -la", "search:capital of France", "web-search: x"])

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import warnings
 
 from libra_core.config.environments import CodeEnvConfig
 from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, unknown_tool
@@ -87,7 +88,7 @@ class CodeEnv:
 
     def reward(self, reference_answer: str, final_answer: str | None) -> float:
         weights = self.cfg.reward
-        if final_answer is None or not extract_code(final_answer).strip():
+        if final_answer is None or not _has_code(final_answer):
             return weights.malformed
         return weights.correct if self.tests_pass(reference_answer, final_answer) else weights.well_formed
 
@@ -115,6 +116,25 @@ class CodeEnv:
             )
         )
         return texts
+
+
+def _has_code(answer: str) -> bool:
+    """Whether the answer holds a program: a fenced block, or text that compiles as Python. Prose
+    ("I am not sure how to solve this") compiled in the sandbox, failed, and scored well_formed
+    above an answer cut off by the token limit, until 2026-12-06; it is malformed, as documented.
+    Compiling runs nothing."""
+    code = extract_code(answer)
+    if not code.strip():
+        return False
+    if code != answer:  # a fenced block (the whole answer otherwise, fences and all)
+        return True
+    try:
+        with warnings.catch_warnings():  # the model's invalid escapes are its program's business
+            warnings.simplefilter("ignore")
+            compile(code, "answer", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    return True
 
 
 def _problem(record: CodeRecord) -> Problem:

@@ -27,6 +27,11 @@ def test_reference_solutions_pass_and_wrong_ones_fail(file: str) -> None:
     assert env.reward(problems[0].reference_answer, wrong) == 0.1
     assert env.reward(problems[0].reference_answer, None) == 0.0
     assert env.reward(problems[0].reference_answer, "   ") == 0.0
+    # prose is no program: it scored 0.1 (it compiled in the sandbox and failed), above an answer
+    # cut off by the token limit; a fenced block and bare code that compiles are programs
+    assert env.reward(problems[0].reference_answer, "I am not sure how to solve this, sorry.") == 0.0
+    assert env.reward(problems[0].reference_answer, f"```python\n{wrong}```") == 0.1
+    assert env.reward(problems[0].reference_answer, "def f(:\n") == 0.0  # no fence, no program
 
 
 def test_execution_tool_reports_success_failure_and_timeout() -> None:

@@ -71,11 +71,11 @@ class ArithmeticEnv:
         rng = random.Random(seed)
         # Stratified difficulty: every op count appears equally often (up to rounding), so the
         # per-iteration reward measures the policy rather than that batch's difficulty mix.
-        lowest = max(self.cfg.min_ops, min_difficulty or 0)
-        if lowest > self.cfg.max_ops:
-            raise ValueError(
-                f"min_difficulty {min_difficulty} exceeds environment.max_ops ({self.cfg.max_ops})"
-            )
+        # `min_difficulty` past max_ops is clamped to it (the hardest problems), as the data-backed
+        # environments clamp to their hardest record: the default rollout.min_difficulty (3) with
+        # `environment.max_ops=2` passed validation and failed the first rollout, after the
+        # warm-up, until 2026-12-06.
+        lowest = min(max(self.cfg.min_ops, min_difficulty or 0), self.cfg.max_ops)
         levels = list(range(lowest, self.cfg.max_ops + 1))
         start = rng.randrange(len(levels))
         op_counts = [levels[(start + i) % len(levels)] for i in range(n)]

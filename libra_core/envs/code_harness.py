@@ -205,7 +205,8 @@ def check_plan(reference_answer: str) -> CheckPlan:
 
 
 def check_program(plan: CheckPlan, answer_code: str, marker: str) -> str:
-    """The source run in the sandbox: setup, answer and tests in their namespaces, then the marker
+    """The source run in the sandbox: setup, answer (after its own run of the setup) and tests in
+    their namespaces, then the marker
     (written only if every test passed). Everything runs inside a function, so the answer finds
     none of the harness's names in `__main__`."""
     return f"""\
@@ -224,6 +225,10 @@ def _libra_main():
         vars(tests[name]).update(vars(module))
     exec(compile({plan.setup!r}, "setup.py", "exec"), tests)
     answer = {{"__builtins__": builtins, "__name__": "__main__"}}
+    # The setup first in the answer's namespace too, as HumanEval's own harness runs prompt +
+    # completion: an answer may use the prompt's imports (`List`) and helpers without repeating
+    # them. The tests keep their own copy, which the answer cannot touch.
+    exec(compile({plan.setup!r}, "setup.py", "exec"), answer)
     exec(compile({answer_code!r}, "solution.py", "exec"), answer)
     for name in {plan.names!r}:
         if name in answer:

@@ -121,6 +121,28 @@ def test_humaneval_helpers_come_from_the_prompt_not_the_answer(tmp_path: Path) -
     assert env.reward(reference, "def decode(s):\n    return s\n") == 0.1  # wrong; the stub is not used
 
 
+def test_an_answer_may_use_the_prompts_imports_and_helpers(tmp_path: Path) -> None:
+    # HumanEval's harness runs prompt + completion; here the answer ran without the prompt, so a
+    # correct answer repeating the signature `List[int]` without the import raised NameError (22 of
+    # 164 prompts import before their def).
+    prompt = (
+        "from typing import List\n\ndef half(x):\n    return x // 2\n\n"
+        'def first(xs: List[int]) -> int:\n    """First."""\n'
+    )
+    record = {
+        "task_id": "HE/2",
+        "entry_point": "first",
+        "prompt": prompt,
+        "canonical_solution": "    return xs[0]\n",
+        "test": "def check(candidate):\n    assert candidate([4, 5]) == 4\n",
+    }
+    env = _env(tmp_path, record)
+    reference = env.sample_problems(1, 0)[0].reference_answer
+    assert env.reward(reference, "def first(xs: List[int]) -> int:\n    return xs[0]\n") == 1.0
+    assert env.reward(reference, "def first(xs: List[int]) -> int:\n    return half(xs[0] * 2)\n") == 1.0
+    assert env.reward(reference, "def first(xs: List[int]) -> int:\n    return xs[1]\n") == 0.1
+
+
 def test_a_module_the_tests_use_unimported_is_a_fresh_one(tmp_path: Path) -> None:
     tests = "assert size((1, 2)) == sys.getsizeof((1, 2))\n"
     solution = "import sys\ndef size(t):\n    return sys.getsizeof(t)\n"

@@ -53,7 +53,9 @@ def ppo_clip_loss(
 
     Metrics (floats, means over masked tokens): `pg_loss`; `clip_fraction`, the share of tokens whose
     clipped branch is active (ratio > 1+eps with A > 0, or ratio < 1-eps with A < 0: no gradient);
-    `ratio_mean`; `approx_kl`, the k3 estimate of KL(behaviour || current); `kl_ref` when a reference
+    `ratio_mean`, current / anchor, and `approx_kl`, the k3 estimate of KL(anchor || current), where
+    the anchor is the proximal policy when given (decoupled PPO), else the behaviour policy: under
+    decoupled PPO staleness shows in `behavior_weight_mean`, not in these two; `kl_ref` when a reference
     is given; `num_tokens`; `pg_tokens`, the policy-gradient term's divisor (masked tokens with
     A != 0). With no masked token the loss is 0 (still attached to the graph).
     """

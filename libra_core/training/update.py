@@ -44,8 +44,8 @@ class UpdateResult:
     num_trajectories: int
     num_optimizer_steps: int
     clip_fraction: float  # share of trained tokens whose clipped branch was active
-    ratio_mean: float  # mean importance ratio current / behaviour
-    approx_kl: float  # k3 estimate of KL(behaviour || current) before each step
+    ratio_mean: float  # mean ratio current / anchor (proximal when decoupled, else behaviour)
+    approx_kl: float  # k3 estimate of KL(anchor || current) before each step (anchor as above)
     kl_ref: float | None  # k3 KL to the reference policy; None when no KL penalty is used
     grad_norm: float  # mean over steps of the global grad norm before clipping
     reward_mean: float

@@ -29,14 +29,18 @@ def run_reward(run_dir: str, rollout_path: str, *, iteration: int) -> RewardResu
     table = read_ipc(rollout_path)
     refs = table.column("reference_answer").to_pylist()
     answers = table.column("final_answer").to_pylist()
-    rewards = np.array([env.reward(r, a) for r, a in zip(refs, answers, strict=True)], dtype=np.float32)
+    scores = [env.reward(r, a) for r, a in zip(refs, answers, strict=True)]
+    rewards = np.array(scores, dtype=np.float32)
     idx = table.schema.get_field_index("reward")
     table = table.set_column(idx, table.schema.field("reward"), pa.array(rewards, type=pa.float32()))
     path = write_ipc(
         table, RunLayout(Path(run_dir)).stage_dir(iteration) / "rewarded.arrow", require_reward=True
     )
     lake = write_lake(table, run_dir, iteration)
-    correct = float(np.mean(rewards >= cfg.environment.reward.correct)) if len(rewards) else 0.0
+    # counted on the environment's own floats: float32(0.7) < 0.7 wherever the comparison is not
+    # made in float32 (NumPy before 2's scalar rules), and a `correct: 0.7` would count nothing
+    best = cfg.environment.reward.correct
+    correct = sum(s >= best for s in scores) / len(scores) if scores else 0.0
     return RewardResult(
         path=str(path),
         lake_path=str(lake),

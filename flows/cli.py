@@ -165,8 +165,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if where:
         from rich.console import Console
 
-        # markup off: the message holds PREFECT_API_URL, and `[fd00::1]` in it is no markup tag
-        Console(stderr=True).print(where, highlight=False, markup=False)
+        # markup off: the message holds PREFECT_API_URL, and `[fd00::1]` in it is no markup tag;
+        # soft wrap: one line however narrow the terminal (a log or a grep reads it whole)
+        Console(stderr=True, soft_wrap=True).print(where, highlight=False, markup=False)
     from flows.progress_view import run_with_progress
 
     # SIGTERM (kill, a job scheduler) ends the run like Ctrl-C. During the flow Prefect's own

@@ -82,6 +82,10 @@ def test_run_prints_the_prefect_api_url_as_it_is(
     monkeypatch.setenv("COLUMNS", "1000")
     rc = cli.main(["run", str(ROOT / "stages.yaml"), "--set", f"experiment.output_dir={tmp_path}"])
     assert rc == 0 and message in capsys.readouterr().err
+    # one line on a narrow terminal too: it was wrapped at 80 columns, mid-sentence
+    monkeypatch.setenv("COLUMNS", "60")
+    rc = cli.main(["run", str(ROOT / "stages.yaml"), "--set", f"experiment.output_dir={tmp_path}"])
+    assert rc == 0 and message in capsys.readouterr().err
 
 
 def _on_a_terminal(cwd: Path, *args: str) -> str:

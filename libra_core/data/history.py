@@ -46,7 +46,7 @@ HISTORY_SCHEMA = pa.schema(
         # generated tokens decoded in the bucket of their trajectory's size (null: nothing routed)
         pa.field("routing_class_accuracy", pa.float64(), nullable=True),
         # migrated_tokens / all tokens of the finished trajectories (null: none finished, or a file
-        # written before 2026-12-07)
+        # written before 2026-12-06)
         pa.field("migration_token_ratio", pa.float64(), nullable=True),
         # what the update trained on vs everything generated (staleness bound, dynamic sampling)
         pa.field("optimizer_steps", pa.int32(), nullable=False),

@@ -54,7 +54,7 @@ class ReplanDecision:
     def as_record(self) -> dict[str, object]:
         """The decision as a JSON-safe dict: a price of inf (the running plan no longer fits the
         window's memory; `reason` says so) or nan is null, which strict JSON readers (jq, a
-        browser) accept; Python's json wrote `Infinity` until 2026-12-07."""
+        browser) accept; Python's json wrote `Infinity` until 2026-12-06."""
         return {
             k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in self.__dict__.items()
         }

@@ -188,7 +188,7 @@ class LibraPlanner:
         else:
             w = workload_from_trajectory_table(trajectories, group_size)
             # What the table cannot say comes from the config, as in the prior: the optimizer
-            # steps per iteration (4, Workload's default, priced every replan until 2026-12-07)
+            # steps per iteration (4, Workload's default, priced every replan until 2026-12-06)
             w = replace(w, minibatches=self._prior.minibatches)
             if self.reprefill_fraction is not None:
                 w = replace(w, reprefill_fraction=self.reprefill_fraction)
@@ -207,7 +207,7 @@ class LibraPlanner:
         # itself between replans). The plan's own times were priced on the workload it was planned
         # for (the preset, an older window): compared with those, drift and a preset unlike the
         # task were learned as model error and applied again on top of the next window's prices
-        # (until 2026-12-07; the simulator re-priced already, sim/pipeline.py).
+        # (until 2026-12-06; the simulator re-priced already, sim/pipeline.py).
         now = evaluate_plan(
             self._plan, self.model, self.cluster.hardware, w, replace(self.settings(), corrections={})
         )

@@ -267,7 +267,7 @@ class VllmServer:
         """Ask the instance to exit without waiting; `stop()` waits. While the leader (the engine's
         watchdog) runs, SIGTERM goes to it alone and it passes the signal on to the group once: a
         signal to the whole group reached vLLM twice, the second from the watchdog (until
-        2026-12-07). A leader that exited on its own may have left its engine core running: then
+        2026-12-06). A leader that exited on its own may have left its engine core running: then
         the group gets the SIGTERM (until 2026-12-06 that case got none, and every stop waited its
         full timeout). Sent once per process, so `stop()` after `terminate()` only waits."""
         if self.process is None or self._signalled:

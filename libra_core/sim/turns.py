@@ -98,7 +98,7 @@ class SimTurns(SimDeployments):
         if f.turn + 2 == len(turns) and turns[-1].gen_tokens == 0:
             # The return ended the trajectory (a trace's 0-token closing turn: it hit max_turns or
             # its token budget). Nothing runs after it, so, as in the agent loop and the trace
-            # evaluator, no scheduler is asked and nothing is prefilled (until 2026-12-07 the
+            # evaluator, no scheduler is asked and nothing is prefilled (until 2026-12-06 the
             # scheduler was asked, and a move there counted, and the payload was prefilled).
             f.turn += 1
             self.finish(f)

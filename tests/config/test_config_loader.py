@@ -397,7 +397,7 @@ def test_schedule_cron_and_timezone_are_checked() -> None:
     ],
 )
 def test_a_schedule_prefect_would_refuse_fails_validation(override: str, message: str) -> None:
-    # These passed `libra config validate` before 2026-12-07 and failed only at `libra serve`.
+    # These passed `libra config validate` before 2026-12-06 and failed only at `libra serve`.
     with pytest.raises(ConfigError) as info:
         load_config(None, [override])
     assert message in info.value.problems[0]

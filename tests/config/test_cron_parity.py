@@ -1,6 +1,6 @@
 """The config's schedule checks accept exactly what Prefect's deployment schedule accepts.
 
-Before 2026-12-07 `libra config validate` passed `LW` and `5L` (cronsim takes them, Prefect's
+Before 2026-12-06 `libra config validate` passed `LW` and `5L` (cronsim takes them, Prefect's
 croniter does not) and refused Prefect's own `L5`; time zones such as `right/UTC` that `ZoneInfo`
 opens but Prefect refuses passed too. Each failed only when `libra serve` registered the schedule.
 Prefect is imported here (tests only) as the reference; core restates its rules."""

@@ -146,7 +146,7 @@ def test_a_steady_model_error_is_learned_once_between_replans() -> None:
 def test_drift_is_not_learned_as_model_error() -> None:
     """The measured stage times were compared with the plan's price on the workload it was planned
     for, so 2x longer trajectories priced exactly by the model set factors of 2.1 (rollout) and 2.7
-    (update), and the next replan applied the drift twice (until 2026-12-07)."""
+    (update), and the next replan applied the drift twice (until 2026-12-06)."""
     cluster, model = parse_cluster("48xA800"), get_model("qwen3-14b")
     prior = workload_preset("search-medium", 0)
     planner = LibraPlanner(cluster, model, prior, ReplanPolicy(), 1, 0, 1)

@@ -127,7 +127,7 @@ def test_a_stop_after_the_group_leader_died_signals_the_rest_at_once(server: Fak
 def test_a_stop_sends_the_engine_one_sigterm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The stop signalled the whole group and the watchdog, which got that SIGTERM too, passed it on
     to the group: vLLM's API server had a second SIGTERM during its graceful shutdown (until
-    2026-12-07). The stop now signals the watchdog alone while it runs."""
+    2026-12-06). The stop now signals the watchdog alone while it runs."""
     sigterms = tmp_path / "sigterms.txt"
     monkeypatch.setenv("FAKE_SIGTERM_LOG", str(sigterms))
     with _healthy_engine(tmp_path) as srv:

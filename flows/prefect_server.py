@@ -190,9 +190,9 @@ def choose_api_for_run() -> str | None:
     Called before Prefect is imported. The API comes from PREFECT_API_URL in the environment or,
     without it, from Prefect's settings files (a profile set by `prefect config set`); until
     2026-12-06 only the environment was checked, and a profile naming a stopped server ended the
-    run in a traceback. The fallback sets PREFECT_API_URL to empty, which Prefect reads as "no
-    server" and which overrides a profile (deleting it would let the profile's URL through), and
-    allows the ephemeral API.
+    run in a traceback. The fallback unsets PREFECT_API_URL, or, when a settings file may name a
+    URL, sets it to empty, which Prefect reads as "no server" and which overrides a profile
+    (deleting it would let the profile's URL through); it also allows the ephemeral API.
 
     Returns a one-line message for the user (None when nothing needs saying)."""
     url = os.environ.get("PREFECT_API_URL")
@@ -203,7 +203,13 @@ def choose_api_for_run() -> str | None:
         return None
     if api_healthy(url):
         return f"Prefect server: {url.removesuffix('/api')} (this run appears in its UI)"
-    os.environ["PREFECT_API_URL"] = ""
+    if source == "PREFECT_API_URL" and not _settings_may_name_an_api():
+        # Unset, Prefect runs ephemerally and exits cleanly; set to "" (needed to override a
+        # profile's URL) its event service printed "Cannot put items in a stopped service
+        # instance" tracebacks at exit, after a successful run.
+        del os.environ["PREFECT_API_URL"]
+    else:
+        os.environ["PREFECT_API_URL"] = ""
     # A profile of one's own may not allow the ephemeral API that the default profile allows.
     os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "true"
     return (

@@ -10,8 +10,10 @@ from flows.prefect_server import api_healthy, choose_api_for_run, free_port, sta
 from tests.support import fake_prefect_api
 
 
-def test_unreachable_server_falls_back_to_ephemeral(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_server_falls_back_to_ephemeral(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     dead = f"http://127.0.0.1:{free_port()}/api"
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))  # no profile naming a server
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PREFECT_API_URL", dead)
     monkeypatch.delenv("PREFECT_SERVER_ALLOW_EPHEMERAL_MODE", raising=False)  # restored afterwards
     message = choose_api_for_run()
@@ -19,7 +21,8 @@ def test_unreachable_server_falls_back_to_ephemeral(monkeypatch: pytest.MonkeyPa
     assert "(from PREFECT_API_URL)" in message
     import os
 
-    assert os.environ["PREFECT_API_URL"] == ""  # Prefect will start its own ephemeral API
+    # unset (not ""): Prefect starts its own ephemeral API and exits without service tracebacks
+    assert "PREFECT_API_URL" not in os.environ
     assert os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] == "true"
 
 

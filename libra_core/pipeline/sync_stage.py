@@ -25,13 +25,7 @@ class SyncResult:
 def sync_weights(urls: tuple[str, ...], policy_dir: str, *, timeout_s: float = 120.0) -> SyncResult:
     start = time.perf_counter()
     for url in urls:
-        client = EngineClient(url, timeout_s=timeout_s)
-        client.pause(mode="keep")
-        try:
-            client.reload_weights(policy_dir)
-            client.reset_prefix_cache()
-        finally:
-            client.resume()
+        EngineClient(url, timeout_s=timeout_s).swap_weights(policy_dir)
     return SyncResult(len(urls), time.perf_counter() - start)
 
 

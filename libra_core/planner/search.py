@@ -122,9 +122,6 @@ class Plan:
     tokens_per_iteration: float
     colocated: bool = False
     bin_max_len: tuple[float, ...] = ()
-    # The (rollout, update) correction factors t_rollout_s and t_train_s include (the planner's
-    # observations compare measured times with a re-pricing without them: planner/service.py).
-    priced_with: tuple[float, float] = (1.0, 1.0)
 
     @property
     def tokens_per_s(self) -> float:
@@ -339,12 +336,7 @@ def _plan(
         shape.tokens,
         False,
         tuple(float(x) for x in table.bin_max_len),
-        _factors(s),
     )
-
-
-def _factors(s: SearchSettings) -> tuple[float, float]:
-    return s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
 
 
 def iteration_spread(model: ModelSpec, hw: HardwareSpec, w: Workload, s: SearchSettings) -> Spread | None:
@@ -445,7 +437,6 @@ def _colocated_plan(
         shape.tokens,
         True,
         tuple(float(x) for x in table.bin_max_len),
-        (f_r, f_t),
     )
 
 
@@ -492,7 +483,6 @@ def evaluate_plan(
         shape.tokens,
         plan.colocated,
         tuple(float(x) for x in table.bin_max_len),
-        (f_r, f_t),
     )
 
 

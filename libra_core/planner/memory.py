@@ -17,6 +17,10 @@ close to the 34h of Korthikanti et al. 2022 (who also keep dropout masks). Full 
 only each layer's input (2h bytes) plus one layer's activations while it is recomputed. Under 1F1B
 the first pipeline stage holds min(m, p) micro-batches in flight. The last stage also holds the
 fp32 logits of a micro-batch (vocab-parallel, / t).
+
+A frozen reference model (GRPO with a KL penalty) adds its bf16 weights, the same model-parallel
+shard as the policy's, replicated over data parallelism except under ZeRO-3, which shards it like
+the policy's weights (FSDP-style, as verl places its reference worker).
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class TrainMemory:
     activations_bytes: float
     logits_bytes: float
     reserved_bytes: float
+    reference_bytes: float = 0.0  # frozen reference weights (KL penalty), 0 without one
 
     @property
     def total_bytes(self) -> float:
@@ -84,6 +89,7 @@ class TrainMemory:
             + self.activations_bytes
             + self.logits_bytes
             + self.reserved_bytes
+            + self.reference_bytes
         )
 
 
@@ -97,8 +103,10 @@ def train_memory(
     recompute: bool,
     micro_batch_tokens: float,
     micro_batches: int,
+    reference: bool = False,
 ) -> TrainMemory:
-    """Peak bytes on the most loaded GPU of a layout (first stage's activations, last stage's logits)."""
+    """Peak bytes on the most loaded GPU of a layout (first stage's activations, last stage's logits);
+    `reference` adds a frozen reference model's weights (see the module docstring)."""
     dense, expert = params_per_gpu(model, tp, pp, ep)
     expert_dp = max(1, dp // ep)  # experts are replicated only over dp/ep ranks
 
@@ -123,4 +131,8 @@ def train_memory(
     else:
         act = in_flight * layers * per_layer
     logits = micro_batch_tokens * model.vocab_size / tp * LOGIT_BYTES
-    return TrainMemory(wd + we, gd + ge, od + oe, act, logits, TRAIN_RESERVED_BYTES)
+    ref = 0.0
+    if reference:
+        shard = (dp, expert_dp) if zero_stage == 3 else (1, 1)
+        ref = (dense / shard[0] + expert / shard[1]) * WEIGHT_BYTES
+    return TrainMemory(wd + we, gd + ge, od + oe, act, logits, TRAIN_RESERVED_BYTES, ref)

@@ -59,7 +59,8 @@ class SearchSettings:
     staleness: int = 0
     max_num_seqs: int = 256
     # The update also runs a frozen reference model's forward (GRPO with kl_coef > 0): +1/3 of the
-    # training FLOPs (train_cost.iteration_flops). Its weights' memory is not counted.
+    # training FLOPs (train_cost.iteration_flops), and its bf16 weights to each GPU's memory
+    # (memory.train_memory).
     ref_forward: bool = False
     num_bins: int = 48
     top_k: int = 4  # plans returned (best first)

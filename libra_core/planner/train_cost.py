@@ -130,7 +130,9 @@ def estimate_train(
     )
     optimizer = local * 2 * (12 + 2) / (hw.mem_bw_bytes_per_s * hw.mem_bw_eff)  # read+write states, read grad
     total = shape.minibatches * (step + dp_exposed + optimizer)
-    mem = train_memory(model, tp, pp, dp, ep, layout.zero_stage, layout.recompute, mb_budget, m)
+    mem = train_memory(
+        model, tp, pp, dp, ep, layout.zero_stage, layout.recompute, mb_budget, m, shape.ref_forward
+    )
     return TrainEstimate(
         layout=layout,
         time_s=total,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,27 @@ def test_recompute_cuts_activation_memory() -> None:
     full = train_memory(m, 2, 1, 4, 1, 1, False, 16384, 4)
     rec = train_memory(m, 2, 1, 4, 1, 1, True, 16384, 4)
     assert rec.activations_bytes < full.activations_bytes / 5
+
+
+@pytest.mark.parametrize("zero_stage,shards", [(1, 1), (2, 1), (3, 8)])
+def test_reference_model_weights_counted(zero_stage: int, shards: int) -> None:
+    # A KL reference keeps bf16 weights of the policy's shard: replicated over DP, sharded by ZeRO-3.
+    m = get_model("qwen2.5-7b")
+    base = train_memory(m, 1, 1, 8, 1, zero_stage, True, 4096, 4)
+    ref = train_memory(m, 1, 1, 8, 1, zero_stage, True, 4096, 4, reference=True)
+    assert base.reference_bytes == 0.0
+    assert ref.reference_bytes == pytest.approx(2 * m.num_params / shards)
+    assert ref.total_bytes - base.total_bytes == pytest.approx(ref.reference_bytes)
+
+
+def test_reference_weights_can_make_a_layout_infeasible() -> None:
+    m = get_model("qwen2.5-7b")
+    shape = TrainShape(tokens=16 * 256 * 4096.0, sum_sq_len=16 * 256 * 4096.0**2, max_seq_len=4096.0)
+    layout = TrainLayout(tp=1, pp=1, dp=8, zero_stage=1, recompute=True, micro_batch_seqs=8)
+    without = estimate_train(m, A800, layout, shape)
+    with_ref = estimate_train(m, A800, layout, dataclasses.replace(shape, ref_forward=True))
+    assert without.feasible and not with_ref.feasible
+    assert with_ref.memory.total_bytes > A800.mem_bytes >= without.memory.total_bytes
 
 
 @pytest.mark.parametrize("m,p,expected", [(8, 1, 0.0), (8, 4, 3 / 11), (1, 4, 3 / 4), (32, 8, 7 / 39)])

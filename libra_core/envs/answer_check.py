@@ -65,11 +65,13 @@ def _require_math_verify() -> None:
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 
-# Markdown emphasis (`**18**`, `__Answer__`, `*18*`) in prose: the opening marker follows no
+# Markdown emphasis (`***18***`, `**18**`, `__Answer__`, `*18*`) in prose: the opening marker follows no
 # operand, so it is no power or product. Until 2026-12-06 the screen read `**18**` as a chain of
 # powers and refused a correct unboxed answer (well formed, 0.1) whenever a word near its end was
 # bold, and `*18*` was not read as 18.
-_MARKDOWN_BOLD = re.compile(r"(?<![\w)\]}*])(\*\*|__|\*)(?=[^\s*])([^*_\n]+?)(?<=\S)\1(?![\w(\[{*])")
+_MARKDOWN_BOLD = re.compile(
+    r"(?<![\w)\]}*])(\*\*\*|___|\*\*|__|\*)(?=[^\s*])([^*_\n]+?)(?<=\S)\1(?![\w(\[{*])"
+)
 
 
 def final_answer_text(text: str) -> str:

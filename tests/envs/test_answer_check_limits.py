@@ -138,6 +138,8 @@ def test_every_math500_answer_passes_the_screen_and_matches_itself() -> None:
         "**Answer**: 18",
         "The answer is __18__.",
         "So the answer is *18*.",
+        "So the answer is ***18***.",
+        "The answer is ___18___.",
     ],
 )
 def test_a_bold_or_italic_word_is_no_power_and_the_answer_reads(answer: str) -> None:

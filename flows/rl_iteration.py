@@ -21,6 +21,7 @@ from prefect.exceptions import TerminationSignal
 
 from libra_core.observability.request_spans import read_request_spans
 from libra_core.observability.timeline import Span, instance_spans
+from libra_core.pipeline.iteration_row import StageSeconds, iteration_row
 from libra_core.pipeline.rollout_stage import RolloutResult
 from libra_core.pipeline.run_dir import load_run_config
 from tasks.artifacts import iteration_artifacts_task
@@ -79,19 +80,19 @@ def rl_iteration(
     pool, pool_s = _timed_untracked(rollout_pool_task, run_dir, plan.rollout_instances, version)
     timed.add("plan", plan_started, plan_s + pool_s)
     if rollout is None:
-        rollout, rollout_s = timed("rollout", rollout_task, run_dir, pool, iteration)
+        ran, rollout_s = timed("rollout", rollout_task, run_dir, pool, iteration)
     else:
-        rollout_s = rollout.wall_s  # ran overlapped with the previous iteration's update
+        ran, rollout_s = rollout, rollout.wall_s  # overlapped the previous iteration's update
         timed.add("rollout", rollout.started_at, rollout_s)
-    timed.spans += instance_spans(iteration, read_request_spans(rollout.requests_path))
-    reward, reward_s = timed("reward", reward_task, run_dir, rollout.path, iteration)
+    timed.spans += instance_spans(iteration, read_request_spans(ran.requests_path))
+    reward, reward_s = timed("reward", reward_task, run_dir, ran.path, iteration)
     last = iteration == cfg.experiment.iterations
     next_future = None
     if cfg.pipeline.mode == "async" and not last:
         next_future = rollout_task.submit(run_dir, pool, iteration + 1)
     try:
         stage, update_s = timed("update", update_task, run_dir, reward.path, iteration, version)
-        update, selection = stage.update, stage.selection
+        update = stage.update
         sync_s = 0.0
         if update.new_version != version:
             _, sync_s = timed("sync", sync_task, run_dir, pool, update.new_version)
@@ -112,47 +113,10 @@ def rl_iteration(
     eval_acc = eval_s = None
     if cfg.eval.every and (iteration % cfg.eval.every == 0 or last):
         eval_acc, eval_s = timed("eval", eval_task, run_dir, pool, iteration, update.new_version)
-    row = {
-        "iteration": iteration,
-        "policy_version": update.new_version,
-        "plan_s": plan_s + pool_s,
-        "rollout_s": rollout_s,
-        "reward_s": reward_s,
-        "update_s": update_s,
-        "sync_s": sync_s,
-        "iteration_s": time.perf_counter() - start,
-        "eval_s": eval_s,
-        "tokens_generated": rollout.tokens_generated,
-        "tokens_trained": update.num_tokens_trained,
-        "num_trajectories": rollout.num_trajectories,
-        "reward_mean": reward.reward_mean,
-        "accuracy": reward.accuracy,
-        "mixed_group_share": reward.mixed_group_share,
-        "mean_response_tokens": rollout.mean_response_tokens,
-        "tool_failure_share": rollout.tool_failure_share,
-        "loss": update.loss,
-        "clip_fraction": update.clip_fraction,
-        "grad_norm": update.grad_norm,
-        "eval_accuracy": eval_acc,
-        "rollout_tokens_per_s": rollout.tokens_per_s,
-        "routing_moves": rollout.routing.moves,
-        "routing_migrations": rollout.routing.migrations,
-        "migrated_tokens": rollout.routing.migrated_tokens,
-        "routing_class_accuracy": rollout.routing.class_accuracy,
-        "migration_token_ratio": rollout.routing.migration_token_ratio,
-        "optimizer_steps": update.num_optimizer_steps,
-        "stale_dropped": selection.stale_dropped,
-        "stale_recomputed": selection.stale_recomputed,
-        "groups_filtered": selection.groups_filtered,
-        "max_staleness_seen": selection.max_staleness_seen,
-        "behavior_weight_mean": update.behavior_weight_mean,
-        "train_reward_mean": selection.train_reward_mean,
-        "train_response_tokens_mean": selection.train_response_tokens_mean,
-        "response_tokens_p90": selection.all_response_tokens_p90,
-        "train_response_tokens_p90": selection.train_response_tokens_p90,
-        "rollout_instances": rollout.instances,  # async: the previous plan's pool (see RolloutResult)
-        "predicted_iteration_s": plan.predicted_iteration_s,
-    }
+    seconds = StageSeconds(
+        plan_s + pool_s, rollout_s, reward_s, update_s, sync_s, time.perf_counter() - start, eval_s
+    )
+    row = iteration_row(iteration, plan, ran, reward, stage, seconds, eval_acc)
     record_iteration_task(run_dir, row, timed.spans)
     every = cfg.experiment.artifacts_every
     if every and (iteration % every == 0 or last):

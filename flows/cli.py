@@ -178,13 +178,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # on the spot, and its engines, in sessions of their own, kept running.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
+    from prefect.exceptions import CancelledRun
+
     try:
         return run_with_progress(config_path, args.overrides, args.resume)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, CancelledRun) as err:  # CancelledRun: a Cancel in the Prefect UI
         from flows.rl_experiment import started_runs
 
         where = started_runs[-1] if started_runs else "RUN_DIR"
-        print(f"libra: run interrupted; resume it with `libra run --resume {where}`", file=sys.stderr)
+        how = "cancelled from the Prefect UI" if isinstance(err, CancelledRun) else "interrupted"
+        print(f"libra: run {how}; resume it with `libra run --resume {where}`", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

@@ -4,17 +4,22 @@
 The rollout pool is stopped whatever happens, and the run's state says how it ended (a run
 cancelled from the UI gets SIGTERM, which Prefect raises as TerminationSignal); a failed or
 cancelled run resumes from its last checkpoint with `libra run --resume RUN_DIR`.
+
+A Cancel on an `iteration-N` page stops the experiment after that iteration: the iteration is a
+subflow in this process, which Prefect does not signal, so the flow reads its state between
+iterations, as it reads its own.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
+from uuid import UUID
 
 from prefect import flow, get_client
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import State, StateType
 from prefect.context import FlowRunContext
 from prefect.exceptions import TerminationSignal
+from prefect.states import Cancelled
 
 from flows.rl_iteration import rl_iteration
 from libra_core.observability.progress import report
@@ -26,21 +31,40 @@ from tasks.stages import stop_pool_task
 log = logging.getLogger(__name__)
 
 
-def cancel_requested() -> bool:
-    """Whether this flow run is being cancelled: a safety net, asked between iterations. The
-    runner's SIGTERM normally raises TerminationSignal in this flow; should it be lost (CI once saw
-    a run marked CANCELLED whose folder still said "running"; not reproduced since), the run would
-    go on until the runner's SIGKILL 30 s later, its state stale and its engines orphaned."""
+_STOPPING = (StateType.CANCELLING, StateType.CANCELLED)
+
+
+def cancel_requested(iteration_run_id: str | None = None) -> str | None:
+    """Which run asked to cancel this experiment ("rl-experiment" or "iteration-N"), or None;
+    asked between iterations.
+
+    - Its own state: the runner's SIGTERM normally raises TerminationSignal in this flow; should it
+      be lost (CI once saw a run marked CANCELLED whose folder still said "running"; not
+      reproduced since), the run would go on until the runner's SIGKILL 30 s later, its state
+      stale and its engines orphaned.
+    - The iteration just finished (`iteration_run_id`): a Cancel on its page reaches no process.
+      That run is then marked CANCELLED, its page having said "Cancelling" since the click.
+    """
     ctx = FlowRunContext.get()
     if ctx is None or ctx.flow_run is None:
-        return False
+        return None
     try:
         with get_client(sync_client=True) as client:
-            state = client.read_flow_run(ctx.flow_run.id).state
+            own = client.read_flow_run(ctx.flow_run.id).state
+            if own is not None and own.type in _STOPPING:
+                return "rl-experiment"
+            if iteration_run_id is None:
+                return None
+            child = client.read_flow_run(UUID(iteration_run_id))
+            if child.state is None or child.state.type not in _STOPPING:
+                return None
+            if child.state.type is StateType.CANCELLING:
+                done: State = Cancelled(message="The experiment stopped after this iteration.")
+                client.set_flow_run_state(child.id, done, force=True)
+            return child.name
     except Exception as err:  # an API blip must not stop a run; the next iteration asks again
-        log.warning("could not read the flow run's state: %s", err)
-        return False
-    return state is not None and state.type in (StateType.CANCELLING, StateType.CANCELLED)
+        log.warning("could not read the flow runs' states: %s", err)
+        return None
 
 
 started_runs: list[str] = []  # run folders this process started or resumed, newest last
@@ -52,8 +76,9 @@ def rl_experiment(
     overrides: list[str] | None = None,
     resume: str | None = None,
     base_dir: str | None = None,
-) -> str:
-    """One experiment run, new or resumed; returns its run folder.
+) -> str | State:
+    """One experiment run, new or resumed; returns its run folder (a CANCELLED state when a cancel
+    was seen between iterations).
 
     Args:
         config_path: the experiment's YAML config (None: the defaults).
@@ -68,6 +93,7 @@ def rl_experiment(
     started_runs.append(run_dir)  # for `libra run`'s interrupt message
     cfg = load_run_config(run_dir)
     status = "failed"
+    cancelled_from = None
     if start.start_iteration > 1:  # a resumed run's progress bar starts at the iterations done
         report("iterations", start.start_iteration - 1, cfg.experiment.iterations)
     try:
@@ -79,17 +105,20 @@ def rl_experiment(
             out = rl_iteration(run_dir, iteration, version, next_rollout)
             row, next_rollout = out["row"], out["next_rollout"]
             version = int(row["policy_version"])
-            if iteration < cfg.experiment.iterations and cancel_requested():
-                raise TerminationSignal(signal.SIGTERM)
-        status = "finished"
+            if iteration < cfg.experiment.iterations:
+                cancelled_from = cancel_requested(out.get("flow_run_id"))
+                if cancelled_from is not None:
+                    break
+        status = "finished" if cancelled_from is None else "cancelled"
     except (KeyboardInterrupt, TerminationSignal):
         status = "cancelled"
         raise
     finally:
         try:
             if status == "cancelled":
-                # Cancelled from the UI (SIGTERM) or Ctrl-C: no more task runs, just make the folder
-                # consistent: state says cancelled, engines stopped, resumable from its checkpoint.
+                # Cancelled from the UI (SIGTERM, or seen between iterations) or Ctrl-C: no more task
+                # runs, just make the folder consistent: state says cancelled, engines stopped,
+                # resumable from its checkpoint.
                 # The state goes first: it takes milliseconds, while stopping engines can outlast the
                 # runner's grace period (30 s, then SIGKILL) on a loaded machine.
                 try:
@@ -108,4 +137,7 @@ def rl_experiment(
                         run_artifacts_task(run_dir)
         finally:
             release_run.fn(run_dir)  # the folder's lock, taken by create_run_task
+    if cancelled_from is not None:  # the flow run ends CANCELLED; calling the flow raises CancelledRun
+        log.warning("run %s cancelled from %s; resume it with `libra run --resume`", run_dir, cancelled_from)
+        return Cancelled(message=f"Cancelled from {cancelled_from}; the run folder is {run_dir}.")
     return run_dir

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from prefect import flow
+from prefect.context import FlowRunContext
 from prefect.exceptions import TerminationSignal
 
 from libra_core.observability.request_spans import read_request_spans
@@ -70,7 +71,8 @@ def rl_iteration(
     run_dir: str, iteration: int, version: int, rollout: RolloutResult | None = None
 ) -> dict[str, Any]:
     """Run iteration `iteration` from policy `version`; returns {"row": history row,
-    "next_rollout": the next iteration's RolloutResult in async mode, else None}. The row, the
+    "next_rollout": the next iteration's RolloutResult in async mode, else None, "flow_run_id":
+    this flow run's id}. The row, the
     timeline spans and the iteration's artifacts are recorded before it returns."""
     start = time.perf_counter()
     cfg = load_run_config(run_dir)
@@ -121,4 +123,6 @@ def rl_iteration(
     every = cfg.experiment.artifacts_every
     if every and (iteration % every == 0 or last):
         iteration_artifacts_task(run_dir, iteration)
-    return {"row": row, "next_rollout": next_rollout}
+    ctx = FlowRunContext.get()  # the experiment reads this run's state (a Cancel on its page)
+    run_id = str(ctx.flow_run.id) if ctx is not None and ctx.flow_run is not None else None
+    return {"row": row, "next_rollout": next_rollout, "flow_run_id": run_id}

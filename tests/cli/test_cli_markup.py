@@ -131,3 +131,29 @@ def test_plan_table_shows_the_workload_name_as_it_is(tmp_path: Path) -> None:
         tmp_path, "plan", "--hardware", "16xA800", "--model", "qwen3-8b", "--workload", trace
     )
     assert "16xA800-80G · qwen3-8b · t[red] (mean" in out
+
+
+def test_run_cancelled_from_the_ui_exits_130_with_a_resume_hint(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_signals: None,
+) -> None:
+    from prefect.exceptions import CancelledRun
+
+    from flows import cli, prefect_server, progress_view, rl_experiment
+
+    def cancelled(*args: object) -> int:  # what calling rl_experiment does when it ends CANCELLED
+        raise CancelledRun("Cancelled from iteration-2")
+
+    monkeypatch.setattr(prefect_server, "choose_api_for_run", lambda: None)
+    monkeypatch.setattr(progress_view, "run_with_progress", cancelled)
+    monkeypatch.setattr(rl_experiment, "started_runs", [str(tmp_path / "run-1")])
+    monkeypatch.setenv("PREFECT_LOGGING_LEVEL", "WARNING")
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    rc = cli.main(["run", str(ROOT / "stages.yaml"), "--set", f"experiment.output_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert rc == cli.EXIT_INTERRUPTED, err  # before: a CancelledRun traceback
+    assert (
+        f"run cancelled from the Prefect UI; resume it with `libra run --resume {tmp_path / 'run-1'}`" in err
+    )

@@ -76,9 +76,19 @@ def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
     problems = parquet_schema_problems(path, HISTORY_SCHEMA)
     if not problems:
         try:
-            return pq.read_table(path, schema=HISTORY_SCHEMA).to_pylist()
+            table = pq.read_table(path, schema=HISTORY_SCHEMA)
         except (pa.ArrowException, OSError) as err:  # a footer that reads, a damaged page
             problems = [f"cannot be read ({' '.join(str(err).split())})"]
+        else:
+            # a file that declares its columns nullable (another writer, a hand repair) reads
+            # with nulls where this schema has none, and every reader would trip over them
+            problems = [
+                f"column {f.name!r} holds null values ({table.column(f.name).null_count}), expected none"
+                for f in HISTORY_SCHEMA
+                if not f.nullable and table.column(f.name).null_count
+            ]
+            if not problems:
+                return table.to_pylist()
     raise ValueError(
         f"run history {path}: {'; '.join(problems)}. Restore it, or delete it to record only the "
         "iterations from now on"

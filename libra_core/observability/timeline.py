@@ -102,7 +102,7 @@ def _parse(path: Path) -> list[Span]:
         if not isinstance(raw, list):
             raise ValueError("expected a list of spans")
         return [Span(int(d["iteration"]), str(d["lane"]), float(d["start"]), float(d["end"])) for d in raw]
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, OverflowError) as err:  # Overflow: Infinity, 1e400
         raise ValueError(f"{path}: not a timeline file ({err})") from err
     except OSError as err:  # a folder of that name, no permission
         raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from err

@@ -59,7 +59,13 @@ def _read_decisions(path: Path) -> tuple[list[dict[str, Any]], bool]:
     """The records, and whether the last line was torn (ignored)."""
     if not path.exists():
         return [], False
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a JSON-lines decision log ({err})") from err
+    except OSError as err:  # a folder of that name, no permission
+        raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from err
+    lines = [line for line in text.splitlines() if line.strip()]
     records: list[dict[str, Any]] = []
     for n, line in enumerate(lines, 1):
         try:

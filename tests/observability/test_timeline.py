@@ -109,7 +109,15 @@ def test_a_timeline_entry_that_is_a_folder_names_the_file(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     "text",
-    ['{"iteration": 1}', '[{"iteration": 1, "lane": "rollout", "start": 1.0}]', "not json", "[1, 2]"],
+    [
+        '{"iteration": 1}',
+        '[{"iteration": 1, "lane": "rollout", "start": 1.0}]',
+        "not json",
+        "[1, 2]",
+        # OverflowError, which escaped as a traceback
+        '[{"iteration": Infinity, "lane": "rollout", "start": 1.0, "end": 2.0}]',
+        '[{"iteration": 1, "lane": "rollout", "start": 1' + "9" * 400 + ', "end": 2.0}]',
+    ],
 )
 def test_malformed_timeline_file_names_the_file(tmp_path: Path, text: str) -> None:
     write_timeline(tmp_path, 1, [Span(1, "rollout", 0.0, 1.0)])

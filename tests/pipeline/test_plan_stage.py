@@ -141,3 +141,24 @@ def test_a_garbled_decision_line_before_the_last_is_an_error(run: tuple[LibraCon
     with pytest.raises(ValueError, match=r"line 2 is not a JSON decision record"):
         make_plan(cfg, 2, str(root))
     assert decisions_path(root).read_text() == f"{good}\nnot json\n{good}\n"  # left as it was
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("bytes", r"decisions.jsonl: not a JSON-lines decision log"),
+        ("folder", r"decisions.jsonl: cannot be read"),
+    ],
+)
+def test_an_unreadable_decision_log_names_itself(
+    run: tuple[LibraConfig, Path], damage: str, message: str
+) -> None:
+    # a UnicodeDecodeError named no file; a folder of that name was an IsADirectoryError traceback
+    cfg, root = run
+    decisions_path(root).parent.mkdir(parents=True)
+    if damage == "bytes":
+        decisions_path(root).write_bytes(b'{"iteration": 1}\n\xff\xfe\n')
+    else:
+        decisions_path(root).mkdir()
+    with pytest.raises(ValueError, match=message):
+        read_decisions(root)

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
+
+import pytest
 
 from libra_core.config import load_config, write_resolved_config
 from libra_core.data.history import HISTORY_SCHEMA, read_history
 from libra_core.observability.timeline import Span, read_timeline
 from libra_core.pipeline.record import record_iteration
-from libra_core.pipeline.run_dir import RunLayout, new_run_dir
+from libra_core.pipeline.run_dir import RunLayout, new_run_dir, read_state
 
 
 def _run(tmp_path: Path) -> RunLayout:
@@ -51,3 +54,20 @@ def test_a_checkpoint_iteration_gets_a_checkpoint_span_after_its_stages(tmp_path
         assert update.end <= checkpoint.start < checkpoint.end  # it ran after the stages, and took time
         assert layout.checkpoint(iteration).exists()
     assert '"name": "checkpoint"' in (layout.root / "timeline" / "trace.json").read_text()
+
+
+def test_a_damaged_earlier_span_file_costs_the_trace_not_the_iteration(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # trace.json re-reads every span file: a damaged one failed the iteration after its history
+    # row, before its state and checkpoint (history said 2 iterations, state.json 1)
+    layout = _run(tmp_path)
+    now = time.time()
+    record_iteration(str(layout.root), _row(1), [Span(1, "rollout", now - 1.0, now)])
+    (layout.root / "timeline" / "iteration=1.json").write_text("[{")
+    with caplog.at_level(logging.WARNING):
+        record_iteration(str(layout.root), _row(2), [Span(2, "rollout", now, now + 1.0)])
+    assert [r["iteration"] for r in read_history(layout.root)] == [1, 2]
+    assert read_state(layout.root).completed_iterations == 2
+    assert layout.checkpoint(2).exists()  # checkpoint_every=2
+    assert "iteration=1.json: not a timeline file" in caplog.text

@@ -57,6 +57,9 @@ def output_problem(
     elif out.is_dir() or text.endswith(("/", "\\")):
         return f"{text}: is a folder; give a file name"
     resolved = out.resolve()
+    problem = _name_too_long(resolved, folder)
+    if problem:
+        return f"{text}: {problem}"
     # where the first file is created: in the output folder itself, once it exists, else in the
     # nearest existing folder above it (a writable mount under a read-only root is fine)
     for parent in [resolved, *resolved.parents] if folder else resolved.parents:
@@ -75,6 +78,25 @@ def output_problem(
 
         if is_run_file(Path(run_dir).expanduser(), resolved):
             return f"{text}: is part of the run folder {run_dir}; write it elsewhere"
+    return None
+
+
+# What atomic_path adds to a file's name for its temp file: `.NAME.tmp-PID-` + 12 hex digits.
+TEMP_NAME_EXTRA = len(".") + len(".tmp-") + 7 + len("-") + 12
+
+
+def _name_too_long(path: Path, folder: bool) -> str | None:
+    """Why `path`'s last name is too long for its file system (None: it fits), the temp name a
+    file is first written under included: that write failed after the command's work was done."""
+    existing = next((p for p in path.parents if p.is_dir()), Path("/"))
+    try:
+        limit = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    room = limit if folder else limit - TEMP_NAME_EXTRA
+    size = len(os.fsencode(path.name))
+    if size > room:
+        return f"the name is {size} bytes; at most {room} fit here (the file system allows {limit})"
     return None
 
 

@@ -94,7 +94,7 @@ def cmd_trace_eval(
             f"--trace {args.trace}: is a folder, not a file; give a Parquet trace (libra trace export)"
         )
     inputs = [args.trace] if config_path is None else [args.trace, config_path]
-    problem = args.json and output_problem(args.json, inputs=inputs)
+    problem = None if args.json is None else output_problem(args.json, inputs=inputs)  # "" too
     if problem:
         return fail(problem)
     try:
@@ -107,7 +107,7 @@ def cmd_trace_eval(
         Console(markup=False).print(format_rich(records, title=title))
     else:  # a pipe or a log file: the markdown table, never cut to a terminal's width
         print(f"{title}\n{format_plain(records)}")
-    if args.json:
+    if args.json is not None:
         from libra_core.data.atomic import atomic_path
 
         out = Path(args.json)

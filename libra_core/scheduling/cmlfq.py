@@ -87,7 +87,7 @@ class CMLFQScheduler:
                     )
             self.tree.half_life = float(cfg.aging_half_life_versions)
             self.tree.backoff = float(cfg.backoff_pseudocount)
-            self.tree.max_samples = cfg.max_samples_per_node
+            self.tree.set_max_samples(cfg.max_samples_per_node)
         self.tree.prune_below = cfg.prune_below_support
         self.tree.prune_nodes_per_insert = cfg.prune_nodes_per_insert
         self.counters = CMLFQCounters()

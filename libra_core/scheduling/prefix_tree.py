@@ -43,7 +43,7 @@ from typing import Any
 from libra_core.config.models import SchedulerConfig
 from libra_core.scheduling.base import Turn
 from libra_core.scheduling.estimate import Estimate
-from libra_core.scheduling.tree_node import Node, count_nodes, mark_dropped, new_leaf
+from libra_core.scheduling.tree_node import Node, count_nodes, mark_dropped, new_leaf, subtree_nodes
 
 StateKey = tuple[str, int, str]  # (tool, payload-size class, status)
 MARKOV_MAX_DEPTH = 16
@@ -296,8 +296,9 @@ class PrefixTree:
         node at this exact path, the prompt's size class (from `prompt_tokens`) at this path, the
         global node at this path, the Markov node (depth, last state), then, from the deepest up,
         the size-class and global ancestors. `Estimate.support` counts the nodes that have seen this
-        depth and last state (prompt + the larger of global and Markov; the size-class node pools a
-        subset of the global one), not the shifted ancestors. O(depth).
+        depth and last state (the largest of the prompt's, the global and the Markov node's aged
+        support: the prompt's trajectories are in the other two; the size-class node pools a subset
+        of the global one), not the shifted ancestors. O(depth).
         """
         depth = len(path)
         assert len(consumed) == depth + 1, f"consumed has {len(consumed)} entries for depth {depth}"
@@ -354,6 +355,19 @@ class PrefixTree:
                 break
             nodes.append(child)
         return nodes
+
+    def set_max_samples(self, cap: int) -> None:
+        """Keep at most `cap` samples per node from now on. A lower cap (a resumed run's config)
+        trims every node to its newest `cap` now: an insert evicts one sample, so a node over the
+        cap would otherwise stay at its old size. O(nodes)."""
+        with self.lock:
+            if cap < self.max_samples:
+                roots = [self.global_root, *self.prompts.values(), *self.size_classes.values()]
+                roots += self.markov.values()
+                for root in roots:
+                    for node in subtree_nodes(root):
+                        node.keep_newest(cap)
+            self.max_samples = cap
 
     def num_nodes(self) -> int:
         """Nodes in the prompt, size-class and global trees (the Markov table not included)."""

@@ -72,6 +72,12 @@ def _whole(value: Any, what: str, low: int | None = None, high: int | None = Non
     return value if isinstance(value, int) else int(number)  # an int as written: no float rounding
 
 
+def _mapping(value: Any, what: str) -> list[tuple[Any, Any]]:
+    if not isinstance(value, dict):
+        raise ValueError(f"tree file: {what} is a {type(value).__name__}; it must be an object")
+    return list(value.items())
+
+
 def _fits_int32(value: Any) -> bool:
     try:
         return -MAX_SAMPLE_TOKENS - 1 <= int(value) <= MAX_SAMPLE_TOKENS
@@ -79,10 +85,12 @@ def _fits_int32(value: Any) -> bool:
         return False
 
 
-def _node_from_dict(data: dict[str, Any], num_states: int) -> Node:
+def _node_from_dict(data: dict[str, Any], num_states: int, version: int) -> Node:
+    """A node of a tree whose clock is at `version`: no support or sample of a later version (an
+    insert moves the clock to its trajectory's version; a later one overflowed the aging)."""
     node = Node()
     node.support = _count(data["support"], "a node's support")
-    node.support_version = _whole(data["support_version"], "a node's support_version")
+    node.support_version = _whole(data["support_version"], "a node's support_version", 0, version)
     try:
         node.replace_samples([(int(r), int(g), int(v)) for r, g, v in data["samples"]])
     except OverflowError as err:  # an Infinity, or a number past int32 (the sample array's type)
@@ -93,6 +101,8 @@ def _node_from_dict(data: dict[str, Any], num_states: int) -> Node:
         ) from err
     if any(r < 0 or g < 0 for r, g, _ in node.triples()):
         raise ValueError("tree file: a sample has a negative remaining-token count")
+    if any(not 0 <= v <= version for v in node.ver):
+        raise ValueError(f"tree file: a sample's version is outside [0, {version}] (the tree's version)")
     if "sum_rem" in data:
         node.sum_rem = _count(data["sum_rem"], "a node's sum_rem")
         node.sum_gen = _count(data["sum_gen"], "a node's sum_gen")
@@ -100,12 +110,12 @@ def _node_from_dict(data: dict[str, Any], num_states: int) -> Node:
         rem, gen = node.rem, node.gen
         node.sum_rem = node.support * sum(rem) / len(rem)
         node.sum_gen = node.support * sum(gen) / len(gen)
-    for code, child in data.get("children", {}).items():
+    for code, child in _mapping(data.get("children", {}), "a node's children"):
         if not 0 <= int(code) < num_states:
             raise ValueError(f"tree file: child state {code} is not an index into `states`")
         if node.children is None:
             node.children = {}
-        node.children[int(code)] = _node_from_dict(child, num_states)
+        node.children[int(code)] = _node_from_dict(child, num_states, version)
     return node
 
 
@@ -145,7 +155,15 @@ def tree_from_dict(data: dict[str, Any]) -> PrefixTree:
         return _tree_from_dict(data)
     except RecursionError as err:  # a chain of nodes deeper than any trajectory's turns
         raise ValueError("damaged C-MLFQ tree: its nodes are nested too deeply to load") from err
-    except (KeyError, TypeError, IndexError, AssertionError, ValueError, OverflowError) as err:
+    except (
+        KeyError,
+        TypeError,
+        IndexError,
+        AssertionError,
+        AttributeError,
+        ValueError,
+        OverflowError,
+    ) as err:
         detail = f"missing field {err}" if isinstance(err, KeyError) else str(err) or type(err).__name__
         raise ValueError(f"damaged C-MLFQ tree: {detail}") from err
 
@@ -161,7 +179,9 @@ def _tree_from_dict(data: dict[str, Any]) -> PrefixTree:
     if bad:
         raise ValueError(f"tree file: {bad} must be finite numbers > 0")
     tree = PrefixTree(
-        max_samples_per_node=int(data["max_samples_per_node"]),
+        max_samples_per_node=_whole(
+            data["max_samples_per_node"], "max_samples_per_node", 1, MAX_SAMPLE_TOKENS
+        ),
         half_life_versions=positive["half_life_versions"],
         backoff_pseudocount=positive["backoff_pseudocount"],
         payload_class_edges=edges,
@@ -175,13 +195,14 @@ def _tree_from_dict(data: dict[str, Any]) -> PrefixTree:
             raise ValueError(f"tree file: state {list(state)} appears more than once in `states`")
         tree.code(state, create=True)
     n = len(tree.states)
-    tree.global_root = _node_from_dict(data["global"], n)
-    tree.prompts = {str(p): _node_from_dict(node, n) for p, node in data["prompts"].items()}
-    tree.size_classes = {int(c): _node_from_dict(node, n) for c, node in data.get("size_classes", [])}
+    v = tree.version
+    tree.global_root = _node_from_dict(data["global"], n, v)
+    tree.prompts = {str(p): _node_from_dict(node, n, v) for p, node in _mapping(data["prompts"], "prompts")}
+    tree.size_classes = {int(c): _node_from_dict(node, n, v) for c, node in data.get("size_classes", [])}
     for depth, code, node in data["markov"]:
         if not 0 <= int(code) < n:
             raise ValueError(f"tree file: markov state {code} is not an index into `states`")
-        tree.markov[(int(depth), int(code))] = _node_from_dict(node, n)
+        tree.markov[(int(depth), int(code))] = _node_from_dict(node, n, v)
     return tree
 
 

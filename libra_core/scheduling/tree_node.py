@@ -159,6 +159,16 @@ class Node:
         self.samples = array("i", [x for triple in samples for x in triple])
         self._invalidate()
 
+    def keep_newest(self, cap: int) -> None:
+        """Drop the oldest samples (by version, then position: the order `record` evicts in) until
+        at most `cap` are left."""
+        triples = self.triples()
+        if len(triples) <= cap:
+            return
+        order = sorted(range(len(triples)), key=lambda i: (triples[i][2], i))
+        drop = set(order[: len(triples) - cap])
+        self.replace_samples([t for i, t in enumerate(triples) if i not in drop])
+
     def _invalidate(self) -> None:
         self._stats = self._changes = self._sorted = None
 
@@ -264,6 +274,16 @@ def mark_dropped(node: Node) -> None:
         n.dropped = True
         if n.children:
             stack.extend(n.children.values())
+
+
+def subtree_nodes(node: Node) -> list[Node]:
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        if n.children:
+            stack.extend(n.children.values())
+    return out
 
 
 def count_nodes(node: Node) -> int:

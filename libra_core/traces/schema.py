@@ -150,6 +150,8 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         raise fail("has no turns")
     if row["prompt_tokens"] < 1:
         raise fail(f"prompt_tokens is {row['prompt_tokens']}, must be >= 1")
+    if row["iteration"] < 0:  # the C-MLFQ clock starts at 0: a negative one aged as if 0
+        raise fail(f"iteration is {row['iteration']}, must be >= 0 (the policy version that generated it)")
     out, latencies = [], []
     for k, turn in enumerate(turns):
         if turn is None:

@@ -116,3 +116,18 @@ def test_a_seed_given_to_a_trace_replay_is_said_to_do_nothing(tmp_path: Path) ->
     out = libra("simulate", "--scenario", str(trace), "--hardware", "8xH100", "--iterations", "1",
                 "--policies", "greedy", "--seed", "3")  # fmt: skip
     assert out.returncode == 0 and "--seed 3 has no effect on a trace replay" in out.stderr
+
+
+def test_a_name_too_long_for_the_temp_file_is_refused_before_the_work(tmp_path: Path) -> None:
+    # 245 bytes fit the file system's 255, but not atomic_path's `.NAME.tmp-PID-HEX`: the write
+    # failed with an OSError traceback after the trace was generated
+    name = "a" * 237 + ".parquet"
+    err = _error(libra("trace", "synth", "-o", str(tmp_path / name)))
+    assert f"the name is 245 bytes; at most {255 - 26} fit here" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_trace_eval_with_an_empty_json_path_is_an_error(tmp_path: Path) -> None:
+    trace = _synth(tmp_path)
+    err = _error(libra("trace-eval", "--trace", str(trace), "--buckets", "1000,4000", "--json", ""))
+    assert "the output path is empty" in err  # was exit 0, no JSON written

@@ -224,6 +224,23 @@ def test_a_loaded_tree_follows_the_run_config_but_keeps_its_keys() -> None:
         CMLFQScheduler(SchedulerConfig(type="cmlfq", payload_class_edges=[8, 64]), PrefixTree())
 
 
+def test_a_lower_sample_cap_trims_a_loaded_tree_to_its_newest_samples() -> None:
+    # an insert evicts one sample: a node over a lowered cap kept its old size for good
+    from libra_core.scheduling.prefix_tree import PrefixTree
+
+    tree = PrefixTree(max_samples_per_node=64)
+    for version in range(12):  # versions 0..11, 5 samples each: 60 in the prompt's node
+        for i in range(5):
+            tree.insert("p", (Turn(10 * version + i, None, 0, None),), version)
+    s = CMLFQScheduler(SchedulerConfig(type="cmlfq", max_samples_per_node=8), tree)
+    node = s.tree.prompts["p"]
+    assert len(node.rem) == 8 and s.tree.max_samples == 8
+    assert list(node.rem) == [102, 103, 104, 110, 111, 112, 113, 114]  # the newest, in their order
+    assert all(len(n.rem) <= 8 for n in (s.tree.global_root, *s.tree.markov.values()))
+    finish(s, "q", "p", (Turn(7, None, 0, None),), 12)
+    assert len(s.tree.prompts["p"].rem) == 8 and s.tree.prompts["p"].rem[-1] == 7
+
+
 def test_a_trajectory_too_long_for_the_tree_is_refused_whole_and_still_released() -> None:
     s = CMLFQScheduler(SchedulerConfig(type="cmlfq", buckets=(100,), min_support=1))
     s.admit(SchedRequest("huge", "p", 10, 0))

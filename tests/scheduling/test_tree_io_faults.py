@@ -48,6 +48,23 @@ def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
             lambda d: d.update(states=[d["states"][1], *d["states"]]),
             "state ['calc', 0, 'failure'] appears more than once in `states`",
         ),
+        (  # a later version than the tree's clock loaded, then every insert's aging overflowed
+            lambda d: d["global"].update(support_version=5000),
+            "a node's support_version is 5000; it must be a finite number in [0, 0]",
+        ),
+        (
+            lambda d: d["global"]["samples"][0].__setitem__(2, 7),
+            "a sample's version is outside [0, 0] (the tree's version)",
+        ),
+        (lambda d: d.update(prompts=[]), "prompts is a list; it must be an object"),  # was AttributeError
+        (
+            lambda d: d["global"].update(children=[]),
+            "a node's children is a list; it must be an object",
+        ),
+        (  # was "AssertionError"
+            lambda d: d.update(max_samples_per_node=0.5),
+            "max_samples_per_node is 0.5; it must be a finite number in [1,",
+        ),
     ],
     ids=[
         "sample-inf",
@@ -56,6 +73,11 @@ def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
         "support-version-inf",
         "support-version-str",
         "state-twice",
+        "support-version-ahead",
+        "sample-version-ahead",
+        "prompts-list",
+        "children-list",
+        "max-samples-half",
     ],
 )
 def test_a_damaged_field_is_a_value_error_naming_the_file(

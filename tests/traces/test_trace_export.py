@@ -204,6 +204,15 @@ def test_trace_invariants(turns: list[dict[str, Any]], message: str) -> None:
         validate_trace(pa.Table.from_pylist([trace_row(turns)], schema=TRACE_SCHEMA))
 
 
+def test_a_negative_iteration_is_refused() -> None:
+    # the C-MLFQ clock starts at 0: iterations -40..-1 were aged as if all ran at version 0
+    row = trace_row([{"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None}]) | {
+        "iteration": -3
+    }
+    with pytest.raises(TraceSchemaError, match=r"iteration is -3, must be >= 0"):
+        validate_trace(pa.Table.from_pylist([row], schema=TRACE_SCHEMA))
+
+
 def test_read_trace_names_missing_and_unexpected_columns(tmp_path: Path) -> None:
     path = tmp_path / "wrong.parquet"
     pq.write_table(pa.table({"trajectory_id": ["t"], "x": [1]}), path)

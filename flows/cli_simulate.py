@@ -111,6 +111,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     ):
         if value < least:
             return fail(f"{flag} must be >= {least}, got {value}")
+    if is_trace(args.scenario):  # `~/t.parquet`, as --out and the simulate flow take it
+        args.scenario = str(Path(args.scenario).expanduser())
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         return fail(f"--policies names no policy ({args.policies!r}); give names or `all`")

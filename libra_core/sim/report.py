@@ -75,10 +75,15 @@ class SimReport:
     lower_bound_work_s: float = 0.0  # GPU-seconds of work / GPUs
     lower_bound_path_s: float = 0.0  # sum of the slowest trajectory per rollout (+ last update)
     workload: str = ""  # what was simulated, one line (`describe()` of the workload)
-    # The resolved specs simulated (HardwareSpec, ModelSpec fields): a run from a spec file stays
-    # reproducible from summary.json after the file changes.
+    # The resolved specs simulated (HardwareSpec, ModelSpec fields; the hardware with the settings'
+    # serving overheads): a run from a spec file stays reproducible from summary.json after the
+    # file changes.
     hardware_spec: dict[str, Any] = field(default_factory=dict)
     model_spec: dict[str, Any] = field(default_factory=dict)
+    # The what-ifs of the run: every SimSettings field (`--setting`) and the scenario generator's
+    # changed fields (`--spec`); until 2026-12-06 neither was in summary.json.
+    settings: dict[str, Any] = field(default_factory=dict)
+    spec_overrides: dict[str, Any] = field(default_factory=dict)
 
     def result(self, policy: str) -> PolicyResult:
         for r in self.results:
@@ -161,7 +166,7 @@ def lower_bound_s(
         dec = min(tp * tables.itl_s(tp, b, ctx) / b for tp in tps)
         pre = min(tp * tables.prefill_s(tp, 1.0, ctx) for tp in tps)
         gen = sum(x.gen_tokens for t in ts for x in t.turns)
-        fill = sum(t.prompt_tokens + sum(x.payload_tokens for x in t.turns) for t in ts)
+        fill = sum(_prefilled_tokens(t) for t in ts)
         sizes = [float(t.total_tokens) for t in ts]
         shape = TrainShape(sum(sizes), sum(s * s for s in sizes), max(sizes))
         train = train_lower_bound_s(model, hw, 1, shape)
@@ -169,12 +174,24 @@ def lower_bound_s(
         path_s += max(
             sum(t.tool_latency_s)
             + itl1 * sum(x.gen_tokens for x in t.turns)
-            + pre1 * (t.prompt_tokens + sum(x.payload_tokens for x in t.turns))
+            + pre1 * _prefilled_tokens(t)
             for t in ts
         )
         tokens += int(sum(sizes))
     path_s += train / num_gpus
     return max(work_s, path_s), tokens, work_s, path_s
+
+
+def _prefilled_tokens(t: SimTrajectory) -> int:
+    """The prompt and payload tokens a replay prefills. A trajectory whose last turn generates
+    nothing (a trace's 0-token closing turn) ends at its last tool return, whose payload is never
+    prefilled (`turns.on_tool_return`); until 2026-12-06 the bounds charged it, and one long last
+    payload put the "lower bound" above a real run."""
+    turns = t.turns
+    payload = sum(x.payload_tokens for x in turns)
+    if len(turns) >= 2 and turns[-1].gen_tokens == 0:
+        payload -= turns[-2].payload_tokens
+    return t.prompt_tokens + payload
 
 
 def tail_share(latencies_s: list[float]) -> float:

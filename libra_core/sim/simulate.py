@@ -6,7 +6,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -239,8 +239,10 @@ def simulate(
         work_s,
         path_s,
         wl.describe(),
-        cluster.hardware.model_dump(),
+        hw.model_dump(),  # with the settings' serving overheads, as simulated
         mspec.model_dump(),
+        asdict(settings or SimSettings()),
+        dict(spec_overrides or {}),
     )
     if out_dir is not None:
         report.write(Path(out_dir))

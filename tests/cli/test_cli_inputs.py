@@ -131,3 +131,13 @@ def test_trace_eval_with_an_empty_json_path_is_an_error(tmp_path: Path) -> None:
     trace = _synth(tmp_path)
     err = _error(libra("trace-eval", "--trace", str(trace), "--buckets", "1000,4000", "--json", ""))
     assert "the output path is empty" in err  # was exit 0, no JSON written
+
+
+def test_simulate_expands_a_tilde_in_the_trace_path(tmp_path: Path) -> None:
+    _synth(tmp_path)  # tmp_path / "t.parquet", reached as ~/t.parquet with HOME=tmp_path
+    out = libra(
+        "simulate", "--scenario", "~/t.parquet", "--hardware", "4xA800", "--iterations", "1",
+        "--policies", "colocated", env={"HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr  # was: trace file ~/t.parquet does not exist
+    assert "colocated" in out.stdout

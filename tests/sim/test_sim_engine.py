@@ -462,6 +462,13 @@ def test_serving_overhead_setting_reaches_the_instances_the_planner_and_the_boun
     fast_rep = simulate("tiny", "8xA800", 2, ["static-optimal"], seed=0)
     slow_rep = simulate("tiny", "8xA800", 2, ["static-optimal"], seed=0, settings=setting)
     assert slow_rep.lower_bound_s > fast_rep.lower_bound_s
+    # summary.json says what was simulated: the hardware with the overheads, and the settings
+    # (it held the cluster's spec without them, and no settings at all)
+    summary = slow_rep.to_dict()
+    assert summary["hardware_spec"]["serving_step_overhead_us"] == 5_000.0
+    assert summary["settings"]["serving_seq_overhead_us"] == 200.0
+    assert summary["settings"]["max_num_seqs"] == SimSettings().max_num_seqs
+    assert fast_rep.to_dict()["hardware_spec"]["serving_step_overhead_us"] == 0.0
     with pytest.raises(ValueError, match="serving_seq_overhead_us"):
         SimSettings(serving_seq_overhead_us=-1.0)
 

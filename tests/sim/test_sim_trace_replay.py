@@ -153,3 +153,17 @@ def test_a_tool_return_that_ends_the_trajectory_asks_no_one_and_ends_it(
     # generating turns, with no third turn's prefill of the 500-token payload after it
     first = sim.stats.latencies_s[0]
     assert 8.0 < first < 8.5, first
+
+
+@pytest.mark.parametrize("closing_gen", [0, 1])
+def test_a_last_payload_never_prefilled_is_not_in_the_bound(tmp_path: Path, closing_gen: int) -> None:
+    # A trajectory ending on a tool return (a 0-token closing turn) ends when the call returns, its
+    # payload never prefilled; both bounds charged that prefill, and with one long last payload the
+    # "lower bound" was above the makespan (0.557 s against 0.447 s here).
+    turns = (Turn(1, "calc", 20_000, "success"), Turn(closing_gen, None, 0, None))
+    path = write_trace(
+        trace_table([TraceTrajectory("t0", "p0", 0, 1, turns, (0.0, None))]), tmp_path / "t.parquet"
+    )
+    rep = simulate(path, "8xH100", 1, ["colocated"], model="qwen3-8b", settings=SimSettings(wake_s=0.0))
+    assert rep.lower_bound_s <= rep.results[0].makespan_s
+    assert rep.lower_bound_tokens_per_s >= rep.results[0].tokens_per_s

@@ -6,12 +6,17 @@ No Prefect import here: these helpers run before Prefect is imported, because Pr
 
 from __future__ import annotations
 
+import atexit
+import json
+import math
 import os
 import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -168,6 +173,45 @@ def _settings_may_name_an_api() -> bool:
     return False
 
 
+def _profile_without_api_url() -> bool:
+    """Point PREFECT_PROFILES_PATH at a copy of the profiles file whose active profile has no
+    PREFECT_API_URL (its other settings kept); False, changing nothing, when there is no such
+    profile or it cannot be copied as written (values other than strings, numbers, booleans)."""
+    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    path = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    profiles = data.get("profiles")
+    active = os.environ.get("PREFECT_PROFILE") or data.get("active")
+    if not isinstance(profiles, dict) or not isinstance(profiles.get(active), dict):
+        return False
+    if "PREFECT_API_URL" not in profiles[active]:
+        return False
+    lines = [f"active = {json.dumps(active)}"]
+    for name, settings in profiles.items():
+        if not isinstance(settings, dict):
+            return False
+        lines.append(f"\n[profiles.{json.dumps(name)}]")
+        for key, value in settings.items():
+            if name == active and key == "PREFECT_API_URL":
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, str | int) or (isinstance(value, float) and math.isfinite(value)):
+                text = json.dumps(value)  # a JSON string or number is a TOML one
+            else:
+                return False
+            lines.append(f"{json.dumps(key)} = {text}")
+    fd, copy = tempfile.mkstemp(prefix="libra-prefect-profiles-", suffix=".toml")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    atexit.register(Path(copy).unlink, missing_ok=True)
+    os.environ["PREFECT_PROFILES_PATH"] = copy
+    return True
+
+
 def _configured_api_url() -> str | None:
     """The API URL Prefect would use from its settings files, read in a child process: Prefect
     reads its settings once, when it is first imported, and this process must not import it yet
@@ -190,9 +234,11 @@ def choose_api_for_run() -> str | None:
     Called before Prefect is imported. The API comes from PREFECT_API_URL in the environment or,
     without it, from Prefect's settings files (a profile set by `prefect config set`); until
     2026-12-06 only the environment was checked, and a profile naming a stopped server ended the
-    run in a traceback. The fallback unsets PREFECT_API_URL, or, when a settings file may name a
-    URL, sets it to empty, which Prefect reads as "no server" and which overrides a profile
-    (deleting it would let the profile's URL through); it also allows the ephemeral API.
+    run in a traceback. The fallback unsets PREFECT_API_URL; a profile's URL is left out of a
+    temporary copy of the profiles file (PREFECT_PROFILES_PATH); only a URL from `.env`,
+    `prefect.toml` or `pyproject.toml` sets PREFECT_API_URL to empty, which Prefect reads as "no
+    server" but which costs an error and tracebacks from its event service at exit. It also allows
+    the ephemeral API.
 
     Returns a one-line message for the user (None when nothing needs saying)."""
     url = os.environ.get("PREFECT_API_URL")
@@ -203,12 +249,12 @@ def choose_api_for_run() -> str | None:
         return None
     if api_healthy(url):
         return f"Prefect server: {url.removesuffix('/api')} (this run appears in its UI)"
-    if source == "PREFECT_API_URL" and not _settings_may_name_an_api():
-        # Unset, Prefect runs ephemerally and exits cleanly; set to "" (needed to override a
-        # profile's URL) its event service printed "Cannot put items in a stopped service
-        # instance" tracebacks at exit, after a successful run.
-        del os.environ["PREFECT_API_URL"]
-    else:
+    os.environ.pop("PREFECT_API_URL", None)
+    # Unset, Prefect runs ephemerally and exits cleanly. Set to "" (which overrides a settings
+    # file's URL) its event service logged "Service 'EventsWorker' failed" and printed "Cannot put
+    # items in a stopped service instance" tracebacks at exit, after a successful run: so a
+    # profile's URL is left out of a copy of the profiles file instead, and "" is the last resort.
+    if _settings_may_name_an_api() and not (_profile_without_api_url() and _configured_api_url() is None):
         os.environ["PREFECT_API_URL"] = ""
     # A profile of one's own may not allow the ephemeral API that the default profile allows.
     os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "true"

@@ -38,6 +38,8 @@ import os, sys
 sys.path.insert(0, sys.argv[1])
 from flows.prefect_server import choose_api_for_run
 print("MESSAGE", choose_api_for_run(), flush=True)
+print("AT", os.environ["PREFECT_PROFILES_PATH"], flush=True)
+print("PROFILES", repr(open(os.environ["PREFECT_PROFILES_PATH"]).read()), flush=True)
 from prefect import flow
 
 @flow
@@ -57,9 +59,11 @@ def test_a_profile_naming_a_stopped_server_falls_back_to_ephemeral(tmp_path: Pat
     import sys
 
     dead = f"http://127.0.0.1:{free_port()}/api"
-    (tmp_path / "profiles.toml").write_text(
-        f'active = "ephemeral"\n\n[profiles.ephemeral]\nPREFECT_API_URL = "{dead}"\n'
+    profiles = (
+        f'active = "mine"\n\n[profiles.mine]\nPREFECT_API_URL = "{dead}"\nPREFECT_LOGGING_LEVEL = "INFO"\n'
+        '\n[profiles.other]\nPREFECT_API_URL = "http://elsewhere:4200/api"\n'
     )
+    (tmp_path / "profiles.toml").write_text(profiles)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env |= {"PREFECT_HOME": str(tmp_path), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     root = Path(__file__).resolve().parents[2]
@@ -75,6 +79,16 @@ def test_a_profile_naming_a_stopped_server_falls_back_to_ephemeral(tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"Prefect server at {dead} (from the active Prefect profile or settings file)" in done.stdout
     assert "RESULT 1" in done.stdout
+    # the run read a copy of the profiles without the active profile's URL (its other settings
+    # kept): PREFECT_API_URL="" overrode it until 2026-12-06, and Prefect's event service then
+    # logged "Service 'EventsWorker' failed" and printed tracebacks at exit
+    copied = next(line for line in done.stdout.splitlines() if line.startswith("PROFILES"))
+    assert '"PREFECT_LOGGING_LEVEL" = "INFO"' in copied and dead not in copied
+    assert "http://elsewhere:4200/api" in copied  # another profile, as it was
+    assert "EventsWorker" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert (tmp_path / "profiles.toml").read_text() == profiles  # the user's file untouched
+    (copy_path,) = [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("AT ")]
+    assert copy_path != str(tmp_path / "profiles.toml") and not Path(copy_path).exists()  # removed at exit
 
 
 def test_start_server_refuses_a_port_in_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

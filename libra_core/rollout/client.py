@@ -24,10 +24,56 @@ import aiohttp
 import httpx
 
 SERVED_MODEL_NAME = "policy"
+# The completions' timeout is `_within_unpaused`'s: aiohttp's own total timeout would count time
+# an engine spends paused by a weight sync (its session may set one: none per request here).
+_NO_TOTAL = aiohttp.ClientTimeout(total=None)
 
 # When this process last reloaded each engine's weights (URL -> time.monotonic()), so the rollout
 # pool can tell which of its engines a weight sync reached (pools/rollout.set_served_version).
 _reloaded_at: dict[str, float] = {}
+
+# Time each engine spent paused by this process's weight syncs (URL -> (seconds of finished
+# pauses, start of the open pause or None)): a completion frozen by `/pause?mode=keep` is not a
+# hung engine, so its request timeout does not count that time (`_within_unpaused`).
+_pauses: dict[str, tuple[float, float | None]] = {}
+_pause_lock = threading.Lock()
+
+
+def paused_seconds(url: str) -> float:
+    """Seconds this process has kept the engine at `url` paused, the open pause included."""
+    with _pause_lock:
+        done, since = _pauses.get(url.rstrip("/"), (0.0, None))
+    return done + (time.monotonic() - since if since is not None else 0.0)
+
+
+def _mark_pause(url: str, paused: bool) -> None:
+    with _pause_lock:
+        done, since = _pauses.get(url, (0.0, None))
+        now = time.monotonic()
+        if paused:
+            _pauses[url] = (done, since if since is not None else now)
+        elif since is not None:
+            _pauses[url] = (done + now - since, None)
+
+
+async def _within_unpaused(request: asyncio.Future[Any], url: str, timeout_s: float) -> None:
+    """Wait for `request` up to `timeout_s` seconds of time the engine was not paused by a weight
+    sync; TimeoutError (the request cancelled) when it runs out. Until 2026-12-06 a turn frozen by
+    a successful sync timed out as an unresponsive engine, which was then replaced and the rollout
+    redone."""
+    start, paused0 = time.monotonic(), paused_seconds(url)
+    try:
+        while True:
+            left = timeout_s - (time.monotonic() - start) + (paused_seconds(url) - paused0)
+            if left <= 0:
+                raise TimeoutError(f"no answer within {timeout_s} s")
+            done, _ = await asyncio.wait({request}, timeout=left)
+            if done:
+                return
+    finally:
+        if not request.done():
+            request.cancel()
+
 
 _control_lock = threading.Lock()
 _control: tuple[int, httpx.Client] | None = None  # (pid, client): a forked child builds its own
@@ -217,14 +263,11 @@ class EngineClient:
 
     async def _post_completions(self, http: aiohttp.ClientSession, body: dict[str, Any]) -> Any:
         self.http_requests += 1
-        timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+        request = asyncio.ensure_future(self._completions(http, body))
         try:
-            async with http.post(f"{self.url}/v1/completions", json=body, timeout=timeout) as resp:
-                if resp.status != 200:
-                    text = await resp.text()
-                    raise EngineRequestError(f"{self.url} completion failed ({resp.status}): {text[:300]}")
-                return await resp.json()
-        except TimeoutError as err:  # aiohttp's total timeout: an engine that hangs
+            await _within_unpaused(request, self.url, self.timeout_s)
+            return request.result()
+        except TimeoutError as err:  # an engine that hangs (time paused by a weight sync not counted)
             raise EngineRequestError(
                 f"{self.url} completion: no answer within {self.timeout_s:g} s "
                 "(rollout.engine.request_timeout_s); is the engine stuck? see its log",
@@ -235,6 +278,13 @@ class EngineClient:
             raise EngineRequestError(
                 f"{self.url} completion failed: {type(err).__name__}: {err}; did the engine exit? see its log"
             ) from err
+
+    async def _completions(self, http: aiohttp.ClientSession, body: dict[str, Any]) -> Any:
+        async with http.post(f"{self.url}/v1/completions", json=body, timeout=_NO_TOTAL) as resp:
+            if resp.status != 200:
+                text = await resp.text()
+                raise EngineRequestError(f"{self.url} completion failed ({resp.status}): {text[:300]}")
+            return await resp.json()
 
     # -- weight sync (dev-mode endpoints), synchronous: the sync stage calls them in order ------
     def _post(self, path: str, json: dict[str, Any] | None = None) -> Any:
@@ -252,7 +302,9 @@ class EngineClient:
         return resp.json() if resp.content else None
 
     def pause(self, mode: str = "keep") -> None:
-        """Stop scheduling; `keep` freezes in-flight requests so they continue after `resume`."""
+        """Stop scheduling; `keep` freezes in-flight requests so they continue after `resume`
+        (their request timeout stops counting until then, `paused_seconds`)."""
+        _mark_pause(self.url, True)
         self._post(f"/pause?mode={mode}")
 
     def reload_weights(self, weights_dir: str) -> None:
@@ -265,7 +317,10 @@ class EngineClient:
         self._post("/reset_prefix_cache")
 
     def resume(self) -> None:
-        self._post("/resume")
+        try:
+            self._post("/resume")
+        finally:
+            _mark_pause(self.url, False)
 
     def swap_weights(self, weights_dir: str) -> None:
         """The whole weight sync of this instance: pause (keeping in-flight requests), reload from

@@ -244,9 +244,10 @@ class Simulator(SimTurns):
         for inst in self.lent:  # hybrids come back to rollout
             pipeline.wake(self, inst)
         if self.lent and self.trainer.busy:
+            spare = self.dep.spare_gpus if self.dep is not None and self.p.elastic else 0
+            counted = pipeline.replica_gpus(self, spare + pipeline.lent_ready_gpus(self))
             self.trainer.set_gpus(
-                self.q.now_s,
-                self.trainer.gpus - sum(i.tp for i in self.lent if i.instance_id in self.lent_ready),
+                self.q.now_s, self.trainer.gpus - (counted - pipeline.replica_gpus(self, spare))
             )
             pipeline.schedule_train(self)
         self.lent = []

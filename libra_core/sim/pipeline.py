@@ -81,7 +81,8 @@ def loan_pays(sim: Simulator, gpus: int) -> bool:
     than the wake (`switch_s`) they will cost at the next rollout start."""
     tr = sim.trainer
     left_s = tr.done_s() - (sim.q.now_s + sim.join_s)  # the update's time left once they join
-    extra = HYBRID_EFFICIENCY * gpus
+    attached = _spare(sim) + sum(i.tp for i in sim.lent)  # ready or on their way
+    extra = HYBRID_EFFICIENCY * (replica_gpus(sim, attached + gpus) - replica_gpus(sim, attached))
     return left_s * extra / (tr.rate() * tr.core_time_s * tr.train_gpus + extra) > sim.switch_s
 
 
@@ -103,11 +104,28 @@ def try_start_rollout(sim: Simulator) -> None:
     sim.q.push(sim.q.now_s, Kind.ROLLOUT_START, j)
 
 
+def replica_gpus(sim: Simulator, gpus: int) -> int:
+    """The GPUs of `gpus` extra ones (spare or lent, beyond the core) that train: whole data-parallel
+    replicas of the training layout (tp x pp GPUs each), as hybrids join (DESIGN.md). Until
+    2026-12-06 every GPU counted, 1 lent GPU as 1/8 of a TP8 replica."""
+    assert sim.dep is not None
+    replica = sim.dep.train_layout.tp * sim.dep.train_layout.pp
+    return gpus - gpus % replica
+
+
+def lent_ready_gpus(sim: Simulator) -> int:
+    return sum(i.tp for i in sim.lent if i.instance_id in sim.lent_ready)
+
+
+def _spare(sim: Simulator) -> int:
+    assert sim.dep is not None
+    return sim.dep.spare_gpus if sim.p.elastic else 0
+
+
 def _train_gpus_now(sim: Simulator) -> float:
     assert sim.dep is not None
-    spare = sim.dep.spare_gpus if sim.p.elastic else 0
-    lent = sum(i.tp for i in sim.lent if i.instance_id in sim.lent_ready)
-    return sim.dep.train_gpus - sim.returning_gpus + spare + lent
+    extra = replica_gpus(sim, _spare(sim) + lent_ready_gpus(sim))
+    return sim.dep.train_gpus - sim.returning_gpus + extra
 
 
 def try_start_train(sim: Simulator) -> None:

@@ -172,9 +172,7 @@ def lower_bound_s(
         train = train_lower_bound_s(model, hw, 1, shape)
         work_s += (gen * dec + fill * pre + train) / num_gpus
         path_s += max(
-            sum(t.tool_latency_s)
-            + itl1 * sum(x.gen_tokens for x in t.turns)
-            + pre1 * _prefilled_tokens(t)
+            sum(t.tool_latency_s) + itl1 * sum(x.gen_tokens for x in t.turns) + pre1 * _prefilled_tokens(t)
             for t in ts
         )
         tokens += int(sum(sizes))

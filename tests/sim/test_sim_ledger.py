@@ -118,3 +118,24 @@ def test_no_room_to_generate_is_refused() -> None:
         load_scenario("tiny", 2, 0, spec_overrides={"max_total_tokens": 100})
     wl = load_scenario("tiny", 1, 0, spec_overrides={"max_total_tokens": 400})
     assert all(t.turns for t in wl.trajectories(0))
+
+
+def test_lent_gpus_train_only_as_whole_replicas() -> None:
+    # A hybrid joins as a whole data-parallel replica (DESIGN.md): 1 GPU lent to a TP8 update
+    # sped it up by 1/8 of a replica (x1.1125 with the 0.9 hybrid efficiency) until 2026-12-06.
+    from libra_core.sim import pipeline
+
+    sim = build_sim("r2e-gym", "+elastic", 1, gpus="15xA800")
+    assert sim.dep is not None and sim.dep.train_layout.tp * sim.dep.train_layout.pp == 8
+    tr = sim.trainer
+    tr.start(0.0, 0, 100.0, sim.dep.train_gpus)
+    core_rate = tr.rate()
+    ones = [i for i in sim.instances if i.tp == 1]
+    assert len(ones) >= 7  # 7 of them: still no whole TP8 replica
+    assert not pipeline.loan_pays(sim, 1)  # one GPU would add no replica: no loan
+    for inst in ones[:7]:
+        pipeline._lend(sim, inst)
+        sim.lent_ready.add(inst.instance_id)
+        tr.set_gpus(0.0, pipeline._train_gpus_now(sim))
+        assert tr.rate() == core_rate and tr.gpus == sim.dep.train_gpus
+    assert pipeline.loan_pays(sim, 1)  # the eighth completes a replica

@@ -120,3 +120,22 @@ def test_ddp_refuses_a_spec_that_disagrees_with_the_process_group(tmp_path, spec
                 backend.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_ddp_reduce_counts_replicas_exactly_in_any_dtype(dtype: str) -> None:
+    # the count travelled in the gradient's dtype: bfloat16 read 257 replicas as 256
+    import torch
+
+    from libra_core.training.backends.base import DistSpec
+    from libra_core.training.backends.ddp import DDPBackend
+
+    model = torch.nn.Linear(4, 1).to(getattr(torch, dtype))
+    backend = DDPBackend(DistSpec(0, 1))
+    backend.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    flat = torch.zeros(5, dtype=model.weight.dtype)
+    avg, divisor = backend.reduce(flat, extra_sum=torch.full_like(flat, 64.0), extra_count=2300)
+    assert divisor == 2301
+    assert float(avg[0]) == pytest.approx(64 / 2301, rel=1e-2)
+    same, one = backend.reduce(flat + 3.0)
+    assert one == 1 and float(same[0]) == 3.0

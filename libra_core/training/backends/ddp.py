@@ -57,7 +57,19 @@ class DDPBackend(TrainingBackend):
         import torch.distributed as dist
 
         local = flat if extra_sum is None else flat + extra_sum
-        buf = torch.cat([local, torch.tensor([1.0 + extra_count], dtype=flat.dtype, device=flat.device)])
+        count = torch.tensor([1.0 + extra_count], dtype=flat.dtype, device=flat.device)
+        if flat.dtype in (torch.float16, torch.bfloat16):
+            # The count rides with the gradient in fp32/fp64 (one collective), but bfloat16 holds
+            # whole numbers only up to 256 (fp16: 2048): 257 replicas were divided by 256 until
+            # 2026-12-06. In half precision it is reduced on its own, exactly.
+            count = torch.tensor([1 + extra_count], dtype=torch.int64, device=flat.device)
+            local = local.clone() if local is flat else local  # reduced in place: not the caller's
+            if self.dist.world_size > 1:
+                dist.all_reduce(local, op=dist.ReduceOp.SUM)
+                dist.all_reduce(count, op=dist.ReduceOp.SUM)
+            divisor = int(count.item())
+            return local / divisor, divisor
+        buf = torch.cat([local, count])
         if self.dist.world_size > 1:
             dist.all_reduce(buf, op=dist.ReduceOp.SUM)
         divisor = int(round(float(buf[-1])))

@@ -38,7 +38,10 @@ from libra_core.elastic.snapshot import Snapshot, part_count
 from libra_core.elastic.state_machine import UNWATCHED, HybridEvent, HybridLifecycle, HybridState
 
 SNAPSHOT_PART_BYTES = 64 << 20  # a snapshot part; smaller if the hybrid's frame limit is
-MIN_SNAPSHOT_PART_BYTES = 64 << 10
+# The smallest part a hybrid may ask for (a bound on the number of parts of a snapshot); a frame
+# limit below it cannot carry a useful gradient either. A smaller limit is refused with a reason.
+# It was 64 KiB, and a hybrid whose limit was under that was sent parts it refused (until 2026-12-06).
+MIN_SNAPSHOT_PART_BYTES = 4 << 10
 
 
 @dataclass
@@ -159,7 +162,14 @@ class JoinDesk:
                 return Reply(ended(f"no join requested for {worker}"))
             if self._bound(worker, life.join) is not None:
                 return Reply(ended(f"join {life.join} of {worker} is served on another connection"))
-            part_bytes = max(MIN_SNAPSHOT_PART_BYTES, min(part_bytes, SNAPSHOT_PART_BYTES))
+            if part_bytes < MIN_SNAPSHOT_PART_BYTES:
+                reason = (
+                    f"the hybrid's frame limit ({part_bytes} B) is below the smallest snapshot part "
+                    f"({MIN_SNAPSHOT_PART_BYTES} B); raise its max_frame_bytes"
+                )
+                self.coordinator.fail(worker, reason)
+                return Reply({"ok": False, "reason": reason})
+            part_bytes = min(part_bytes, SNAPSHOT_PART_BYTES)
             join = self._joins[session.session] = Join(worker, life.join, part_bytes)
             # A stale snapshot (stored before the log's oldest kept updates) would fail the join as
             # "expired" on its first pull: wait for the fresh one `wants_snapshot` asks the core for.

@@ -8,7 +8,7 @@ The gateway (libra_core/elastic/gateway.py) encodes that copy once as safetensor
 in parts of at most `part_bytes` each, so a snapshot of any size fits under the frame limit of both
 ends (12 bytes per parameter for float32 AdamW: one 1 GiB frame held only ~89M parameters). The
 hybrid joins the parts, decodes them, and loads tensors and hyperparameters (`load_state_tensors`;
-before 2026-12-07 the hyperparameters were not sent, and a hybrid replayed every update with its own
+before 2026-12-06 the hyperparameters were not sent, and a hybrid replayed every update with its own
 constructor's lr).
 
 Every published update also carries the hyperparameters the core applied it with, and the hybrid

@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from libra_core.config.pools import ElasticConfig
 from libra_core.elastic import wire
-from libra_core.elastic.client import GatewayClient
+from libra_core.elastic.client import GatewayClient, JoinEndedError
 from libra_core.elastic.gateway import Gateway
+from libra_core.elastic.joins import MIN_SNAPSHOT_PART_BYTES
 from libra_core.elastic.membership import Coordinator
 from libra_core.elastic.replica import load_state_tensors, state_tensors
 from libra_core.elastic.toy import ToyProblem, flat_params
@@ -177,3 +178,30 @@ def test_a_gradient_over_the_frame_limit_is_refused_at_start_naming_the_setting(
         Gateway(
             KEY, Coordinator(1), numel=200_000, dtype=torch.float64, deadline_s=1.0, max_frame_bytes=1 << 20
         )
+
+
+@pytest.mark.parametrize("limit", [48 << 10, 2 << 10])
+def test_parts_fit_a_small_frame_limit_or_the_join_is_refused_saying_why(limit: int) -> None:
+    # Parts were raised to at least 64 KiB: a hybrid with a 48 KiB limit was sent a part it
+    # refused (FrameError), though its gradients fit.
+    core = Core(BIG, deadline_s=5.0)
+    try:
+        core.step()
+        core.gateway.request_join("h0")
+        core.step()
+        client = GatewayClient(core.gateway.address, KEY, "h0", max_frame_bytes=limit)
+        try:
+            if limit >= MIN_SNAPSHOT_PART_BYTES:
+                header, tensors = client.snapshot(wait_s=5)
+                assert header["parts"] == math.ceil(header["bytes"] / limit) > 1
+                assert tensors.keys() == state_tensors(core.backend.model, core.backend.optimizer).keys()
+            else:
+                with pytest.raises(
+                    JoinEndedError, match=r"frame limit \(2048 B\) is below the smallest snapshot part"
+                ):
+                    client.snapshot(wait_s=5)
+                assert core.gateway.states() == {"h0": "rollout"}  # the join failed back, not stuck
+        finally:
+            client.close()
+    finally:
+        core.close()

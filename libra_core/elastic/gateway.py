@@ -51,6 +51,8 @@ from libra_core.elastic.wire import BodyError, bytes_to_tensors, tensors_to_byte
 if TYPE_CHECKING:
     import torch
 
+_PAYING = (HybridState.ACTIVE, HybridState.LEAVING)  # the states that send a step's gradient
+
 __all__ = ["HELLO_MAX_HEADER_BYTES", "MAX_PULL_WAIT_S", "Gateway", "StepCollection"]
 
 log = logging.getLogger(__name__)
@@ -189,12 +191,21 @@ class Gateway(SideChannelServer):
                 f"{m.step} (version {m.version}, closed={current.closed})"
             )
             deadline = t0 + self.deadline_s
-            while set(current.received) != m.active and (left := deadline - time.perf_counter()) > 0:
-                self._cond.wait(left)
+
+            def owed() -> set[str]:
+                # A frozen member that failed meanwhile (its connection ended), or was failed and
+                # asked to join again, owes this step nothing: it is not waited for, and its new
+                # join is not failed here (until 2026-12-06 both: a healthy rejoin was rolled back
+                # as "missed the payload deadline" after the core waited the whole deadline).
+                pending = m.active - set(current.received)
+                return {w for w in pending if self.coordinator.state(w) in _PAYING}
+
+            while owed() and (left := deadline - time.perf_counter()) > 0:
+                self._cond.wait(min(left, 0.05))  # a failure elsewhere need not notify
             current.closed = True  # from here on, payloads for this step are late
             included = tuple(sorted(current.received))
             missing = tuple(sorted(m.active - set(current.received)))
-            for worker_id in missing:
+            for worker_id in sorted(owed()):
                 self.coordinator.fail(worker_id, f"missed the payload deadline of step {step}")
             total = None
             for worker_id in included:

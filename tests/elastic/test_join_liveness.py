@@ -207,3 +207,34 @@ def test_an_evicted_hybrid_joined_again_before_its_loop_noticed_stops_that_loop(
         assert new["report"].final_state in ("rollout", "ended: the join is over: h0 is in rollout (cancel)")
     finally:
         core.close()
+
+
+def test_a_member_that_died_mid_step_is_not_waited_for_and_its_rejoin_survives_the_close() -> None:
+    # A leaving hybrid died mid-step and was asked to join again: the step's close waited the whole
+    # deadline for it and then failed the new join ("missed the payload deadline"), until 2026-12-06.
+    import threading
+
+    with Harness(deadline_s=5.0) as h:
+        h.core_step()  # step 0: core only; h0 active from step 1
+        h.pull_and_apply(0)
+        g = h.gateway
+        g.request_leave("h0")
+        h.client.close()  # its process dies mid-step 1
+        assert wait_until(lambda: g.states()["h0"] == "rollout", 5), g.states()
+        g.request_join("h0")
+        again = GatewayClient(g.address, KEY, "h0")
+        out: dict[str, Any] = {}
+        fetch = threading.Thread(target=lambda: out.update(reply=again.request("snapshot", wait_s=30)[0]))
+        fetch.start()
+        try:
+            assert wait_until(lambda: g.states()["h0"] in ("join_requested", "loading"), 5)
+            started = time.perf_counter()
+            report = h.core_step()  # step 1 closes without h0
+            assert time.perf_counter() - started < 2.5  # not the 5 s deadline
+            assert report["missing"] == ("h0",)
+            fetch.join(10)
+            assert out["reply"]["ok"], out
+            life = g.coordinator.lifecycle("h0")
+            assert life.state is not HybridState.ROLLOUT and "payload deadline" not in (life.failure or "")
+        finally:
+            again.close()

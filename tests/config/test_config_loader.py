@@ -320,8 +320,8 @@ def non_default_config() -> LibraConfig:
             "training.optimizer.lr=2.5e-6",
             "training.optimizer.betas=[0.8, 0.95]",
             "environment.operators=['*']",
-            "rollout.engine.extra_args=['--enforce-eager', '--seed', '7']",
-            "rollout.engine.host='::1'",
+            "rollout.engine.extra_args=['--enforce-eager', '--max-num-batched-tokens', '7']",
+            "experiment.output_dir='::runs'",  # a string YAML would read as something else unquoted
             "experiment.name=round.trip-1",
         ],
     )
@@ -432,6 +432,43 @@ def test_a_boolean_is_not_a_number() -> None:
         load_config(None, ["scheduler.payload_class_edges=[false, true, 2048]"])
     with pytest.raises(ConfigError, match=r"latency_ms: expected numbers, got true"):
         load_config(None, ["environment.type=search", "environment.latency_ms=[true, 3]"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        # vLLM kept the last of a repeated flag: these silently changed what Libra set
+        (["rollout.engine.extra_args=[--logprobs-mode, raw_logprobs]"], r"--logprobs-mode is set by Libra"),
+        (
+            ["rollout.engine.extra_args=[--max_model_len=64]"],
+            r"--max_model_len is set by rollout.max_total_tokens",
+        ),
+        # raw socket errors at pool start
+        (["rollout.engine.host=::1"], r"IPv6 addresses are not supported"),
+        (["rollout.engine.host=''"], r"host '': give an IPv4 address or a host name"),
+        (
+            ["rollout.engine.base_port=65535", "stages.rollout.size=2"],
+            r"base_port 65535 leaves no port for 2",
+        ),
+        # vLLM refused it after the run folder and the GGUF conversion
+        (
+            [
+                "model={type: smollm2}",
+                "environment={type: math_tools, prompt_format: chatml}",
+                "rollout.max_total_tokens=9000",
+            ],
+            r"max_total_tokens \(9000\) exceeds model.max_position_embeddings \(8192\)",
+        ),
+    ],
+)
+def test_engine_settings_that_would_fail_at_pool_start_are_refused(
+    overrides: list[str], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        load_config(None, overrides)
+    assert load_config(None, ["rollout.engine.extra_args=[--enforce-eager]"]).rollout.engine.extra_args == (
+        "--enforce-eager",
+    )
 
 
 def test_an_integer_too_long_to_read_is_a_config_error(tmp_path: Path) -> None:

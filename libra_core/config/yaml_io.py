@@ -73,6 +73,14 @@ class StrictDumper(yaml.SafeDumper):
     `2e4` plain (a string in YAML 1.1), which `StrictLoader` reads back as a float."""
 
 
+def _represent_str(dumper: StrictDumper, value: str) -> yaml.ScalarNode:
+    # NEL (U+0085) is a line break to YAML: written raw in a quoted scalar, it reads back folded
+    # to a space (a path `qwen\x85v2` came back `qwen v2` until 2026-12-06); double quotes escape it.
+    style = '"' if "\x85" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+StrictDumper.add_representer(str, _represent_str)
 StrictDumper.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
 StrictDumper.add_implicit_resolver(_BOOL, _BOOL_12, list("tTfF"))
 StrictDumper.add_implicit_resolver(_INT, _INT_12, list("-+0123456789"))

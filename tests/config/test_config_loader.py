@@ -334,6 +334,13 @@ def test_config_to_yaml_round_trips(tmp_path: Path) -> None:
         assert load_config(path) == cfg
 
 
+def test_a_next_line_character_survives_the_resolved_config(tmp_path: Path) -> None:
+    # U+0085 is a line break to YAML: written raw, `qwen\x85v2` read back as `qwen v2`
+    cfg = load_config(None, ['model={type: hf_local, path: "/models/qwen\\x85v2"}'])
+    assert cfg.model.path == "/models/qwen\x85v2"
+    assert load_config(write_resolved_config(cfg, tmp_path / "run")) == cfg
+
+
 def test_write_resolved_config_is_complete_and_leaves_no_temp_files(tmp_path: Path) -> None:
     cfg = non_default_config()
     run_dir = tmp_path / "runs" / "x-1"

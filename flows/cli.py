@@ -109,9 +109,19 @@ def _config_problems(lines: list[str]) -> NoReturn:
     raise SystemExit(EXIT_CONFIG_ERROR) from None
 
 
+def _check_machine(cfg: Any, source: str | None) -> None:
+    """Exit 2 listing what this machine cannot run (libra_core/pipeline/preflight.py)."""
+    from libra_core.pipeline.preflight import machine_problems
+
+    problems = machine_problems(cfg)
+    if problems:
+        _config_problems([f"{source or '<defaults>'}: {p}" for p in problems])
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.config_command == "validate":
+        _check_machine(cfg, _config_arg(args.config))
         from rich.console import Console
         from rich.text import Text
 
@@ -142,7 +152,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
         # The run's resolved config with this command's --set, and what the resume would do, checked
         # before Prefect starts (the create-run task checks the same again, then applies it).
-        _load(args, Path(args.resume) / RESOLVED_CONFIG_NAME)
+        resolved = Path(args.resume) / RESOLVED_CONFIG_NAME
+        _check_machine(_load(args, resolved), str(resolved))
         note = _check_resume(args.resume, args.overrides)
         if note is None:
             return EXIT_CONFIG_ERROR
@@ -150,6 +161,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         config_path = None
     else:
         cfg = _load(args)  # fail fast, before importing torch/vllm/prefect
+        _check_machine(cfg, _config_arg(args.config))
         from flows.cli_common import folder_write_problem
 
         problem = folder_write_problem(cfg.experiment.output_path)

@@ -141,3 +141,18 @@ def test_simulate_expands_a_tilde_in_the_trace_path(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr  # was: trace file ~/t.parquet does not exist
     assert "colocated" in out.stdout
+
+
+def test_validate_and_run_refuse_what_this_machine_cannot_run(tmp_path: Path) -> None:
+    # both passed `libra config validate`; `libra run` made a run folder and failed in
+    # prepare-policy with Prefect tracebacks (exit 1)
+    missing = ["--set", "environment={type: code, files: [code/nope.jsonl]}"]
+    for command in (["config", "validate"], ["run"]):
+        out = libra(*command, "--set", f"experiment.output_dir={tmp_path / 'runs'}", *missing)
+        assert "dataset file 'code/nope.jsonl' not found under data_dir" in _error(out)
+    assert not (tmp_path / "runs").exists()
+    from libra_core.model.policy import vllm_is_cpu_build
+
+    if vllm_is_cpu_build():  # GPU builds take other head sizes
+        out = libra("config", "validate", "--set", "model.head_dim=16", "--set", "model.hidden_size=64")
+        assert "model.head_dim 16: vLLM's CPU attention supports head sizes" in _error(out)

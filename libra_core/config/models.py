@@ -293,7 +293,12 @@ class RolloutConfig(Frozen):
     )
     max_tokens_per_turn: int = Field(48, ge=1, description="Generation cap for one model turn.")
     max_total_tokens: int = Field(400, ge=16, description="Cap on prompt + response tokens of a trajectory.")
-    concurrency: int = Field(64, ge=1, description="Trajectories in flight at once per instance.")
+    concurrency: int = Field(
+        64,
+        ge=1,
+        description="Trajectories in flight at once, per instance of the pool: concurrency x instances "
+        "in all, wherever the router sends their turns (an instance may hold more than its share).",
+    )
 
     @model_validator(mode="after")
     def _full_nucleus(self) -> RolloutConfig:

@@ -293,12 +293,16 @@ class LocalPool(WorkerPool):
             worker = self._workers.pop(worker_id, None)
         if worker is None:
             return
-        if graceful and worker.process.is_alive():
+        # A submit blocked writing a frame larger than the pipe holds keeps the send lock until the
+        # worker's running call ends: not waited for (a stop took as long as that call, until
+        # 2026-12-06); a worker that busy is killed below instead.
+        if graceful and worker.process.is_alive() and worker.send_lock.acquire(timeout=1.0):
             try:
-                with worker.send_lock:
-                    worker.conn.send_bytes(b"")  # the empty frame: exit
+                worker.conn.send_bytes(b"")  # the empty frame: exit
             except (BrokenPipeError, OSError):
                 pass
+            finally:
+                worker.send_lock.release()
             worker.process.join(timeout=5)
         if worker.process.is_alive():
             worker.process.kill()

@@ -161,3 +161,18 @@ def test_a_grow_that_times_out_keeps_the_workers_it_had(pool: LocalPool) -> None
         pool.resize(3)
     assert pool.worker_ids == ("w0",) and _children() == before
     assert pool.run("w0", divmod, 7, 2, timeout_s=30) == (3, 1)
+
+
+def test_stop_does_not_wait_behind_a_large_call_sent_to_a_busy_worker() -> None:
+    # A frame larger than the pipe holds is written under the send lock until the busy worker reads
+    # it; stop() took that lock for its exit frame and so waited for the worker's whole call.
+    pool = LocalPool(LocalPoolConfig(start_method="spawn"))
+    pool.start(1)
+    (worker,) = pool.worker_ids
+    pool.submit(worker, time.sleep, 8.0)
+    threading.Thread(target=lambda: pool.submit(worker, len, b"x" * 2_000_000), daemon=True).start()
+    time.sleep(0.5)  # the large frame is being written
+    started = time.monotonic()
+    pool.stop()
+    assert time.monotonic() - started < 5.0  # was the call's 8 s
+    assert pool.size == 0

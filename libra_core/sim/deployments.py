@@ -162,9 +162,11 @@ class SimDeployments:
                 lent = sum(i.tp for i in self.lent) - sum(i.tp for i in self.hybrids if i.active)
                 # Elastic: rollout GPUs no instance holds train as replicas (`_train_gpus_now`).
                 spare = self.dep.spare_gpus if self.p.elastic else 0
-                # An update that started before a move keeps its GPUs until it ends.
+                # An update that started before a move keeps its GPUs until it ends; no instance
+                # holds them, so they are the first of the spare ones (`pipeline.held_gpus`; both
+                # were booked, twice, until 2026-12-06).
                 held = max(0, self.trainer.train_gpus - self.dep.train_gpus) if self.trainer.busy else 0
-                moved = lent + spare + held
+                moved = lent + max(spare, held)
                 self.stats.roll_gpu_s += dt * (self.dep.rollout_gpus - moved)
                 self.stats.train_gpu_s += dt * (self.dep.train_gpus + moved)
         self._ledger_s = now

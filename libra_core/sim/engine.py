@@ -241,17 +241,14 @@ class Simulator(SimTurns):
         j = -j - 1 if j < 0 else j
         self._account()
         self.rollout_running = True
-        for inst in self.lent:  # hybrids come back to rollout
+        lent = self.lent
+        for inst in lent:  # hybrids come back to rollout
             pipeline.wake(self, inst)
-        if self.lent and self.trainer.busy:
-            spare = self.dep.spare_gpus if self.dep is not None and self.p.elastic else 0
-            counted = pipeline.replica_gpus(self, spare + pipeline.lent_ready_gpus(self))
-            self.trainer.set_gpus(
-                self.q.now_s, self.trainer.gpus - (counted - pipeline.replica_gpus(self, spare))
-            )
-            pipeline.schedule_train(self)
         self.lent = []
         self.lent_ready.clear()
+        if lent and self.trainer.busy:
+            self.trainer.set_gpus(self.q.now_s, pipeline._train_gpus_now(self))
+            pipeline.schedule_train(self)
         assert self.sched is not None
         self.sched.on_policy_version(self.version)
         trajs = self.trajs.pop(j, None) or self.wl.trajectories(j)

@@ -122,10 +122,21 @@ def _spare(sim: Simulator) -> int:
     return sim.dep.spare_gpus if sim.p.elastic else 0
 
 
-def _train_gpus_now(sim: Simulator) -> float:
+def held_gpus(sim: Simulator) -> int:
+    """GPUs a running update keeps beyond the deployment's training side: it keeps the core it
+    started on (`trainer.train_gpus`) until it ends, and a move that gave some of them to rollout
+    waits for it. No instance holds them, so they are the first of the layout's spare GPUs."""
     assert sim.dep is not None
-    extra = replica_gpus(sim, _spare(sim) + lent_ready_gpus(sim))
-    return sim.dep.train_gpus - sim.returning_gpus + extra
+    return max(0, sim.trainer.train_gpus - sim.dep.train_gpus) if sim.trainer.busy else 0
+
+
+def _train_gpus_now(sim: Simulator) -> float:
+    """GPUs on the update: its core (the one it started on, less training hybrids on their way
+    back), plus whole replicas of the spare GPUs it does not already hold and of the lent instances
+    that joined. Until 2026-12-06 the core was the current deployment's, so a replan to fewer
+    training GPUs shrank a running update, and a replan kept the old spare GPUs in it."""
+    extra = replica_gpus(sim, max(0, _spare(sim) - held_gpus(sim)) + lent_ready_gpus(sim))
+    return sim.trainer.train_gpus - sim.returning_gpus + extra
 
 
 def try_start_train(sim: Simulator) -> None:
@@ -406,9 +417,9 @@ def audit_move(sim: Simulator, j: int) -> bool:
 
 
 def _redeploy(sim: Simulator, dep: Deployment) -> None:
-    if sim.trainer.busy and sim.lent:
-        sim.trainer.set_gpus(sim.q.now_s, sim.dep.train_gpus if sim.dep else sim.trainer.gpus)
     sim.lent, sim.hybrids = [], []
     sim.lent_ready.clear()
     sim.deploy(dep)
+    if sim.trainer.busy:  # its core stays; lent instances and the old layout's spare GPUs go
+        sim.trainer.set_gpus(sim.q.now_s, _train_gpus_now(sim))
     schedule_train(sim)

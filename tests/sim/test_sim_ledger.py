@@ -139,3 +139,40 @@ def test_lent_gpus_train_only_as_whole_replicas() -> None:
         tr.set_gpus(0.0, pipeline._train_gpus_now(sim))
         assert tr.rate() == core_rate and tr.gpus == sim.dep.train_gpus
     assert pipeline.loan_pays(sim, 1)  # the eighth completes a replica
+
+
+def _update_then_replan_to_fewer_training_gpus(returning: int = 0) -> Simulator:
+    """dapo-math +elastic on 48xA800 (train 8, TP2 DP4 | rollout 40, 5xTP8): an update starts, then
+    a replan moves 4 training GPUs to rollout (the move waits for the update)."""
+    from dataclasses import replace
+
+    from libra_core.sim import pipeline
+
+    sim = build_sim("dapo-math", "+elastic", 4)
+    old = sim.dep
+    assert old is not None and old.train_gpus == 8 and old.spare_gpus == 0
+    sim.returning_gpus = returning  # training hybrids' GPUs on their way back
+    sim.pending_train.append(0)
+    pipeline.try_start_train(sim)
+    new = replace(old, train_gpus=4, train_layout=replace(old.train_layout, dp=2), rollout_gpus=44)
+    assert new.spare_gpus == 4
+    sim.q.now_s = 1.0
+    pipeline._redeploy(sim, new)
+    return sim
+
+
+def test_a_running_update_keeps_its_core_through_a_replan_and_is_booked_once() -> None:
+    from libra_core.sim import pipeline
+    from libra_core.sim.pipeline import HybridReturn
+
+    sim = _update_then_replan_to_fewer_training_gpus(returning=2)
+    assert sim.trainer.gpus == 6  # its 8 less the 2 on their way back
+    sim.q.now_s = 2.0
+    pipeline.on_hybrid_ready(sim, HybridReturn(2))
+    assert sim.trainer.gpus == 8  # was 4: the new layout's core
+    # the ledger: the 4 GPUs the update holds are the new layout's 4 spare ones, booked once
+    sim._account()
+    train0, roll0 = sim.stats.train_gpu_s, sim.stats.roll_gpu_s
+    sim.q.now_s += 100.0
+    sim._account()
+    assert (sim.stats.train_gpu_s - train0, sim.stats.roll_gpu_s - roll0) == (800.0, 4000.0)  # was 1200, 3600

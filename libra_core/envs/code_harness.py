@@ -213,8 +213,11 @@ def check_program(plan: CheckPlan, answer_code: str, marker: str) -> str:
 def _libra_main():
     import builtins, types
     fresh = dict(vars(builtins))  # before the answer can rebind anything in `builtins`
+    # This function's own compile/exec too: the answer may rebind `builtins.compile` to turn the
+    # tests into `pass` (a wrong answer scored correct until 2026-12-06); locals it cannot reach.
+    _compile, _exec = fresh["compile"], fresh["exec"]
     checks = {{"__builtins__": dict(fresh), "__name__": "libra_strict"}}
-    exec(compile({_CHECKER_SOURCE!r}, "libra_strict.py", "exec"), checks)
+    _exec(_compile({_CHECKER_SOURCE!r}, "libra_strict.py", "exec"), checks)
     tests = {{"__builtins__": dict(fresh), "__name__": "__main__", {STRICT!r}: checks["strict"]}}
     for name in {plan.modules!r}:
         try:
@@ -223,19 +226,19 @@ def _libra_main():
             continue
         tests[name] = types.ModuleType(name)
         vars(tests[name]).update(vars(module))
-    exec(compile({plan.setup!r}, "setup.py", "exec"), tests)
+    _exec(_compile({plan.setup!r}, "setup.py", "exec"), tests)
     answer = {{"__builtins__": builtins, "__name__": "__main__"}}
     # The setup first in the answer's namespace too, as HumanEval's own harness runs prompt +
     # completion: an answer may use the prompt's imports (`List`) and helpers without repeating
     # them. The tests keep their own copy, which the answer cannot touch.
-    exec(compile({plan.setup!r}, "setup.py", "exec"), answer)
-    exec(compile({answer_code!r}, "solution.py", "exec"), answer)
+    _exec(_compile({plan.setup!r}, "setup.py", "exec"), answer)
+    _exec(_compile({answer_code!r}, "solution.py", "exec"), answer)
     for name in {plan.names!r}:
         if name in answer:
             tests[name] = answer[name]
         else:
             tests.pop(name, None)
-    exec(compile({plan.tests!r}, "tests.py", "exec"), tests)
+    _exec(_compile({plan.tests!r}, "tests.py", "exec"), tests)
 
 
 _libra_main()

@@ -87,6 +87,27 @@ def test_an_answer_cannot_redefine_the_builtins_the_tests_use(tmp_path: Path) ->
     assert env.reward(reference, lying) == 0.1
 
 
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "_c = builtins.compile\n"
+        "builtins.compile = lambda s, f, m, *a, **k: _c('pass' if f == 'tests.py' else s, f, m)\n",
+        "_e = builtins.exec\n"
+        "builtins.exec = lambda c, *a: None if c.co_filename == 'tests.py' else _e(c, *a)\n",
+    ],
+    ids=["compile", "exec"],
+)
+def test_an_answer_cannot_switch_off_the_tests_through_the_harness_builtins(
+    tmp_path: Path, patch: str
+) -> None:
+    # the harness ran the tests with the live builtins.compile/exec: a wrong answer that made them
+    # skip tests.py scored correct (MBPP/244, HumanEval/159)
+    env = _env(tmp_path, {"id": "e", "question": "q", "tests": "assert evens(4) == [0, 2]\n"})
+    reference = env.sample_problems(1, 0)[0].reference_answer
+    assert env.reward(reference, "def evens(n):\n    return list(range(0, n, 2))\n") == 1.0
+    assert env.reward(reference, f"import builtins\n{patch}def evens(n):\n    return None\n") == 0.1
+
+
 def test_a_patched_counter_does_not_compare(tmp_path: Path) -> None:
     tests = "from collections import Counter\nassert tally('aab') == Counter({'a': 2, 'b': 1})\n"
     env = _env(tmp_path, {"id": "c", "question": "q", "tests": tests})

@@ -224,13 +224,30 @@ def _audit_guard(spec):
     def inside(path, roots):
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
+    def resolved(target):
+        """The real path of a path or of an open descriptor (through /proc), else None."""
+        if isinstance(target, (str, bytes)):
+            return os.path.realpath(os.fsdecode(target))
+        if isinstance(target, int):
+            try:
+                return os.path.realpath(os.readlink(f"/proc/self/fd/{target}"))
+            except OSError:
+                return None
+        return None
+
     def hook(event, args):
         if event in _BLOCKED_EVENTS:
             raise PermissionError(f"sandbox: {event} is not allowed")
-        if event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
-            path = os.path.realpath(os.fsdecode(args[0]))
-            if not inside(path, (workdir, *readable)):
+        if event in ("os.listdir", "os.scandir") and args and args[0] is not None:
+            path = resolved(args[0])  # a descriptor too (`os.listdir(fd)`)
+            if path is None or not inside(path, (workdir, *readable)):
                 raise PermissionError(f"sandbox: listing {path!r} outside the working folder")
+        if event == "os.chdir" and args:
+            # Relative paths (and `listdir()` with none) are checked against the working folder
+            # as the current one: leaving it made them reach anywhere (until 2026-12-06).
+            path = resolved(args[0])
+            if path is None or not inside(path, (workdir,)):
+                raise PermissionError(f"sandbox: chdir to {path!r} outside the working folder")
         if event == "open" and args and isinstance(args[0], (str, bytes)):
             path = os.path.realpath(os.fsdecode(args[0]))
             mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
@@ -238,6 +255,10 @@ def _audit_guard(spec):
             writing = any(c in mode for c in "wax+") or bool(flags & _WRITE_FLAGS)
             if not inside(path, (workdir,)) and (writing or not inside(path, readable)):
                 raise PermissionError(f"sandbox: open({path!r}) outside the working folder")
+            # No descriptor of a folder outside it: paths relative to one (`dir_fd=`, which this
+            # event does not show) escaped the check above (until 2026-12-06).
+            if not inside(path, (workdir,)) and os.path.isdir(path):
+                raise PermissionError(f"sandbox: opening folder {path!r} outside the working folder")
         if event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
                 if i < len(args) and isinstance(args[i], (str, bytes)):

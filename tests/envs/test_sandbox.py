@@ -173,6 +173,30 @@ def test_rlimits_mode_refuses_the_fork_exec_that_raises_no_audit_event(tmp_path:
     assert result.status == "failure" and "importing _posixsubprocess is not allowed" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "escape",
+    [
+        # a descriptor of a folder outside (the interpreter's prefix is readable) made `dir_fd=`
+        # opens land there: the hook sees only the relative path, resolved in the working folder
+        "import os, sys\nfd = os.open(sys.prefix, os.O_RDONLY)\n"
+        "os.close(os.open('libra-escape.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd))",
+        "import os\nos.chdir('/')\nprint(os.listdir())",  # listdir() with no path was not checked
+        "import os\nfd = os.open('/', os.O_RDONLY)\nprint(os.listdir(fd))",
+    ],
+    ids=["dir-fd", "chdir", "listdir-fd"],
+)
+def test_rlimits_mode_confines_paths_relative_to_folders_outside(tmp_path: Path, escape: str) -> None:
+    import sys
+
+    rlimits = Sandbox(SandboxConfig(isolation="rlimits", workdir_root=str(tmp_path), **LIMITS))
+    result = rlimits.run_python(escape)
+    assert result.status == "failure" and "outside the working folder" in result.stderr, result.stderr
+    leaked = [Path(p) / "libra-escape.txt" for p in {sys.prefix, sys.base_prefix}]
+    assert not any(p.exists() for p in leaked), leaked
+    ok = rlimits.run_python("import os, json\nos.mkdir('d')\nos.chdir('d')\nprint(os.listdir())")
+    assert ok.status == "success" and ok.stdout.strip() == "[]"  # its own folders stay usable
+
+
 def test_output_is_capped(sandbox: Sandbox) -> None:
     result = sandbox.run_python("import sys\nsys.stdout.write('x' * 10_000_000)\nsys.stdout.flush()")
     assert len(result.stdout) <= LIMITS["max_output_bytes"]

@@ -210,6 +210,12 @@ class Sandbox:
                 except subprocess.TimeoutExpired:
                     wall_exceeded = True
                     _kill_group(proc)
+                except BaseException:
+                    # Ctrl-C, or SIGTERM as `libra run` raises it: the run is in its own session,
+                    # which no signal of ours reaches, so it outlived this process (until
+                    # 2026-12-06) with only its CPU limit, which a sleeping program never meets.
+                    _kill_group(proc)
+                    raise
             report = _read_report(status_read)
         finally:
             os.close(status_read)

@@ -197,6 +197,33 @@ def test_rlimits_mode_confines_paths_relative_to_folders_outside(tmp_path: Path,
     assert ok.status == "success" and ok.stdout.strip() == "[]"  # its own folders stay usable
 
 
+def test_an_interrupted_host_takes_its_sandboxed_run_with_it(tmp_path: Path, sandbox: Sandbox) -> None:
+    # The run is in a session of its own: after Ctrl-C in the host, a sleeping program (no CPU,
+    # so no RLIMIT_CPU) outlived it, past the wall limit nobody was left to enforce.
+    import signal
+    import textwrap
+
+    marker = str(tmp_path)  # in the launcher's arguments (its spec names the working folder)
+    host = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from libra_core.config.environments import SandboxConfig
+        from libra_core.envs.sandbox import Sandbox
+        box = Sandbox(SandboxConfig(isolation={sandbox.isolation!r}, workdir_root={str(tmp_path)!r}))
+        print("running", flush=True)
+        box.run_python("import time\\ntime.sleep(600)")
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", host], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"running"
+    time.sleep(1.0)  # the program is sleeping in the sandbox
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    for pid in left:  # clean up before failing
+        os.kill(int(pid), signal.SIGKILL)
+    assert left == []
+
+
 def test_output_is_capped(sandbox: Sandbox) -> None:
     result = sandbox.run_python("import sys\nsys.stdout.write('x' * 10_000_000)\nsys.stdout.flush()")
     assert len(result.stdout) <= LIMITS["max_output_bytes"]

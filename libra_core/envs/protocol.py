@@ -57,6 +57,12 @@ _CHATML_CALL = re.compile(re.escape(TOOL_CALL) + r"(.*?)(?:" + re.escape(END_TOO
 _CODE_BLOCK = re.compile(r"```(?:python3?|py3?)?[ \t]*\r?\n(.*?)```", re.S | re.I)
 
 
+# Names no tool has, so the environment answers these calls as unknown tools (a `failure`). Until
+# 2026-12-06 they reached the python tool as a literal, which printed nothing and reported success.
+SEVERAL_CALLS = "(several calls in one; make one call per turn)"
+MALFORMED_CALL = "(call arguments that are neither text nor an object)"
+
+
 def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
     """Split a call body `name:arguments` (or JSON {"name", "arguments"}) into name and arguments.
 
@@ -74,9 +80,16 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
             obj = None
         if isinstance(obj, list) and len(obj) == 1:  # a list of one call, as some chat models write
             obj = obj[0]
+        elif isinstance(obj, list) and len(obj) > 1 and all(_looks_like_call(o) for o in obj):
+            return SEVERAL_CALLS, ""  # one call per turn: none of them runs
+        if isinstance(obj, dict) and "name" not in obj and isinstance(obj.get("function"), dict):
+            obj = obj["function"]  # OpenAI's {"type": "function", "function": {name, arguments}}
         if isinstance(obj, dict) and isinstance(obj.get("name"), str):
+            args = obj.get("arguments")
+            if args is not None and not isinstance(args, str | dict):
+                return MALFORMED_CALL, ""  # a list or a number of arguments: no tool reads it
             # A JSON escape like \ud800 decodes to a lone surrogate, which no tool can encode.
-            return _valid_text(obj["name"]), _valid_text(_arguments_text(obj.get("arguments", "")))
+            return _valid_text(obj["name"]), _valid_text(_arguments_text(args or ""))
     for sep in (":", "\n"):
         name, found, rest = text.partition(sep)
         if found and name.strip() in tools:
@@ -86,6 +99,10 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
     if _TOOL_NAME.fullmatch(name) and not keyword.iskeyword(name):
         return name, text.partition(":")[2].strip("\n")
     return tools[0], text
+
+
+def _looks_like_call(obj: object) -> bool:
+    return isinstance(obj, dict) and ("name" in obj or isinstance(obj.get("function"), dict))
 
 
 def _arguments_text(args: object) -> str:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from libra_core.envs.base import UNKNOWN_TOOL
-from libra_core.envs.protocol import CHATML, MARKERS, extract_code, python_source, split_call
+from libra_core.envs.protocol import (
+    CHATML,
+    MALFORMED_CALL,
+    MARKERS,
+    SEVERAL_CALLS,
+    extract_code,
+    python_source,
+    split_call,
+)
 
 TOOLS = ("python", "calculator")
 CODE = "def f(x):\n    return x + 1\n"
@@ -54,6 +62,19 @@ def test_string_encoded_arguments_and_a_list_of_one_call_reach_the_tool() -> Non
     assert split_call('[{"name": "python", "arguments": {"code": "print(6*7)"}}]', TOOLS) == want
     assert split_call('{"name": "python", "arguments": "print(1)"}', TOOLS) == ("python", "print(1)")
     assert split_call("[1, 2]", TOOLS) == ("python", "[1, 2]")  # no call in it: the first tool
+
+
+def test_call_shapes_no_tool_reads_are_failures_and_openais_nested_form_runs() -> None:
+    # each reached the python tool as a literal, which printed nothing and reported success
+    two = '[{"name": "python", "arguments": "print(1)"}, {"name": "python", "arguments": "print(2)"}]'
+    assert split_call(two, TOOLS) == (SEVERAL_CALLS, "")
+    assert split_call('{"name": "python", "arguments": ["print(1)"]}', TOOLS) == (MALFORMED_CALL, "")
+    assert SEVERAL_CALLS not in TOOLS and MALFORMED_CALL not in TOOLS  # answered as unknown tools
+    nested = (
+        '{"type": "function", "function": {"name": "python", "arguments": "{\\"code\\": \\"print(1)\\"}"}}'
+    )
+    assert split_call(nested, TOOLS) == ("python", "print(1)")
+    assert split_call('{"name": "python", "arguments": null}', TOOLS) == ("python", "")  # as if absent
 
 
 def test_a_space_after_the_colon_is_no_indentation_and_fenced_arguments_run() -> None:

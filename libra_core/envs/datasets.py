@@ -107,7 +107,8 @@ def _numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         with opener(path, "rb") as f:
             for line_no, raw_line in enumerate(f, 1):
                 try:
-                    line = raw_line.decode("utf-8")
+                    # a BOM on the first line (Windows editors write one) was "Unexpected UTF-8 BOM"
+                    line = raw_line.decode("utf-8-sig" if line_no == 1 else "utf-8")
                 except UnicodeDecodeError as exc:
                     raise ValueError(
                         f"{path}:{line_no}: not UTF-8 text ({exc.reason} at byte {exc.start})"
@@ -119,6 +120,10 @@ def _numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 except json.JSONDecodeError as exc:
                     raise ValueError(
                         f"{path}:{line_no}: invalid JSON ({exc.msg} at column {exc.colno})"
+                    ) from exc
+                except (ValueError, RecursionError) as exc:  # a 4,301-digit number, deep nesting
+                    raise ValueError(
+                        f"{path}:{line_no}: unreadable JSON ({type(exc).__name__}: {exc})"
                     ) from exc
                 if not isinstance(record, dict):
                     raise ValueError(f"{path}:{line_no}: expected a JSON object per line")
@@ -135,7 +140,13 @@ def _parse_file(path: Path, kind: str, parse: Callable[[dict[str, Any], str, int
         where = f"{path}:{line_no}"
         try:
             out.append(parse(raw, where, index))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            OverflowError,
+        ) as exc:  # Overflow: int(Infinity)
             if isinstance(exc, ValueError) and str(exc).startswith(where):  # located by `parse`
                 raise
             problem = f"missing field {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"

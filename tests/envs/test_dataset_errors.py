@@ -47,6 +47,18 @@ CASES: dict[str, tuple[str | bytes, str, str]] = {
         "math",
         ":1: not a valid math record (ValueError",
     ),
+    # each escaped without `path:line` (a bare ValueError, RecursionError or OverflowError)
+    "big_number.jsonl": (
+        f"{GOOD}\n" + '{"question": "q", "answer": ' + "9" * 5000 + "}\n",
+        "math",
+        ":2: unreadable JSON",
+    ),
+    "deep.jsonl": (f"{GOOD}\n" + "[" * 100_000 + "\n", "math", ":2: unreadable JSON (RecursionError"),
+    "inf_difficulty.jsonl": (
+        '{"question": "q", "answer": "1", "difficulty": Infinity}\n',
+        "math",
+        ":1: not a valid math record (OverflowError",
+    ),
     "code_missing.jsonl": (
         json.dumps({"test_list": ["assert 1"], "text": "t"}) + "\n",
         "code",
@@ -106,3 +118,10 @@ def test_blank_lines_do_not_shift_ids_or_line_numbers(tmp_path: Path) -> None:
     _write(tmp_path, "q.jsonl", "\n" + json.dumps({"question": "q", "answers": "a"}) + "\n\n{}\n")
     with pytest.raises(ValueError, match=r"q\.jsonl:4: a question record needs question"):
         ds.load_questions(str(tmp_path), "q.jsonl")
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    # Windows editors write one; it was "Unexpected UTF-8 BOM" (a damaged file)
+    _write(tmp_path, "bom.jsonl", ("\ufeff" + GOOD + "\n").encode("utf-8"))
+    (record,) = ds.load_math(str(tmp_path), ("bom.jsonl",))
+    assert record.question == "q1" and record.answer == "5"

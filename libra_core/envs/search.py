@@ -48,7 +48,7 @@ _K_SUFFIX = re.compile(r"^(.*?)\s*\|\s*k\s*=\s*(\d+)\s*$", re.S)
 _MAX_K_DIGITS = 9
 # The final answer of a chatml turn: the last line that starts with `Answer:` (markdown emphasis
 # allowed), else the last "answer is X" / "answer: X" phrase; "the answer isn't" is no answer.
-_ANSWER_LINE = re.compile(r"^[\s*_#>]*(?:final\s+)?answer[\s*_]*:[\s*_]*(\S.*)$", re.I | re.M)
+_ANSWER_LINE = re.compile(r"^[ \t*_#>]*(?:final\s+)?answer[\s*_]*:[\s*_]*(\S.*)$", re.I | re.M)
 _ANSWER_PHRASE = re.compile(r"\banswer(?:\s+is\b|\s*:)[\s:*_]*(?=\S)", re.I)
 MAX_RESPONSE_BYTES = 1 << 20  # a search answer is a few passages; a bigger body is a service fault
 # Token F1 ignores word order ("Röntgen Conrad Wilhelm" scores 1.0): partial credit stays below

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 
 def summary(doc: str | None) -> str:
@@ -180,3 +181,10 @@ def add_overrides(ap: argparse.ArgumentParser, *, spec: bool = True) -> None:
             metavar="FIELD=VALUE",
             help="changes to the scenario's generator",
         )
+
+
+def stop(message: str) -> NoReturn:
+    """A problem found only once the work began (a cluster too small to train the model: the
+    simulator's deployment says so): argparse's one `error:` line and exit 2, not a traceback."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)

@@ -114,7 +114,24 @@ def check_cli(ap: argparse.ArgumentParser, a: argparse.Namespace) -> list[str]:
     unknown = [m for m in models if m not in known]
     if unknown:
         ap.error(f"--models: unknown {unknown}; valid: {sorted(known)}")
+    problem = _device_problem(a.device)
+    if problem:  # was torch's AssertionError or RuntimeError once the script had started
+        ap.error(f"--device {a.device}: {problem}")
     return models
+
+
+def _device_problem(device: str) -> str | None:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        return str(err).splitlines()[0]
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        return "no CUDA GPU here (this machine or torch build); --smoke --device cpu checks the script"
+    if dev.type not in ("cuda", "cpu"):
+        return "expected cuda, cuda:N or cpu"
+    return None
 
 
 def run_compare(ap: argparse.ArgumentParser, fn: Callable[[Path, str], None], a: argparse.Namespace) -> None:

@@ -25,6 +25,7 @@ from _args import folder_problem, positive_int  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("sync", "async")  # pipeline.mode
+OWN_KEYS = ("pipeline.mode", "experiment.iterations", "experiment.name", "experiment.output_dir")
 
 
 def _run(mode: str, iterations: int, extra: list[str], out_dir: Path) -> tuple[Path, float]:
@@ -44,11 +45,20 @@ def _run(mode: str, iterations: int, extra: list[str], out_dir: Path) -> tuple[P
     ]
     for item in extra:
         cmd += ["--set", item]
+    before = set(out_dir.glob(f"{name}-*"))
     start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    done = subprocess.run(cmd, cwd=ROOT, check=False)
     wall = time.perf_counter() - start
-    runs = sorted(out_dir.glob(f"{name}-*"), key=lambda p: p.stat().st_mtime)
-    return runs[-1], wall
+    # the folder this run made (the newest one could be an older run's: until 2026-12-06 a `--set`
+    # of the output folder or name sent the run elsewhere and an old run was reported)
+    made = sorted(set(out_dir.glob(f"{name}-*")) - before, key=lambda p: p.stat().st_mtime)
+    if done.returncode != 0 or not made:
+        raise RunFailed(f"the {mode} run failed (libra run exit {done.returncode}); see its output above")
+    return made[-1], wall
+
+
+class RunFailed(RuntimeError):
+    pass
 
 
 def _summary(run_dir: Path, wall_s: float) -> dict[str, object] | None:
@@ -110,26 +120,49 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     if not modes and not finished:
         parser.error(f"--modes {args.modes!r} names no mode and no --summarize run was given: nothing to do")
     for item in args.extra:
-        if "=" not in item:
+        key, sep, _ = item.partition("=")
+        if not sep:
             parser.error(f"--set {item!r}: expected KEY=VALUE")
+        if key.strip() in OWN_KEYS:  # the last --set wins: the run would land where none looks
+            parser.error(f"--set {item!r}: this script sets {key.strip()} itself (use --out/--iterations)")
+    if modes:
+        sys.path.insert(0, str(ROOT))
+        from flows.cli_common import output_problem
+
+        problem = output_problem(args.out, folder=True)
+        if problem:
+            parser.error(f"--out {problem}")
     return args, modes, finished
 
 
 def main(argv: list[str] | None = None) -> None:
     args, modes, finished = parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).expanduser().resolve()  # libra run resolves it from the repository root
     rows = []
     for mode, run_dir in finished:  # runs made earlier (process wall time unknown: reported as 0)
         summary = _summary(run_dir, 0.0)
         if summary is None:
             raise SystemExit(f"error: --summarize {run_dir}: its history has no iterations")
         rows.append((mode, summary))
+    failed = None
     for mode in modes:
-        run_dir, wall = _run(mode, args.iterations, args.extra, out)
+        try:
+            run_dir, wall = _run(mode, args.iterations, args.extra, out)
+        except RunFailed as err:  # the rows of the runs that finished are still printed
+            failed = str(err)
+            break
         summary = _summary(run_dir, wall)
         if summary is None:
-            raise SystemExit(f"error: {run_dir}: the {mode} run recorded no iterations")
+            failed = f"{run_dir}: the {mode} run recorded no iterations"
+            break
         rows.append((mode, summary))
+    if rows:
+        _print_table(rows)
+    if failed is not None:
+        raise SystemExit(f"error: {failed}")
+
+
+def _print_table(rows: list[tuple[str, dict[str, object]]]) -> None:
     keys = list(rows[0][1])
     print("| mode | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")

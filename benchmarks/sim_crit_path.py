@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(
             f"--tp {args.tp}: {model.name} on {cluster.hardware.name} shards over TP {list(degrees)} only"
         )
+    if args.tp * args.instances > cluster.num_gpus:  # was priced, "work/instances 0 s" on 800 GPUs
+        ap.error(
+            f"--instances {args.instances}: {args.instances} TP{args.tp} instances need "
+            f"{args.tp * args.instances} GPUs; the cluster has {cluster.num_gpus}"
+        )
     sims = {}
     for name in ("+planning", "oracle-routing"):
         sim = Simulator(

@@ -26,7 +26,7 @@ from libra_core.sim import POLICIES, pipeline, simulate, workloads
 from libra_core.sim.engine import Simulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, positive_int  # noqa: E402
+from _args import ExtendList, non_negative_int, positive_int  # noqa: E402
 
 
 def future_window(replan: Callable[[Simulator, int], bool]) -> Callable[[Simulator, int], bool]:
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
     )
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=non_negative_int, default=0)
     args = ap.parse_args(argv)
     bad = [p for p in args.policies if p not in POLICIES] + [
         s for s in args.scenarios if s not in workloads.SCENARIOS

@@ -27,7 +27,7 @@ from libra_core.sim.report import verdicts
 from libra_core.sim.settings import SimSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, add_overrides, positive_int  # noqa: E402
+from _args import ExtendList, add_overrides, non_negative_int, positive_int, stop  # noqa: E402
 
 SHORT = {
     "colocated": "coloc",
@@ -56,7 +56,7 @@ def main() -> None:
         "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
     )
     ap.add_argument("--hardware", default="48xA800")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=non_negative_int, default=0)
     add_overrides(ap)
     args = ap.parse_args()
     names = [p for p in POLICIES if p not in CALIBRATION]
@@ -89,15 +89,18 @@ def main() -> None:
         print("|---:|" + "---:|" * (len(names) + 1) + "---|---|---:|")
         for load in args.loads:
             t0 = time.perf_counter()
-            report = simulate(
-                sc,
-                args.hardware,
-                args.iterations,
-                names,
-                seed=args.seed,
-                settings=settings,
-                spec_overrides={**spec, "prompts_per_iteration": load},
-            )
+            try:
+                report = simulate(
+                    sc,
+                    args.hardware,
+                    args.iterations,
+                    names,
+                    seed=args.seed,
+                    settings=settings,
+                    spec_overrides={**spec, "prompts_per_iteration": load},
+                )
+            except ValueError as err:  # a policy that cannot deploy on the cluster (before it runs)
+                stop(str(err))
             v = verdicts(report)
             cells = " | ".join(f"{report.result(n).tokens_per_s:,.0f}" for n in names)
             print(

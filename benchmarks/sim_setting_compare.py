@@ -29,7 +29,7 @@ from libra_core.sim.policies import check_cluster_size, resolve_policies
 from libra_core.sim.settings import SimSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, positive_int  # noqa: E402
+from _args import ExtendList, non_negative_int, positive_int, stop  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, SimSettings]:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
         "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
     )
     ap.add_argument("--hardware", default="48xA800")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=non_negative_int, default=0)
     ap.add_argument(
         "--variant", nargs="+", action="extend", default=[], help="NAME=FIELD=VALUE[,FIELD=VALUE...]"
     )
@@ -94,15 +94,18 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             cells = []
             for _, settings in variants:
-                report = simulate(
-                    sc,
-                    args.hardware,
-                    args.iterations,
-                    [args.policy],
-                    seed=args.seed,
-                    settings=settings,
-                    spec_overrides={"prompts_per_iteration": load},
-                )
+                try:
+                    report = simulate(
+                        sc,
+                        args.hardware,
+                        args.iterations,
+                        [args.policy],
+                        seed=args.seed,
+                        settings=settings,
+                        spec_overrides={"prompts_per_iteration": load},
+                    )
+                except ValueError as err:  # a policy that cannot deploy on the cluster
+                    stop(str(err))
                 r = report.result(args.policy)
                 cells.append(f"{r.tokens_per_s:,.0f} | {rollout_layout(r.first_deployment)}")
             print(

@@ -33,7 +33,7 @@ from libra_core.sim.settings import SimSettings
 from libra_core.sim.simulate import SimRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, add_overrides, positive_int  # noqa: E402
+from _args import ExtendList, add_overrides, non_negative_int, positive_int, stop  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict, SimSettings]:
@@ -45,10 +45,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict,
         "--scenarios", nargs="+", action=ExtendList, default=["r2e-gym", "search-r1", "dapo-math"]
     )
     ap.add_argument("--hardware", default="48xA800")
-    ap.add_argument("--seed", type=int, default=None, help="the seed (default 0)")
+    ap.add_argument("--seed", type=non_negative_int, default=None, help="the seed (default 0)")
     ap.add_argument(
         "--seeds",
-        type=int,
+        type=non_negative_int,
         nargs="+",
         action="extend",
         default=None,
@@ -113,17 +113,20 @@ def main(argv: list[str] | None = None) -> None:
             out = args.out / (Path(sc).stem if workloads.is_trace(sc) else sc) if args.out else None
             if out is not None and args.seeds:
                 out = out / f"seed{seed}"
-            report = simulate(
-                sc,
-                args.hardware,
-                args.iterations,
-                names,
-                seed=seed,
-                out_dir=out,
-                settings=settings,
-                spec_overrides=scenario_spec(sc, overrides),
-                jobs=args.jobs,
-            )
+            try:
+                report = simulate(
+                    sc,
+                    args.hardware,
+                    args.iterations,
+                    names,
+                    seed=seed,
+                    out_dir=out,
+                    settings=settings,
+                    spec_overrides=scenario_spec(sc, overrides),
+                    jobs=args.jobs,
+                )
+            except ValueError as err:  # a policy that cannot deploy on the cluster (before it runs)
+                stop(str(err))
             reports.append(report)
             print()
             print(format_table(report))

@@ -56,6 +56,32 @@ CASES = [
     ("sim_setting_compare.py", ["--scenarios", "tiny", "--hardware", "1xH100"], "at least 2 GPUs"),
     ("sim_rerank.py", ["--scenario", "tiny", "--policy", "all"], "--policy all"),  # was colocated's table
     ("sim_spread.py", ["--iterations", "101", "--scenarios", "tiny"], "--iterations 101"),  # extrapolated
+    # a negative seed: a traceback once seed 0's table was printed
+    ("sim_table.py", ["--scenarios", "tiny", "--iterations", "1", "--seeds", "0", "-1"], "--seeds"),
+    ("sim_load_sweep.py", ["--seed", "-1"], "--seed"),
+    ("sim_setting_compare.py", ["--seed", "-1"], "--seed"),
+    ("sim_future_window.py", ["--seed", "-1"], "--seed"),
+    # a cluster the model does not train on: a traceback
+    (
+        "sim_table.py",
+        ["--scenarios", "r2e-gym", "--hardware", "4xA800", "--iterations", "1"],
+        "cannot deploy",
+    ),
+    ("sim_speed.py", ["--hardware", "4xA800", "--iterations", "1"], "cannot deploy"),
+    ("sim_mixed_price.py", ["--hardware", "4xA800", "--iterations", "1"], "found no plan"),
+    (
+        "sim_crit_path.py",
+        ["--scenario", "tiny", "--tp", "8", "--instances", "7"],
+        "--instances 7",
+    ),  # 56 of 48
+    (
+        "gpu_decode_step.py",
+        ["--smoke", "--device", "bogus", "--out", "x.json"],
+        "--device bogus",
+    ),  # torch's error
+    # an unwritable --out started `libra run`; its own keys won over by a --set reported an older run
+    ("async_vs_sync.py", ["--out", "/etc/passwd"], "--out"),
+    ("async_vs_sync.py", ["--set", "experiment.output_dir=/tmp/elsewhere"], "experiment.output_dir"),
 ]
 
 

@@ -36,7 +36,8 @@ def test_smoke_measures_the_tiny_model_unless_models_are_named(
 
 
 def test_without_smoke_the_default_models_are_measured(script, tmp_path, monkeypatch) -> None:
-    call_main(script, monkeypatch, "--out", str(tmp_path / "o.json"))
+    # --device cpu: the default, cuda, is refused up front on a machine without one
+    call_main(script, monkeypatch, "--out", str(tmp_path / "o.json"), "--device", "cpu")
     assert script.calls and "tiny" not in script.calls[0]
 
 

@@ -201,7 +201,7 @@ class Gateway(SideChannelServer):
                 return {w for w in pending if self.coordinator.state(w) in _PAYING}
 
             while owed() and (left := deadline - time.perf_counter()) > 0:
-                self._cond.wait(min(left, 0.05))  # a failure elsewhere need not notify
+                self._cond.wait(left)  # every failure of a member notifies
             current.closed = True  # from here on, payloads for this step are late
             included = tuple(sorted(current.received))
             missing = tuple(sorted(m.active - set(current.received)))
@@ -326,12 +326,14 @@ class Gateway(SideChannelServer):
                 if oldest is not None and step < oldest:
                     if join is not None:
                         self.coordinator.fail(worker, f"update {step} expired from the log (oldest {oldest})")
+                        self._cond.notify_all()  # a step's close may be waiting for its payload
                     return Reply({"ok": False, "reason": "expired"})
                 left = deadline - time.perf_counter()
                 if left <= 0:
                     reason = f"update {step} not published within {wait_s} s"
                     if join is not None and life.state in UNWATCHED:
                         self.coordinator.fail(worker, reason)
+                        self._cond.notify_all()
                     return Reply({"ok": False, "reason": reason})
                 self._cond.wait(left)
             if over := self.joins.superseded(join):

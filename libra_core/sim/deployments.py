@@ -13,7 +13,7 @@ workers; the engine's parts call `_account` before the split of GPUs between the
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from libra_core.planner.workload import Turns, Workload, workload_from_turns
 from libra_core.scheduling.base import Scheduler
 from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.scheduling.registry import build_scheduler
+from libra_core.sim import pipeline
 from libra_core.sim.cmlfq import SimCMLFQScheduler
 from libra_core.sim.events import EventQueue
 from libra_core.sim.instance import CostTables, Instance
@@ -35,6 +36,9 @@ from libra_core.sim.stats import IterationRecord, RunStats
 from libra_core.sim.training import Trainer
 from libra_core.sim.trajectory import SimTrajectory
 from libra_core.sim.tree import SimPrefixTree
+
+if TYPE_CHECKING:
+    from libra_core.sim.engine import Simulator
 
 
 class SimDeployments:
@@ -160,13 +164,10 @@ class SimDeployments:
                 self.stats.train_gpu_s += dt * self.G * (not side)
             else:
                 lent = sum(i.tp for i in self.lent) - sum(i.tp for i in self.hybrids if i.active)
-                # Elastic: rollout GPUs no instance holds train as replicas (`_train_gpus_now`).
-                spare = self.dep.spare_gpus if self.p.elastic else 0
-                # An update that started before a move keeps its GPUs until it ends; no instance
-                # holds them, so they are the first of the spare ones (`pipeline.held_gpus`; both
-                # were booked, twice, until 2026-12-06).
-                held = max(0, self.trainer.train_gpus - self.dep.train_gpus) if self.trainer.busy else 0
-                moved = lent + max(spare, held)
+                # The GPUs a running update holds past a move are the first of the spare ones
+                # (`pipeline.held_gpus`; both were booked, twice, until 2026-12-06).
+                sim = cast("Simulator", self)  # this mixin's one subclass
+                moved = lent + max(pipeline.spare_gpus(sim), pipeline.held_gpus(sim))
                 self.stats.roll_gpu_s += dt * (self.dep.rollout_gpus - moved)
                 self.stats.train_gpu_s += dt * (self.dep.train_gpus + moved)
         self._ledger_s = now

@@ -81,7 +81,7 @@ def loan_pays(sim: Simulator, gpus: int) -> bool:
     than the wake (`switch_s`) they will cost at the next rollout start."""
     tr = sim.trainer
     left_s = tr.done_s() - (sim.q.now_s + sim.join_s)  # the update's time left once they join
-    attached = _spare(sim) + sum(i.tp for i in sim.lent)  # ready or on their way
+    attached = spare_gpus(sim) + sum(i.tp for i in sim.lent)  # ready or on their way
     extra = HYBRID_EFFICIENCY * (replica_gpus(sim, attached + gpus) - replica_gpus(sim, attached))
     return left_s * extra / (tr.rate() * tr.core_time_s * tr.train_gpus + extra) > sim.switch_s
 
@@ -117,7 +117,8 @@ def lent_ready_gpus(sim: Simulator) -> int:
     return sum(i.tp for i in sim.lent if i.instance_id in sim.lent_ready)
 
 
-def _spare(sim: Simulator) -> int:
+def spare_gpus(sim: Simulator) -> int:
+    """Elastic: rollout GPUs no instance holds, which train as replicas (`_train_gpus_now`)."""
     assert sim.dep is not None
     return sim.dep.spare_gpus if sim.p.elastic else 0
 
@@ -135,7 +136,7 @@ def _train_gpus_now(sim: Simulator) -> float:
     back), plus whole replicas of the spare GPUs it does not already hold and of the lent instances
     that joined. Until 2026-12-06 the core was the current deployment's, so a replan to fewer
     training GPUs shrank a running update, and a replan kept the old spare GPUs in it."""
-    extra = replica_gpus(sim, max(0, _spare(sim) - held_gpus(sim)) + lent_ready_gpus(sim))
+    extra = replica_gpus(sim, max(0, spare_gpus(sim) - held_gpus(sim)) + lent_ready_gpus(sim))
     return sim.trainer.train_gpus - sim.returning_gpus + extra
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, islice
 from operator import mul
 
@@ -266,31 +266,21 @@ def new_leaf(remaining: int, remaining_gen: int, version: int, cap: int, half_li
     return node
 
 
-def mark_dropped(node: Node) -> None:
-    """Flag every node of a subtree that pruning detached (see `Node.dropped`)."""
+def subtree_nodes(node: Node) -> Iterator[Node]:
+    """Every node of the subtree at `node` (itself first), depth first, without recursion."""
     stack = [node]
     while stack:
         n = stack.pop()
+        yield n
+        if n.children:
+            stack.extend(n.children.values())
+
+
+def mark_dropped(node: Node) -> None:
+    """Flag every node of a subtree that pruning detached (see `Node.dropped`)."""
+    for n in subtree_nodes(node):
         n.dropped = True
-        if n.children:
-            stack.extend(n.children.values())
-
-
-def subtree_nodes(node: Node) -> list[Node]:
-    out, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        if n.children:
-            stack.extend(n.children.values())
-    return out
 
 
 def count_nodes(node: Node) -> int:
-    stack, count = [node], 0
-    while stack:
-        n = stack.pop()
-        count += 1
-        if n.children:
-            stack.extend(n.children.values())
-    return count
+    return sum(1 for _ in subtree_nodes(node))

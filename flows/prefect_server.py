@@ -157,13 +157,17 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
+def _profiles_path() -> Path:
+    """Prefect's profiles file, as Prefect finds it (PREFECT_PROFILES_PATH, else PREFECT_HOME's)."""
+    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
+    return Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
+
+
 def _settings_may_name_an_api() -> bool:
     """Whether a Prefect settings file may set the API URL: the active profile (what `prefect
     config set PREFECT_API_URL=...` writes), or `.env`, `prefect.toml` or `pyproject.toml` in the
     working folder. Only then is the slower exact check (`_configured_api_url`) worth its second."""
-    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
-    profiles = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
-    for path in (profiles, Path(".env"), Path("prefect.toml"), Path("pyproject.toml")):
+    for path in (_profiles_path(), Path(".env"), Path("prefect.toml"), Path("pyproject.toml")):
         try:
             text = path.read_text(errors="replace")
         except OSError:
@@ -177,10 +181,8 @@ def _profile_without_api_url() -> bool:
     """Point PREFECT_PROFILES_PATH at a copy of the profiles file whose active profile has no
     PREFECT_API_URL (its other settings kept); False, changing nothing, when there is no such
     profile or it cannot be copied as written (values other than strings, numbers, booleans)."""
-    home = Path(os.environ.get("PREFECT_HOME", "~/.prefect")).expanduser()
-    path = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(_profiles_path().read_text())
     except (OSError, ValueError):
         return False
     profiles = data.get("profiles")
@@ -243,7 +245,8 @@ def choose_api_for_run() -> str | None:
     Returns a one-line message for the user (None when nothing needs saying)."""
     url = os.environ.get("PREFECT_API_URL")
     source = "PREFECT_API_URL"
-    if url is None and _settings_may_name_an_api():
+    in_files = _settings_may_name_an_api()
+    if url is None and in_files:
         url, source = _configured_api_url(), "the active Prefect profile or settings file"
     if not url:
         return None
@@ -254,7 +257,7 @@ def choose_api_for_run() -> str | None:
     # file's URL) its event service logged "Service 'EventsWorker' failed" and printed "Cannot put
     # items in a stopped service instance" tracebacks at exit, after a successful run: so a
     # profile's URL is left out of a copy of the profiles file instead, and "" is the last resort.
-    if _settings_may_name_an_api() and not (_profile_without_api_url() and _configured_api_url() is None):
+    if in_files and not (_profile_without_api_url() and _configured_api_url() is None):
         os.environ["PREFECT_API_URL"] = ""
     # A profile of one's own may not allow the ephemeral API that the default profile allows.
     os.environ["PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"] = "true"

@@ -183,6 +183,15 @@ def add_overrides(ap: argparse.ArgumentParser, *, spec: bool = True) -> None:
         )
 
 
+def or_stop(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs)`, or `stop` with its ValueError: `simulate` raises one, before any
+    policy runs, for a policy that cannot deploy on the cluster (a model too big for it)."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as err:
+        stop(str(err))
+
+
 def stop(message: str) -> NoReturn:
     """A problem found only once the work began (a cluster too small to train the model: the
     simulator's deployment says so): argparse's one `error:` line and exit 2, not a traceback."""

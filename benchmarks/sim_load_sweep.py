@@ -27,7 +27,7 @@ from libra_core.sim.report import verdicts
 from libra_core.sim.settings import SimSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, add_overrides, non_negative_int, positive_int, stop  # noqa: E402
+from _args import ExtendList, add_overrides, non_negative_int, or_stop, positive_int  # noqa: E402
 
 SHORT = {
     "colocated": "coloc",
@@ -89,18 +89,16 @@ def main() -> None:
         print("|---:|" + "---:|" * (len(names) + 1) + "---|---|---:|")
         for load in args.loads:
             t0 = time.perf_counter()
-            try:
-                report = simulate(
-                    sc,
-                    args.hardware,
-                    args.iterations,
-                    names,
-                    seed=args.seed,
-                    settings=settings,
-                    spec_overrides={**spec, "prompts_per_iteration": load},
-                )
-            except ValueError as err:  # a policy that cannot deploy on the cluster (before it runs)
-                stop(str(err))
+            report = or_stop(
+                simulate,
+                sc,
+                args.hardware,
+                args.iterations,
+                names,
+                seed=args.seed,
+                settings=settings,
+                spec_overrides={**spec, "prompts_per_iteration": load},
+            )
             v = verdicts(report)
             cells = " | ".join(f"{report.result(n).tokens_per_s:,.0f}" for n in names)
             print(

@@ -32,7 +32,7 @@ from libra_core.sim.settings import SimSettings
 from libra_core.sim.workloads import SCENARIOS, ScenarioSpec, load_scenario
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import add_overrides, positive_int, stop  # noqa: E402
+from _args import add_overrides, or_stop, positive_int  # noqa: E402
 
 ONE_DEGREE = PolicySpec("one-degree", hetero=True)  # least-load over the plan's one bucket, no replanning
 
@@ -65,10 +65,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(str(err))
     model, hw, n = get_model(wl.model), settings.hardware(cluster.hardware), cluster.num_gpus
     policy = POLICIES[args.policy]
-    try:
-        probe = Simulator(policy, wl, model, hw, n, args.iterations, random.Random(0), settings)
-    except ValueError as err:  # the model does not train on the cluster
-        stop(str(err))
+    # a ValueError when the model does not train on the cluster
+    probe = or_stop(Simulator, policy, wl, model, hw, n, args.iterations, random.Random(0), settings)
     search = probe.search
     plans = sorted(search_plans(model, hw, n, probe.workload_of(0), search), key=plan_rank)
     one = [p for p in plans if len({g.tp for g in p.rollout.groups}) == 1][:1]

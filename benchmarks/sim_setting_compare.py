@@ -29,7 +29,7 @@ from libra_core.sim.policies import check_cluster_size, resolve_policies
 from libra_core.sim.settings import SimSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, non_negative_int, positive_int, stop  # noqa: E402
+from _args import ExtendList, non_negative_int, or_stop, positive_int  # noqa: E402
 
 
 def parse_variant(text: str) -> tuple[str, SimSettings]:
@@ -94,18 +94,16 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             cells = []
             for _, settings in variants:
-                try:
-                    report = simulate(
-                        sc,
-                        args.hardware,
-                        args.iterations,
-                        [args.policy],
-                        seed=args.seed,
-                        settings=settings,
-                        spec_overrides={"prompts_per_iteration": load},
-                    )
-                except ValueError as err:  # a policy that cannot deploy on the cluster
-                    stop(str(err))
+                report = or_stop(
+                    simulate,
+                    sc,
+                    args.hardware,
+                    args.iterations,
+                    [args.policy],
+                    seed=args.seed,
+                    settings=settings,
+                    spec_overrides={"prompts_per_iteration": load},
+                )
                 r = report.result(args.policy)
                 cells.append(f"{r.tokens_per_s:,.0f} | {rollout_layout(r.first_deployment)}")
             print(

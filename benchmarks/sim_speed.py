@@ -16,7 +16,7 @@ from libra_core.sim.policies import check_cluster_size, resolve_policies
 from libra_core.sim.simulate import SimRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, positive_int, stop  # noqa: E402
+from _args import ExtendList, or_stop, positive_int  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,10 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(str(err))
     print(f"machine: {platform.machine()}, Python {platform.python_version()}")
     t0 = time.perf_counter()
-    try:
-        report = simulate(args.scenario, args.hardware, args.iterations, args.policies, seed=0)
-    except ValueError as err:  # a policy that cannot deploy on the cluster (before it runs)
-        stop(str(err))
+    report = or_stop(simulate, args.scenario, args.hardware, args.iterations, args.policies, seed=0)
     print("| policy | iterations | events | wall s | limit s |")
     print("|---|---:|---:|---:|---:|")
     for r in report.results:

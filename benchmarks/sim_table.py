@@ -33,7 +33,7 @@ from libra_core.sim.settings import SimSettings
 from libra_core.sim.simulate import SimRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _args.py beside it, for a test too
-from _args import ExtendList, add_overrides, non_negative_int, positive_int, stop  # noqa: E402
+from _args import ExtendList, add_overrides, non_negative_int, or_stop, positive_int  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, dict, SimSettings]:
@@ -113,20 +113,18 @@ def main(argv: list[str] | None = None) -> None:
             out = args.out / (Path(sc).stem if workloads.is_trace(sc) else sc) if args.out else None
             if out is not None and args.seeds:
                 out = out / f"seed{seed}"
-            try:
-                report = simulate(
-                    sc,
-                    args.hardware,
-                    args.iterations,
-                    names,
-                    seed=seed,
-                    out_dir=out,
-                    settings=settings,
-                    spec_overrides=scenario_spec(sc, overrides),
-                    jobs=args.jobs,
-                )
-            except ValueError as err:  # a policy that cannot deploy on the cluster (before it runs)
-                stop(str(err))
+            report = or_stop(
+                simulate,
+                sc,
+                args.hardware,
+                args.iterations,
+                names,
+                seed=seed,
+                out_dir=out,
+                settings=settings,
+                spec_overrides=scenario_spec(sc, overrides),
+                jobs=args.jobs,
+            )
             reports.append(report)
             print()
             print(format_table(report))

@@ -39,12 +39,20 @@ def fake_prefect_api() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    srv = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    with serving(Health) as url:
+        yield f"{url}/api"
+
+
+@contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`http://127.0.0.1:PORT` of a threaded server running `handler` until the block ends."""
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/api"
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
     finally:
         srv.shutdown()
+        srv.server_close()
 
 
 # Engine flags for tests about an engine's lifecycle (starts, kills, replacements), not its speed:

@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from libra_core.rollout.client import EngineClient, EngineRequestError, paused_seconds
+from tests.support import serving
 
 GEN_S, RELOAD_S, TIMEOUT_S = 0.6, 0.8, 1.0  # the turn needs 0.6 s of unpaused time; the sync 0.8 s
 
@@ -60,13 +61,8 @@ def engine() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(Handler) as url:
+        yield url
 
 
 async def _complete(url: str, max_tokens: int = 4) -> list[int]:

@@ -82,12 +82,7 @@ def main() -> None:
         ap.error(str(err))
     print("command: .venv/bin/python benchmarks/sim_load_sweep.py " + " ".join(sys.argv[1:]))
     for sc in args.scenarios:
-        print(f"\n{sc}, {args.hardware}, {args.iterations} iterations, seed {args.seed}; tok/s")
-        print(
-            "| prompts | " + " | ".join(SHORT[n] for n in names) + " | bound | ordering | ablation | wall s |"
-        )
-        print("|---:|" + "---:|" * (len(names) + 1) + "---|---|---:|")
-        for load in args.loads:
+        for i, load in enumerate(args.loads):
             t0 = time.perf_counter()
             report = or_stop(
                 simulate,
@@ -99,6 +94,14 @@ def main() -> None:
                 settings=settings,
                 spec_overrides={**spec, "prompts_per_iteration": load},
             )
+            if i == 0:  # after the first run: a cluster too small for the model stops before it
+                print(f"\n{sc}, {args.hardware}, {args.iterations} iterations, seed {args.seed}; tok/s")
+                print(
+                    "| prompts | "
+                    + " | ".join(SHORT[n] for n in names)
+                    + " | bound | ordering | ablation | wall s |"
+                )
+                print("|---:|" + "---:|" * (len(names) + 1) + "---|---|---:|")
             v = verdicts(report)
             cells = " | ".join(f"{report.result(n).tokens_per_s:,.0f}" for n in names)
             print(

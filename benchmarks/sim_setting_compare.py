@@ -82,13 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     if len(set(names)) < len(names):
         ap.error(f"--variant names must differ from each other and from `default`, got {names}")
     print("command: .venv/bin/python benchmarks/sim_setting_compare.py " + " ".join(sys.argv[1:]))
-    print(f"\n{args.policy}, {args.hardware}, {args.iterations} iterations, seed {args.seed}")
-    print(
-        "| scenario | prompts | "
-        + " | ".join(f"{n} tok/s | {n} rollout" for n, _ in variants)
-        + " | wall s |"
-    )
-    print("|---|---:|" + "---:|---|" * len(variants) + "---:|")
+    header = True
     for sc in args.scenarios:
         for load in args.loads:
             t0 = time.perf_counter()
@@ -106,6 +100,15 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 r = report.result(args.policy)
                 cells.append(f"{r.tokens_per_s:,.0f} | {rollout_layout(r.first_deployment)}")
+            if header:  # after the first row: a cluster too small for the model stops before it
+                header = False
+                print(f"\n{args.policy}, {args.hardware}, {args.iterations} iterations, seed {args.seed}")
+                print(
+                    "| scenario | prompts | "
+                    + " | ".join(f"{n} tok/s | {n} rollout" for n, _ in variants)
+                    + " | wall s |"
+                )
+                print("|---|---:|" + "---:|---|" * len(variants) + "---:|")
             print(
                 f"| {sc} | {load} | " + " | ".join(cells) + f" | {time.perf_counter() - t0:.0f} |", flush=True
             )

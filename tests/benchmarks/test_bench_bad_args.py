@@ -68,6 +68,17 @@ CASES = [
         "cannot deploy",
     ),
     ("sim_speed.py", ["--hardware", "4xA800", "--iterations", "1"], "cannot deploy"),
+    # ... and no table header before that error line
+    (
+        "sim_load_sweep.py",
+        ["--scenarios", "r2e-gym", "--hardware", "4xA800", "--iterations", "1", "--loads", "8"],
+        "cannot deploy",
+    ),
+    (
+        "sim_setting_compare.py",
+        ["--scenarios", "r2e-gym", "--hardware", "4xA800", "--iterations", "1", "--loads", "8"],
+        "cannot deploy",
+    ),
     ("sim_mixed_price.py", ["--hardware", "4xA800", "--iterations", "1"], "found no plan"),
     (
         "sim_crit_path.py",

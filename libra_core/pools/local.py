@@ -1,10 +1,12 @@
 """Local worker pool: one subprocess per worker on this machine (the embedded default backend).
 
 Each worker is a `multiprocessing` process (spawn by default) running a small call loop over a
-private pipe; a reader thread in the driver resolves the futures. A worker that dies fails its
-pending futures with WorkerDiedError at once (the pipe closes), so a caller waiting on a crashed
-worker is never left hanging. A worker whose driver dies exits within `DRIVER_POLL_S`, mid-call
-too, so it never writes into a run folder that a resumed run is using.
+private pipe; a sender thread in the driver writes its call frames in order (so `submit` never
+waits for a busy worker to read a frame larger than the pipe holds) and a reader thread resolves the
+futures. A worker that dies fails its pending futures with WorkerDiedError at once (the pipe
+closes), so a caller waiting on a crashed worker is never left hanging. A worker whose driver dies
+exits within `DRIVER_POLL_S`, mid-call too, so it never writes into a run folder that a resumed run
+is using.
 
 Every frame on the pipe carries its call id outside the pickle of its payload (see `_CALL_HEAD`,
 `_REPLY_HEAD`), so a payload one side cannot load fails that call alone, with a RuntimeError naming
@@ -28,6 +30,7 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import queue
 import struct
 import threading
 import time
@@ -154,6 +157,11 @@ class _Worker:
     conn: Connection
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     pending: dict[int, _Call] = field(default_factory=dict)
+    # Frames for the sender thread, in submit order: (call id, frame); (None, b"") is the exit frame,
+    # and None ends the sender without writing anything more.
+    outbox: queue.SimpleQueue[tuple[int | None, bytes] | None] = field(default_factory=queue.SimpleQueue)
+    exit_sent: threading.Event = field(default_factory=threading.Event)
+    sender: threading.Thread | None = None
     reader: threading.Thread | None = None
     gone: str | None = None  # why the worker can take no more calls (set by its reader, under send_lock)
     exiting: str | None = None  # why the worker said it exits (a call raised SystemExit)
@@ -239,11 +247,32 @@ class LocalPool(WorkerPool):
         process.start()
         child.close()
         worker = _Worker(worker_id, process, parent)
+        worker.sender = threading.Thread(target=self._send_loop, args=(worker,), daemon=True)
         worker.reader = threading.Thread(target=self._read_loop, args=(worker,), daemon=True)
+        worker.sender.start()
         worker.reader.start()
         with self._lock:
             self._workers[worker_id] = worker
         return worker_id
+
+    def _send_loop(self, worker: _Worker) -> None:
+        """Write the worker's frames in order. A write blocks while the worker is busy and the frame
+        is larger than the pipe holds; only this thread waits for it."""
+        while (item := worker.outbox.get()) is not None:
+            call_id, frame = item
+            try:
+                worker.conn.send_bytes(frame)
+            except (BrokenPipeError, OSError) as exc:
+                if call_id is None:
+                    return
+                with worker.send_lock:
+                    call = worker.pending.pop(call_id, None)
+                if call is not None and not call.future.done():
+                    call.future.set_exception(WorkerDiedError(f"worker {worker.worker_id} is gone: {exc}"))
+                continue
+            if call_id is None:  # the exit frame: nothing is written after it
+                worker.exit_sent.set()
+                return
 
     def _read_loop(self, worker: _Worker) -> None:
         while True:
@@ -293,20 +322,19 @@ class LocalPool(WorkerPool):
             worker = self._workers.pop(worker_id, None)
         if worker is None:
             return
-        # A submit blocked writing a frame larger than the pipe holds keeps the send lock until the
-        # worker's running call ends: not waited for (a stop took as long as that call, until
-        # 2026-12-06); a worker that busy is killed below instead.
-        if graceful and worker.process.is_alive() and worker.send_lock.acquire(timeout=1.0):
-            try:
-                worker.conn.send_bytes(b"")  # the empty frame: exit
-            except (BrokenPipeError, OSError):
-                pass
-            finally:
-                worker.send_lock.release()
-            worker.process.join(timeout=5)
+        # The exit frame goes after the frames already submitted. A sender still writing a frame
+        # larger than the pipe holds to a busy worker after a second is not waited for (a stop took
+        # as long as the worker's running call, until 2026-12-06): that worker is killed below.
+        if graceful and worker.process.is_alive():
+            worker.outbox.put((None, b""))
+            if worker.exit_sent.wait(timeout=1.0):
+                worker.process.join(timeout=5)
         if worker.process.is_alive():
             worker.process.kill()
             worker.process.join(timeout=5)
+        worker.outbox.put(None)  # a sender still waiting for frames ends; one mid-write gets EPIPE
+        if worker.sender is not None:
+            worker.sender.join(timeout=5)
         worker.conn.close()
         if worker.reader is not None:
             worker.reader.join(timeout=5)
@@ -337,11 +365,9 @@ class LocalPool(WorkerPool):
                 future.set_exception(WorkerDiedError(worker.gone))
                 return future
             worker.pending[call_id] = _Call(future, _fn_name(fn))
-            try:
-                worker.conn.send_bytes(frame)
-            except (BrokenPipeError, OSError) as exc:
-                worker.pending.pop(call_id, None)
-                future.set_exception(WorkerDiedError(f"worker {worker_id} is gone: {exc}"))
+            # The sender writes it: a worker busy with a long call does not read a frame larger
+            # than the pipe holds until that call ends, and the caller does not wait for that.
+            worker.outbox.put((call_id, frame))
         return future
 
     def health(self, timeout_s: float = 5.0) -> dict[str, WorkerHealth]:

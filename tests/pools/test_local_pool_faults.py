@@ -176,3 +176,35 @@ def test_stop_does_not_wait_behind_a_large_call_sent_to_a_busy_worker() -> None:
     pool.stop()
     assert time.monotonic() - started < 5.0  # was the call's 8 s
     assert pool.size == 0
+
+
+def test_submit_does_not_wait_behind_a_busy_worker_for_a_large_call(tmp_path) -> None:
+    # A frame larger than the pipe holds was written by submit itself, so the caller waited until
+    # the busy worker finished its running call and read it (a sender thread per worker now writes).
+    pool = LocalPool(LocalPoolConfig(start_method="spawn"))
+    pool.start(1)
+    try:
+        (worker,) = pool.worker_ids
+        gate = tmp_path / "go"
+        busy = pool.submit(worker, _wait_for_file, str(gate))
+        futures = []
+        submitter = threading.Thread(
+            target=lambda: futures.append(pool.submit(worker, len, b"x" * 2_000_000)), daemon=True
+        )
+        submitter.start()
+        submitter.join(timeout=20)
+        assert not submitter.is_alive(), "submit waited for the busy worker to read its frame"
+        assert not busy.done()
+        small = pool.submit(worker, divmod, 7, 2)  # queued behind the large one, answered in order
+        gate.touch()
+        assert busy.result(timeout=30) == "went"
+        assert futures[0].result(timeout=30) == 2_000_000
+        assert small.result(timeout=30) == (3, 1)
+    finally:
+        pool.stop()
+
+
+def _wait_for_file(path: str) -> str:
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return "went"

@@ -213,6 +213,8 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
         copy_tree_atomic(plan.checkpoint / "policy", layout.policy)
         if (plan.checkpoint / "trainer").exists():
             copy_tree_atomic(plan.checkpoint / "trainer", layout.trainer)
+        else:  # taken before the first optimizer step: the state now there is the abandoned steps'
+            shutil.rmtree(layout.trainer, ignore_errors=True)
         tree = plan.checkpoint / "scheduler" / layout.scheduler_tree.name
         if tree.exists():  # the router's statistics as of the checkpoint, not of the iterations redone
             with atomic_path(layout.scheduler_tree) as tmp:

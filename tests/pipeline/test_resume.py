@@ -142,6 +142,25 @@ def test_no_checkpoint_starts_over_without_the_old_optimizer_state(tmp_path: Pat
     assert read_state(layout.root) == RunState(0, 0, "running")
 
 
+def test_a_checkpoint_from_before_the_first_step_drops_the_later_optimizer_state(tmp_path: Path) -> None:
+    # Iteration 1's update had no group with signal, so its checkpoint has no trainer/; iterations
+    # 2-3 then stepped the optimizer. Resuming at 1 must not pair weights-1 with their Adam moments.
+    layout = make_run(tmp_path)
+    layout.trainer.rmdir()
+    (layout.policy / "model.safetensors").write_text("weights-1")
+    save_checkpoint(layout.root, 1, RunState(1, 1, "running"), keep=2)
+    assert not (layout.checkpoint(1) / "trainer").exists()
+    layout.trainer.mkdir()
+    (layout.policy / "model.safetensors").write_text("weights-3")
+    (layout.trainer / "optimizer.pt").write_text("adam-3")
+    write_state(layout.root, RunState(3, 3, "failed"))
+    plan = plan_resume(layout.root)
+    assert plan.checkpoint == layout.checkpoint(1)
+    assert apply_resume(layout.root, plan) == RunState(1, 1, "running")
+    assert (layout.policy / "model.safetensors").read_text() == "weights-1"
+    assert not layout.trainer.exists()
+
+
 def test_one_process_holds_a_run_folder(tmp_path: Path) -> None:
     layout = make_run(tmp_path)
     code = "import sys; from libra_core.pipeline.run_lock import lock_run, run_holder; "

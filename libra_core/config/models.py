@@ -221,6 +221,9 @@ class StagesConfig(Frozen):
     sync: StageConfig = Field(default_factory=lambda: StageConfig(pool="rollout"))
 
 
+# vLLM's _SAMPLING_EPS: a temperature below it samples greedily (vllm/sampling_params.py).
+GREEDY_BELOW = 1e-5
+
 # vLLM flags Libra sets itself (rollout/vllm_server.py), each with the key that sets it: given
 # again in extra_args, vLLM warned "Found duplicate keys" and kept the last (until 2026-12-06, so
 # `--logprobs-mode raw_logprobs` silently broke the PPO ratio at temperature != 1).
@@ -301,7 +304,15 @@ class RolloutConfig(Frozen):
     )
 
     @model_validator(mode="after")
-    def _full_nucleus(self) -> RolloutConfig:
+    def _scored_as_sampled(self) -> RolloutConfig:
+        if 0 < self.temperature < GREEDY_BELOW:
+            # vLLM samples greedily below this and reports unscaled log-probs; the trainer would
+            # divide the logits by the tiny temperature and score another distribution.
+            raise ValueError(
+                f"temperature={self.temperature}: vLLM treats any temperature below {GREEDY_BELOW:g} "
+                "as greedy and reports the log-probs of the unscaled logits; use 0 for greedy "
+                f"rollouts, or a temperature of at least {GREEDY_BELOW:g}"
+            )
         if self.top_p != 1.0:
             # vLLM's processed log-probs (rollout/vllm_server.py) are taken after the top-p cut and
             # renormalised; training/logprobs.py scores the full tempered distribution, so the PPO

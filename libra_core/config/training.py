@@ -6,17 +6,22 @@ Read by the update stage (`training/update.py`) and the warm-up (`model/sft.py`)
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from libra_core.config.base import Frozen
 
+# torch.optim.AdamW refuses others, but only at the first update (after the warm-up and a rollout).
+AdamBeta = Annotated[float, Field(ge=0, lt=1)]
+
 
 class OptimizerConfig(Frozen):
     type: Literal["adamw"] = Field("adamw", description="Optimizer.")
     lr: float = Field(5e-5, gt=0, description="Learning rate.")
-    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas.")
+    betas: tuple[AdamBeta, AdamBeta] = Field(
+        (0.9, 0.999), description="Adam betas (decay rates of the moment estimates), each in [0, 1)."
+    )
     weight_decay: float = Field(0.0, ge=0, description="Decoupled weight decay.")
     grad_clip: float = Field(1.0, gt=0, description="Max global grad norm.")
     lr_warmup_steps: int = Field(

@@ -76,3 +76,26 @@ def test_a_multi_rank_backend_is_refused_in_an_experiment(backend: str) -> None:
         ConfigError, match=rf"training.backend '{backend}': the GRPO update stage runs a single"
     ):
         load_config(None, [f"training.backend={backend}"])
+
+
+@pytest.mark.parametrize(
+    ("betas", "named"),
+    [
+        ("[1.0, 0.999]", r"betas\[0\]: Input should be less than 1; got 1.0"),
+        ("[0.9, -0.5]", r"betas\[1\]: Input should be greater than or equal to 0; got -0.5"),
+    ],
+)
+def test_adam_betas_outside_0_1_are_refused(betas: str, named: str) -> None:
+    # accepted here, then refused by torch.optim.AdamW at the first update (after warm-up and rollout)
+    assert load_config(None, ["training.optimizer.betas=[0.0, 0.99]"]).training.optimizer.betas == (0.0, 0.99)
+    with pytest.raises(ConfigError, match=rf"training\.optimizer\.{named}"):
+        load_config(None, [f"training.optimizer.betas={betas}"])
+
+
+def test_a_temperature_vllm_reads_as_greedy_is_refused() -> None:
+    # vLLM sampled greedily below 1e-5 and reported unscaled log-probs; the trainer divided the
+    # logits by the temperature, so the importance ratio compared two different distributions
+    assert load_config(None, ["rollout.temperature=1e-5"]).rollout.temperature == 1e-5
+    assert load_config(None, ["rollout.temperature=0"]).rollout.temperature == 0
+    with pytest.raises(ConfigError, match=r"temperature=1e-06: vLLM treats any temperature below 1e-05"):
+        load_config(None, ["rollout.temperature=1e-6"])

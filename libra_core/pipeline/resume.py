@@ -219,9 +219,10 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
         if tree.exists():  # the router's statistics as of the checkpoint, not of the iterations redone
             with atomic_path(layout.scheduler_tree) as tmp:
                 shutil.copyfile(tree, tmp)
-    elif plan.completed:
+    else:
         # Starting again at iteration 1: the optimizer state and the router's statistics belong to
-        # the iterations about to be redone (the warm-up policy is put back by the prepare step).
+        # the iterations about to be redone, or to an iteration 1 interrupted after its update (the
+        # warm-up policy is put back by the prepare step).
         shutil.rmtree(layout.trainer, ignore_errors=True)
         layout.scheduler_tree.unlink(missing_ok=True)
     # What the abandoned attempt recorded after the point the run continues from would otherwise

@@ -142,6 +142,22 @@ def test_no_checkpoint_starts_over_without_the_old_optimizer_state(tmp_path: Pat
     assert read_state(layout.root) == RunState(0, 0, "running")
 
 
+def test_an_iteration_1_interrupted_after_its_update_starts_over_without_its_optimizer_state(
+    tmp_path: Path,
+) -> None:
+    # No iteration completed, but iteration 1's update had stepped the optimizer and its rollout
+    # had saved the router's tree: both were kept (only "completed > 0" cleared them).
+    layout = _run_with_checkpoint(tmp_path, completed=0, ckpt_at=None)
+    (layout.trainer / "optimizer.pt").write_text("adam-1-partial")
+    layout.scheduler_tree.parent.mkdir(parents=True)
+    layout.scheduler_tree.write_text("{}")
+    write_state(layout.root, RunState(0, 0, "failed"))
+    plan = plan_resume(layout.root)
+    assert plan.checkpoint is None and plan.completed == 0
+    assert apply_resume(layout.root, plan) == RunState(0, 0, "running")
+    assert not layout.trainer.exists() and not layout.scheduler_tree.exists()
+
+
 def test_a_checkpoint_from_before_the_first_step_drops_the_later_optimizer_state(tmp_path: Path) -> None:
     # Iteration 1's update had no group with signal, so its checkpoint has no trainer/; iterations
     # 2-3 then stepped the optimizer. Resuming at 1 must not pair weights-1 with their Adam moments.

@@ -118,6 +118,13 @@ def _check_machine(cfg: Any, source: str | None) -> None:
         _config_problems([f"{source or '<defaults>'}: {p}" for p in problems])
 
 
+def _load_runnable(args: argparse.Namespace) -> Any:
+    """`_load`, then `_check_machine`: the config of a run this machine starts (run, serve)."""
+    cfg = _load(args)
+    _check_machine(cfg, _config_arg(args.config))
+    return cfg
+
+
 def _cmd_config(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.config_command == "validate":
@@ -160,8 +167,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"libra: {note}", file=sys.stderr)
         config_path = None
     else:
-        cfg = _load(args)  # fail fast, before importing torch/vllm/prefect
-        _check_machine(cfg, _config_arg(args.config))
+        cfg = _load_runnable(args)  # fail fast, before importing torch/vllm/prefect
         from flows.cli_common import folder_write_problem
 
         problem = folder_write_problem(cfg.experiment.output_path)
@@ -231,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from flows import cli_serve
 
-        return cli_serve.cmd_serve(args, _load, _config_arg(args.config))
+        return cli_serve.cmd_serve(args, _load_runnable, _config_arg(args.config))
     if args.command == "simulate":
         from flows import cli_simulate
 

@@ -81,7 +81,8 @@ def rl_experiment(
     was seen between iterations).
 
     Args:
-        config_path: the experiment's YAML config (None: the defaults).
+        config_path: the experiment's YAML config (None: the defaults); not read when `resume`
+            is set (the run's own resolved config resumes, with `overrides`).
         overrides: `key.path=value` changes to it, as `libra run --set` takes them.
         resume: a run folder to continue from its last checkpoint instead of starting a new run.
         base_dir: the folder that relative paths resolve against: `config_path`, `resume` and the

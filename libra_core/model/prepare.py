@@ -23,7 +23,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from libra_core.config.models import (
     ArithmeticEnvConfig,
@@ -38,15 +37,14 @@ from libra_core.model.policy import (
     build_tiny_policy,
     check_servable_head_dim,
     count_parameters,
+    hf_folder_problem,
     refuse_sharded_checkpoint,
     replace_dir,
+    resolve_training_device,
     save_policy,
 )
 from libra_core.model.sft import ProgressFn, greedy_accuracy, sft_warmup
 from libra_core.model.tokenizer import train_tokenizer
-
-if TYPE_CHECKING:
-    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +228,7 @@ def _data_fingerprint(cfg: LibraConfig) -> list[str]:
 def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: ProgressFn | None) -> dict:
     assert isinstance(cfg.model, TinyModelConfig), f"unexpected model type {cfg.model.type!r}"
     seed = cfg.experiment.seed
+    device = resolve_training_device(cfg.training.device)  # before any work: `cuda` without one
     env = build_environment(cfg.environment)
     tokenizer = train_tokenizer(env.corpus(CORPUS_SIZE, seed), env.special_tokens, cfg.tokenizer.vocab_size)
     model = build_tiny_policy(
@@ -239,7 +238,6 @@ def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: Progress
         pad_token_id=tokenizer.pad_token_id,  # whatever order the environment lists its specials in
         eos_token_id=tokenizer.eos_token_id,
     )
-    device = _resolve_device(cfg.training.device)
     model.to(device)  # type: ignore[arg-type]
     start = time.perf_counter()
     losses = sft_warmup(model, tokenizer, env, cfg.training.warmup, seed=seed, progress=progress)
@@ -281,14 +279,6 @@ def _build_tiny(cfg: LibraConfig, out_dir: Path, n_eval: int, progress: Progress
     return meta
 
 
-def _resolve_device(device: str) -> torch.device:
-    import torch
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(device)
-
-
 def _prepared(path: Path, meta: dict, *, from_cache: bool) -> PreparedPolicy:
     return PreparedPolicy(
         path=path,
@@ -313,11 +303,9 @@ def _copy_dir(src: Path, dst: Path) -> None:
 
 def _copy_local(model_cfg: HFLocalModelConfig, out_dir: Path) -> PreparedPolicy:
     src = Path(model_cfg.path).expanduser().resolve()
-    if not (src / "config.json").is_file():
-        raise ValueError(
-            f"model.path {model_cfg.path!r} is not a Hugging Face model folder (no config.json in {src}); "
-            "point it at a local folder with config.json, weights and tokenizer files"
-        )
+    problem = hf_folder_problem(model_cfg.path)
+    if problem:
+        raise ValueError(problem)
     # Refused before the copy: load_policy would refuse it only at the first update, after the
     # engines started and a rollout ran.
     refuse_sharded_checkpoint(src, f"model.path {model_cfg.path!r}")

@@ -2,14 +2,15 @@
 and `libra run` refuse up front rather than in the prepare-policy task, after a run folder exists.
 
 Called by the CLI before Prefect is imported; cheap (a package-metadata lookup and file tests, no
-torch or vLLM import). The tasks keep their own checks: a served deployment reaches them directly.
+torch or vLLM import). The create-run task calls `check_before_run` too: a deployment started from
+the Prefect UI, the API or a schedule (`libra serve`) never goes through the CLI's checks.
 """
 
 from __future__ import annotations
 
-from libra_core.config.models import LibraConfig, TinyModelConfig
+from libra_core.config.models import HFLocalModelConfig, LibraConfig, TinyModelConfig
 from libra_core.envs.datasets import resolve_data_path
-from libra_core.model.policy import check_servable_head_dim
+from libra_core.model.policy import check_servable_head_dim, hf_folder_problem
 
 
 def machine_problems(cfg: LibraConfig) -> list[str]:
@@ -21,6 +22,10 @@ def machine_problems(cfg: LibraConfig) -> list[str]:
             check_servable_head_dim(cfg.model)
         except ValueError as err:
             problems.append(str(err))
+    if isinstance(cfg.model, HFLocalModelConfig):
+        problem = hf_folder_problem(cfg.model.path)
+        if problem:
+            problems.append(problem)
     env = cfg.environment
     data_dir = getattr(env, "data_dir", None)
     for file in env.data_files() if hasattr(env, "data_files") else ():
@@ -29,3 +34,21 @@ def machine_problems(cfg: LibraConfig) -> list[str]:
         except FileNotFoundError as err:
             problems.append(f"environment: {err}")
     return problems
+
+
+def check_before_run(cfg: LibraConfig) -> None:
+    """Raise a ValueError listing, one per line, what stops `cfg` from running here: the planner's
+    model, hardware and workload names (Libra planner) and `machine_problems`. The create-run task
+    calls it before it makes or changes a run folder, for a new run and for a resume (whose
+    `--set`/UI overrides may name another spec), as `libra run` checks before Prefect starts."""
+    problems: list[str] = []
+    if cfg.planner.type == "libra":
+        from libra_core.planner.service import LibraPlanner
+
+        try:
+            LibraPlanner.resolve_specs(cfg)
+        except ValueError as err:
+            problems += str(err).splitlines()
+    problems += machine_problems(cfg)
+    if problems:
+        raise ValueError("\n".join(problems))

@@ -59,16 +59,6 @@ class UpdateResult:
         return asdict(self)
 
 
-def _resolve_device(requested: str) -> torch.device:
-    import torch
-
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ValueError("training.device is 'cuda' but no CUDA device is available; use 'cpu' or 'auto'")
-    return torch.device(requested)
-
-
 def _has_signal(table: pa.Table, advantages: np.ndarray) -> bool:
     """True when some trajectory with a nonzero advantage has at least one policy token."""
     trained = [any(mask) for mask in table.column("loss_mask").to_pylist()]
@@ -209,6 +199,7 @@ def _train(
     """Load, take the minibatch steps (recording into `acc`), and save weights and optimizer state."""
     import torch
 
+    from libra_core.model.policy import resolve_training_device
     from libra_core.training.batch import build_batch, split_minibatches
     from libra_core.training.checkpoint import (
         load_optimizer_state,
@@ -221,7 +212,7 @@ def _train(
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    device = _resolve_device(cfg.device)
+    device = resolve_training_device(cfg.device)
     grpo, opt = cfg.grpo, cfg.optimizer
     model = load_policy(policy_dir, device)
     reference = None

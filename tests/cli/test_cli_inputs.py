@@ -151,6 +151,13 @@ def test_validate_and_run_refuse_what_this_machine_cannot_run(tmp_path: Path) ->
         out = libra(*command, "--set", f"experiment.output_dir={tmp_path / 'runs'}", *missing)
         assert "dataset file 'code/nope.jsonl' not found under data_dir" in _error(out)
     assert not (tmp_path / "runs").exists()
+    # an hf_local model folder that does not exist: `validate` said ok, `libra run` made a run
+    # folder and failed in prepare-policy with a Prefect traceback
+    out = libra("config", "validate", "--set", f"model={{type: hf_local, path: {tmp_path / 'nope'}}}")
+    assert f"model.path '{tmp_path / 'nope'}' is not a Hugging Face model folder" in _error(out)
+    # `libra serve` runs the config on this machine too: refused before any server is contacted
+    out = libra("serve", "--api-url", "http://127.0.0.1:9/api", *missing)
+    assert "dataset file 'code/nope.jsonl' not found under data_dir" in _error(out)
     from libra_core.model.policy import vllm_is_cpu_build
 
     if vllm_is_cpu_build():  # GPU builds take other head sizes

@@ -67,6 +67,39 @@ def test_a_run_started_from_the_ui_checks_the_planners_specs_before_making_its_f
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_run_started_from_the_ui_checks_this_machine_before_making_its_folder(tmp_path) -> None:
+    # A served deployment's run with a missing data file made its folder and failed in prepare-policy.
+    from tasks.setup import create_run_task
+
+    overrides = [
+        f"experiment.output_dir={tmp_path / 'runs'}",
+        "environment={type: code, files: [code/x.jsonl]}",
+    ]
+    with pytest.raises(ValueError, match=r"dataset file 'code/x.jsonl' not found under data_dir"):
+        create_run_task.fn(None, overrides, None)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_resume_from_the_ui_checks_its_overrides_before_changing_the_folder(tmp_path) -> None:
+    # Only `libra run --resume` checked them: from the UI a wrong hardware name was written into the
+    # run's config.resolved.yaml, and every later resume of that run was refused.
+    from libra_core.pipeline.run_dir import RunState, write_state
+    from tasks.setup import create_run_task, release_run
+
+    start = create_run_task.fn(None, [f"experiment.output_dir={tmp_path}"], None)
+    release_run.fn(start.run_dir)
+    write_state(start.run_dir, RunState(0, 0, "failed"))
+    resolved = tmp_path / start.run_dir / "config.resolved.yaml"
+    before = resolved.read_bytes()
+    bad = ["planner.type=libra", "planner.hardware=8xBOGUS"]
+    with pytest.raises(ValueError, match=r"planner.hardware: .*BOGUS"):
+        create_run_task.fn(None, bad, start.run_dir)
+    assert resolved.read_bytes() == before
+    resumed = create_run_task.fn(None, [], start.run_dir)  # the folder is unlocked and resumes
+    release_run.fn(start.run_dir)
+    assert resumed.resumed and resumed.start_iteration == 1
+
+
 def test_serve_refuses_a_cron_prefect_cannot_schedule_with_exit_2(tmp_path) -> None:
     # `5L` (last Friday) passed the config's cron check but not Prefect's: it escaped as a traceback
     # with exit 1 once the server was up, then (2026-12-06) exited 2 only after the server check.

@@ -231,6 +231,17 @@ def test_a_head_size_the_cpu_engine_cannot_take_stops_before_the_warm_up(monkeyp
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_training_device_cuda_without_one_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    # The update stage said so; the warm-up trained the tokenizer, then failed with torch's
+    # "Torch not compiled with CUDA enabled".
+    base = tiny_config()
+    cfg = base.model_copy(update={"training": base.training.model_copy(update={"device": "cuda"})})
+    with pytest.raises(ValueError, match="training.device is 'cuda' but no CUDA device is available"):
+        prepare_initial_policy(cfg, tmp_path / "run" / "policy", tmp_path / "cache", num_eval_problems=0)
+    assert not (tmp_path / "run").exists()
+
+
 def test_hf_local_with_a_sharded_checkpoint_is_refused_before_the_copy(first, tmp_path: Path) -> None:
     # load_policy refused it only at the first update, after the engines started and a rollout ran.
     _, prepared, _, _ = first

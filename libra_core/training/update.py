@@ -167,7 +167,7 @@ def run_grpo_update(
         num_trajectories=table.num_rows,
         num_optimizer_steps=len(acc.grad_norms),
         clip_fraction=acc.mean("clip_fraction"),
-        ratio_mean=acc.mean("ratio_mean"),
+        ratio_mean=acc.mean("ratio_mean") if stepped else 1.0,  # no step: no ratio (as _skipped)
         approx_kl=acc.mean("approx_kl"),
         kl_ref=acc.mean("kl_ref") if grpo.kl_coef > 0 and stepped else None,
         grad_norm=float(np.mean(acc.grad_norms)) if stepped else 0.0,

@@ -172,6 +172,8 @@ def test_zero_advantages_leave_weights_untouched(policy_dir: Path, tmp_path: Pat
     assert result.num_optimizer_steps == 0 and result.num_tokens_trained == 0
     assert result.mixed_group_share == 0.0
     assert result.reward_mean == pytest.approx(0.55)
+    # no step, no ratio: 1, as the update stage's result for an all-filtered batch (it read 0)
+    assert result.ratio_mean == 1.0 and result.behavior_weight_mean == 1.0
 
 
 def test_kl_penalty_uses_the_reference(policy_dir: Path, tmp_path: Path):

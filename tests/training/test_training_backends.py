@@ -122,6 +122,26 @@ def test_ddp_refuses_a_spec_that_disagrees_with_the_process_group(tmp_path, spec
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("name", ["ddp", "deepspeed"])
+def test_close_leaves_a_process_group_the_backend_did_not_create(tmp_path, name: str) -> None:  # noqa: ANN001
+    # deepspeed's close destroyed any group, the launcher's included (ddp tracked ownership).
+    import torch.distributed as dist
+
+    from libra_core.training.backends.base import DistSpec
+    from libra_core.training.backends.ddp import DDPBackend
+    from libra_core.training.backends.deepspeed_backend import DeepSpeedBackend
+
+    backend = {"ddp": DDPBackend, "deepspeed": DeepSpeedBackend}[name](DistSpec())
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        backend.close()
+        assert dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 def test_ddp_reduce_counts_replicas_exactly_in_any_dtype(dtype: str) -> None:
     # the count travelled in the gradient's dtype: bfloat16 read 257 replicas as 256

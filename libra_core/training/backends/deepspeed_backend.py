@@ -24,6 +24,7 @@ DEFAULT_EXTENSIONS_DIR = Path.home() / ".cache" / "libra" / "torch_extensions"
 
 class DeepSpeedBackend(TrainingBackend):
     name = "deepspeed"
+    _owns_group = False  # close() destroys the process group only if setup() created it
 
     def __init__(
         self, dist: DistSpec | None = None, *, zero_stage: int = 2, grad_clip: float | None = None
@@ -54,6 +55,7 @@ class DeepSpeedBackend(TrainingBackend):
                 rank=self.dist.rank,
                 world_size=self.dist.world_size,
             )
+            self._owns_group = True
         # DeepSpeed reads its rank from the launcher's variables; this process is one rank on one host.
         os.environ.setdefault("LOCAL_RANK", str(self.dist.rank))
         os.environ.setdefault("RANK", str(self.dist.rank))
@@ -90,5 +92,7 @@ class DeepSpeedBackend(TrainingBackend):
     def close(self) -> None:
         import torch.distributed as dist
 
-        if dist.is_initialized():
+        # A launcher's group (or one the caller made) is the caller's to destroy, as in ddp.py.
+        if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
+            self._owns_group = False

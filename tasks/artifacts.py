@@ -80,7 +80,8 @@ def _iteration_artifacts(run_dir: str, iteration: int) -> None:
         "in the async pipeline the rollout overlapped the previous update, so shares may sum past 100%)",
     )
     parts = [f"### Iteration {iteration}"]
-    spans = [s for s in read_timeline(run_dir) if s.iteration == iteration]
+    # another iteration's damaged span file costs that file alone (the timeline is a view)
+    spans = [s for s in read_timeline(run_dir, damaged=[]) if s.iteration == iteration]
     if spans:
         png = gantt_png(
             spans, Path(run_dir) / "report" / f"timeline-{iteration:05d}.png", title=f"iteration {iteration}"

@@ -172,9 +172,11 @@ def _summary(run_dir: Path, history: Sequence[dict[str, Any]]) -> tuple[str, str
 def _timeline_figures(run_dir: Path) -> tuple[dict[str, tuple[str, bytes]], str]:
     from libra_core.observability.plots import figure_png, gantt_figure
 
-    spans = read_timeline(run_dir)
+    damaged: list[str] = []
+    spans = read_timeline(run_dir, damaged)
+    skipped = f" Left out, damaged: {'; '.join(damaged)}." if damaged else ""
     if not spans:
-        return {}, f"No timeline was recorded for this run ({timeline_dir(run_dir)} has no spans)."
+        return {}, f"No timeline was recorded for this run ({timeline_dir(run_dir)} has no spans).{skipped}"
     iterations = sorted({s.iteration for s in spans})
     last = iterations[-1]
     figures = {
@@ -193,7 +195,7 @@ def _timeline_figures(run_dir: Path) -> tuple[dict[str, tuple[str, bytes]], str]
         what = "the whole run" if shown == iterations else f"the last {len(shown)} iterations"
         label = f"Timeline of {what} (iterations {shown[0]}-{shown[-1]})"
         figures["timeline_run"] = (label, figure_png(gantt_figure(chosen, title=label)))
-    return figures, ""
+    return figures, skipped.strip()
 
 
 def _gather(run_dir: Path) -> _Report:
@@ -286,9 +288,9 @@ def _render_html(report: _Report) -> str:
         "<h2>Timeline</h2>",
     ]
     timelines = [k for k in ("timeline_last", "timeline_run") if k in report.figures]
-    parts += [_html_figure(k, *report.figures[k]) for k in timelines] or [
-        f"<p>{esc(report.timeline_note)}</p>"
-    ]
+    parts += [_html_figure(k, *report.figures[k]) for k in timelines]
+    if report.timeline_note:  # no spans, or span files left out as damaged
+        parts.append(f'<p data-note="timeline">{esc(report.timeline_note)}</p>')
     if report.trace is not None:
         parts.append(
             f"<p>Perfetto trace: <code>{esc(str(report.trace))}</code> (open in ui.perfetto.dev)</p>"
@@ -319,7 +321,7 @@ def _render_md(report: _Report, images: dict[str, str]) -> str:
     parts = [f"# {report.title}", "## Summary", markdown_table(summary, ("item", "value")), "## Timeline"]
     timelines = [k for k in ("timeline_last", "timeline_run") if k in report.figures]
     links = [f"![{report.figures[k][0]}]({_md_link(images[k])})" for k in timelines]
-    parts += links or [report.timeline_note]
+    parts += links + ([report.timeline_note] if report.timeline_note else [])
     if report.trace is not None:
         parts.append(f"Perfetto trace: {_md_code(str(report.trace))} (open in ui.perfetto.dev)")
     parts += [

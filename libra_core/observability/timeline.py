@@ -13,6 +13,7 @@ the spans show that as it happened.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -21,6 +22,8 @@ from typing import Any
 
 from libra_core.data.atomic import atomic_path
 from libra_core.data.io import drop_partitions_after
+
+log = logging.getLogger(__name__)
 
 STAGE_LANES = ("plan", "rollout", "reward", "update", "sync", "eval", "checkpoint")
 INSTANCE_LANE_PREFIX = "instance/"  # lane of one rollout instance, e.g. "instance/vllm-0"
@@ -108,9 +111,19 @@ def _parse(path: Path) -> list[Span]:
         raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from err
 
 
-def read_timeline(run_dir: str | Path) -> list[Span]:
-    """All spans of the run, ordered by start time (empty if the run recorded none)."""
-    spans = [s for p in timeline_dir(run_dir).glob("iteration=*.json") for s in _parse(p)]
+def read_timeline(run_dir: str | Path, damaged: list[str] | None = None) -> list[Span]:
+    """All spans of the run, ordered by start time (empty if the run recorded none). A span file
+    that cannot be read raises a ValueError naming it; given a `damaged` list, it is skipped and
+    its problem appended instead: the timeline is a view of the run, so the readers that show it
+    (trace.json, the report, the UI's artifacts) lose that file alone."""
+    spans: list[Span] = []
+    for path in sorted(timeline_dir(run_dir).glob("iteration=*.json")):
+        try:
+            spans += _parse(path)
+        except ValueError as err:
+            if damaged is None:
+                raise
+            damaged.append(str(err))
     return sorted(spans, key=lambda s: (s.start, s.lane))
 
 
@@ -145,10 +158,15 @@ def to_perfetto(spans: Sequence[Span]) -> dict[str, Any]:
 
 
 def write_perfetto(run_dir: str | Path) -> Path:
-    """(Re)write `<run>/timeline/trace.json` from every recorded span."""
+    """(Re)write `<run>/timeline/trace.json` from every recorded span; a damaged span file is left
+    out with a warning (until 2026-12-06 it failed the write, and with it a resume half-way)."""
     path = timeline_dir(run_dir) / "trace.json"
+    damaged: list[str] = []
+    spans = read_timeline(run_dir, damaged)
+    for problem in damaged:
+        log.warning("left out of trace.json: %s", problem)
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(to_perfetto(read_timeline(run_dir))))
+        tmp.write_text(json.dumps(to_perfetto(spans)))
     return path
 
 

@@ -244,6 +244,18 @@ def test_report_without_timeline_says_so(tmp_path: Path) -> None:
     assert "trace.json" not in path.read_text()
 
 
+def test_a_damaged_span_file_is_left_out_of_the_report_and_named(tmp_path: Path) -> None:
+    # one damaged timeline/iteration=N.json stopped the whole report (exit 2, no report.html)
+    run = make_run(tmp_path)
+    (timeline_dir(run) / "iteration=2.json").write_text("[{")
+    path = build_report(run)
+    cells = parse(path)
+    assert {"timeline_last", "timeline_run", "curves"} <= set(cells.images)
+    text = path.read_text()
+    assert "Left out, damaged: " in text and "iteration=2.json: not a timeline file" in text
+    assert "Left out, damaged: " in build_report(run, fmt="md").read_text()
+
+
 def test_long_run_timeline_shows_last_five_iterations(tmp_path: Path) -> None:
     run = make_run(tmp_path, timeline=False)
     for it in range(1, 26):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -165,3 +166,22 @@ def test_write_perfetto_writes_every_recorded_span(tmp_path: Path) -> None:
     durations = sorted(e["dur"] for e in trace["traceEvents"] if e["ph"] == "X")
     assert durations == pytest.approx([0.5e6, 0.5e6, 2.0e6])
     assert to_perfetto([]) == {"traceEvents": [], "displayTimeUnit": "ms"}
+
+
+def test_write_perfetto_leaves_out_a_damaged_span_file_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # it raised, which failed a resume half-way (history cut back, state and stage files not)
+    write_timeline(tmp_path, 1, [Span(1, "rollout", 10.0, 12.0)])
+    write_timeline(tmp_path, 3, [Span(3, "rollout", 14.0, 15.0)])
+    (timeline_dir(tmp_path) / "iteration=2.json").write_text("[{")
+    with caplog.at_level(logging.WARNING):
+        trace = json.loads(write_perfetto(tmp_path).read_text())
+    assert sorted(e["dur"] for e in trace["traceEvents"] if e["ph"] == "X") == pytest.approx([1e6, 2e6])
+    assert "left out of trace.json: " in caplog.text
+    assert "iteration=2.json: not a timeline file" in caplog.text
+    damaged: list[str] = []
+    assert [s.iteration for s in read_timeline(tmp_path, damaged)] == [1, 3]
+    assert len(damaged) == 1 and "iteration=2.json" in damaged[0]
+    with pytest.raises(ValueError, match=r"iteration=2\.json"):  # strict without the list
+        read_timeline(tmp_path)

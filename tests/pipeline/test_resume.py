@@ -234,6 +234,22 @@ def test_a_resume_forgets_what_the_abandoned_attempt_recorded(tmp_path: Path) ->
     assert '"iteration 4"' not in trace and '"iteration 3"' in trace
 
 
+def test_a_damaged_span_file_does_not_stop_a_resume_half_way(tmp_path: Path) -> None:
+    # trace.json's rewrite raised on it after the history was cut back, before state.json and the
+    # abandoned iterations' stage files were
+    from libra_core.observability.timeline import Span, read_timeline, write_timeline
+
+    layout = _run_with_checkpoint(tmp_path)  # 4 iterations completed, checkpoint at 3
+    for it in range(1, 5):
+        write_timeline(layout.root, it, [Span(it, "rollout", float(it), it + 0.5)])
+    (layout.root / "timeline" / "iteration=2.json").write_text("[{")
+    (layout.root / "stages" / "iteration=4").mkdir(parents=True)
+    assert apply_resume(layout.root, plan_resume(layout.root)) == RunState(3, 3, "running")
+    assert read_state(layout.root) == RunState(3, 3, "running")
+    assert not (layout.root / "stages" / "iteration=4").exists()
+    assert sorted({s.iteration for s in read_timeline(layout.root, damaged=[])}) == [1, 3]
+
+
 def _write_history(root: Path, iterations: int) -> None:
     import random
 

@@ -71,9 +71,18 @@ def lake_path(run_dir: str | Path, iteration: int) -> Path:
 
 
 def write_lake(table: pa.Table, run_dir: str | Path, iteration: int) -> Path:
-    """Write one iteration's rewarded trajectories into the run's Parquet lake."""
+    """Write one iteration's rewarded trajectories into the run's Parquet lake. Refused, before
+    anything is written, when a row is of another iteration: `read_lake` refuses such a partition,
+    and with it the whole lake (the planner's replay, trace exports)."""
     path = lake_path(run_dir, iteration)
     validate_trajectories(table, require_reward=True)
+    wrong = _other_iteration_row(table, iteration)
+    if wrong is not None:
+        row, found, trajectory_id = wrong
+        raise TrajectorySchemaError(
+            f"lake partition of iteration {iteration} ({path}) not written: row {row} (trajectory "
+            f"{trajectory_id!r}) is of iteration {found}; each iteration's rows go to its own partition"
+        )
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path
@@ -126,16 +135,24 @@ def _check_partition_iteration(path: Path, table: pa.Table, expected: int) -> No
     """Every row of the partition of iteration `expected` is of that iteration: a partition copied
     or renamed from another iteration would otherwise be read as this one (by the planner's replay
     of an iteration, by trace exports) without a sign."""
-    found = table.column("iteration").to_pylist()
-    wrong = next((i for i, it in enumerate(found) if it != expected), None)
-    if wrong is not None:
-        trajectory_id = table.column("trajectory_id")[wrong].as_py()
+    wrong_row = _other_iteration_row(table, expected)
+    if wrong_row is not None:
+        wrong, found, trajectory_id = wrong_row
         raise TrajectorySchemaError(
             f"lake file {path}: expected rows of iteration {expected}, found iteration "
-            f"{found[wrong]} in row {wrong} (trajectory {trajectory_id!r}); was the file copied or "
+            f"{found} in row {wrong} (trajectory {trajectory_id!r}); was the file copied or "
             "renamed from another iteration's partition? Put it back under its own iteration, or "
             "delete it"
         )
+
+
+def _other_iteration_row(table: pa.Table, expected: int) -> tuple[int, int, str] | None:
+    """(row, its iteration, its trajectory id) of the first row not of iteration `expected`."""
+    found = table.column("iteration").to_pylist()
+    row = next((i for i, it in enumerate(found) if it != expected), None)
+    if row is None:
+        return None
+    return row, found[row], table.column("trajectory_id")[row].as_py()
 
 
 def _check_unique_across(paths: list[Path], tables: list[pa.Table]) -> None:

@@ -102,6 +102,19 @@ def test_read_lake_names_the_partition_and_its_row(tmp_path: Path) -> None:
     assert str(err.value).startswith(f"lake file {lake_path(tmp_path, 3)}: trajectory 'it3-b' (row 1): ")
 
 
+def test_write_lake_refuses_rows_of_another_iteration_and_keeps_the_lake_readable(tmp_path: Path) -> None:
+    # written, after which read_lake refused the partition and with it the whole lake
+    _lake(tmp_path, 1)
+    rows = [
+        row(iteration=2, trajectory_id="it2-a", reward=1.0),
+        row(iteration=1, trajectory_id="x", reward=1.0),
+    ]
+    with pytest.raises(TrajectorySchemaError, match=r"row 1 \(trajectory 'x'\) is of iteration 1;"):
+        write_lake(table_from_rows(rows), tmp_path, 2)
+    assert not lake_path(tmp_path, 2).exists()
+    assert read_lake(tmp_path).num_rows == 2
+
+
 def test_read_lake_names_both_partitions_of_a_duplicated_trajectory(tmp_path: Path) -> None:
     _lake(tmp_path, 3)
     # a second file whose name also says iteration 1, with a copy of the first one's rows
@@ -141,7 +154,8 @@ def test_a_partition_with_rows_of_two_iterations_names_the_first_stray_row(tmp_p
         row(iteration=2, trajectory_id="it2-a", reward=1.0),
         row(iteration=5, trajectory_id="it5-b", sample_index=1, reward=0.5),
     ]
-    write_lake(table_from_rows(rows), tmp_path, 2)
+    lake_path(tmp_path, 2).parent.mkdir(parents=True)  # written by hand: write_lake refuses it
+    pq.write_table(table_from_rows(rows), lake_path(tmp_path, 2))
     with pytest.raises(
         TrajectorySchemaError, match=r"expected rows of iteration 2, found iteration 5 in row 1 "
     ):

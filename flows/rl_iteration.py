@@ -20,8 +20,7 @@ from prefect import flow
 from prefect.context import FlowRunContext
 from prefect.exceptions import TerminationSignal
 
-from libra_core.observability.request_spans import read_request_spans
-from libra_core.observability.timeline import Span, instance_spans
+from libra_core.observability.timeline import Span, rollout_instance_spans
 from libra_core.pipeline.iteration_row import StageSeconds, iteration_row
 from libra_core.pipeline.rollout_stage import RolloutResult
 from libra_core.pipeline.run_dir import load_run_config
@@ -86,7 +85,7 @@ def rl_iteration(
     else:
         ran, rollout_s = rollout, rollout.wall_s  # overlapped the previous iteration's update
         timed.add("rollout", rollout.started_at, rollout_s)
-    timed.spans += instance_spans(iteration, read_request_spans(ran.requests_path))
+    timed.spans += rollout_instance_spans(iteration, ran.requests_path)
     reward, reward_s = timed("reward", reward_task, run_dir, ran.path, iteration)
     last = iteration == cfg.experiment.iterations
     next_future = None

@@ -10,6 +10,7 @@ parameter of the next iteration in the async pipeline, every iteration.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,8 +49,8 @@ def write_request_spans(path: str | Path, served: Sequence[RequestSpan]) -> Path
 
 def read_request_spans(path: str | Path | None) -> list[RequestSpan]:
     """The spans `write_request_spans` wrote, in its order. None, or no file at `path` (a run
-    folder written before rollouts recorded them): no spans. A file that is not one raises
-    ValueError naming it."""
+    folder written before rollouts recorded them): no spans. A file that is not one, or a row with
+    a null, a non-finite time or an end before its start, raises ValueError naming it."""
     if path is None or not Path(path).exists():
         return []
     try:
@@ -63,4 +64,14 @@ def read_request_spans(path: str | Path | None) -> list[RequestSpan]:
         expected = ", ".join(f"{f.name}: {f.type}" for f in REQUEST_SPAN_SCHEMA)
         raise ValueError(f"{path}: not a request-spans file (columns {fields}; expected {expected})")
     columns = [table.column(name).to_pylist() for name in REQUEST_SPAN_SCHEMA.names]
-    return list(zip(*columns, strict=True))
+    spans = list(zip(*columns, strict=True))
+    for row, (instance, start, end) in enumerate(spans):
+        # Arrow keeps nulls a writer's schema forbids; NaN and inverted spans come from no clock
+        if instance is None or start is None or end is None:
+            raise ValueError(f"{path}: row {row} has a null ({instance!r}, {start!r}, {end!r})")
+        if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+            raise ValueError(
+                f"{path}: row {row} ({instance!r}) is no span: start {start!r}, end {end!r} "
+                "(finite, end at or after start)"
+            )
+    return spans

@@ -79,6 +79,19 @@ def instance_spans(iteration: int, busy: Sequence[tuple[str, float, float]]) -> 
     ]
 
 
+def rollout_instance_spans(iteration: int, requests_path: str | Path | None) -> list[Span]:
+    """`instance_spans` of a rollout's request-spans file (request_spans.py). A damaged one is
+    logged and gives no spans: the timeline is a view, and until 2026-12-06 such a file failed the
+    iteration after its rollout had run."""
+    from libra_core.observability.request_spans import read_request_spans
+
+    try:
+        return instance_spans(iteration, read_request_spans(requests_path))
+    except ValueError as err:
+        log.warning("iteration %d: no rollout instance spans: %s", iteration, err)
+        return []
+
+
 def timeline_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "timeline"
 

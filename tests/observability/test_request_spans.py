@@ -63,3 +63,32 @@ def test_a_damaged_or_foreign_file_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="folder.arrow"):
         read_request_spans(folder)
     assert REQUEST_SPAN_SCHEMA.names == ["instance_id", "start_s", "end_s"]
+
+
+@pytest.mark.parametrize(
+    ("span", "named"),
+    [
+        (("vllm-0", None, 1.0), r"row 1 has a null \('vllm-0', None, 1.0\)"),
+        (("vllm-0", float("nan"), 1.0), r"row 1 \('vllm-0'\) is no span: start nan, end 1.0"),
+        (("vllm-0", 2.0, 1.0), r"row 1 \('vllm-0'\) is no span: start 2.0, end 1.0"),
+    ],
+)
+def test_a_row_that_is_no_span_is_refused_by_name_and_costs_only_the_instance_spans(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, span: tuple, named: str
+) -> None:
+    # read back as written; the iteration flow's instance_spans then raised (a null: a TypeError)
+    # after the rollout had run, and failed the iteration
+    import logging
+
+    from libra_core.observability.timeline import rollout_instance_spans
+
+    path = write_request_spans(tmp_path / "requests.arrow", [("vllm-0", 0.0, 0.5), span])
+    with pytest.raises(ValueError, match=named):
+        read_request_spans(path)
+    with caplog.at_level(logging.WARNING):
+        assert rollout_instance_spans(3, path) == []
+    assert "iteration 3: no rollout instance spans: " in caplog.text
+    good = write_request_spans(tmp_path / "good.arrow", [("vllm-0", 0.0, 0.5), ("vllm-0", 0.4, 1.0)])
+    assert [(s.lane, s.start, s.end) for s in rollout_instance_spans(3, good)] == [
+        ("instance/vllm-0", 0.0, 1.0)
+    ]

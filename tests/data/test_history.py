@@ -49,3 +49,24 @@ def test_a_null_where_the_schema_has_none_names_the_file_and_column(tmp_path: Pa
     with pytest.raises(ValueError, match=r"history.parquet: column 'iteration_s'"):
         append_history(tmp_path, _row(3))
     assert history_path(tmp_path).read_bytes() == before  # nothing rewritten
+
+
+def test_a_column_this_version_does_not_know_is_read_past_but_never_dropped_by_a_rewrite(
+    tmp_path: Path,
+) -> None:
+    # A history written by a newer Libra lost that column for every row at the next append (a
+    # resume with an older checkout): read_table(schema=...) left it out of the rewrite.
+    from libra_core.data.history import drop_history_after
+
+    newer = pa.schema([*HISTORY_SCHEMA, pa.field("future_metric", pa.float64())])
+    rows = [_row(1) | {"future_metric": 1.5}, _row(2) | {"future_metric": 2.5}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=newer), history_path(tmp_path))
+    before = history_path(tmp_path).read_bytes()
+    assert [r["iteration"] for r in read_history(tmp_path)] == [1, 2]  # the report still reads it
+    for rewrite in (lambda: append_history(tmp_path, _row(3)), lambda: drop_history_after(tmp_path, 1)):
+        with pytest.raises(
+            ValueError, match=r"does not record \(\['future_metric'\]\); rewriting it would drop"
+        ):
+            rewrite()
+    assert history_path(tmp_path).read_bytes() == before
+    assert drop_history_after(tmp_path, 2) == 0  # nothing to drop: no rewrite, no refusal

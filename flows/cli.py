@@ -198,15 +198,38 @@ def _cmd_run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGHUP, _interrupt)
     from prefect.exceptions import CancelledRun
 
+    from flows import rl_experiment
+
+    known = len(rl_experiment.started_runs)
     try:
         return run_with_progress(config_path, args.overrides, args.resume)
     except (KeyboardInterrupt, CancelledRun) as err:  # CancelledRun: a Cancel in the Prefect UI
-        from flows.rl_experiment import started_runs
-
-        where = started_runs[-1] if started_runs else "RUN_DIR"
         how = "cancelled from the Prefect UI" if isinstance(err, CancelledRun) else "interrupted"
-        print(f"libra: run {how}; resume it with `libra run --resume {where}`", file=sys.stderr)
+        where = _run_folder(args, rl_experiment.started_runs[known:])
+        if where is None:
+            print(f"libra: run {how} before its run folder was made; nothing to resume", file=sys.stderr)
+        else:
+            print(f"libra: run {how}; resume it with `libra run --resume {where}`", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as err:
+        # Prefect has logged the traceback; what was missing is the folder and how to go on. -v
+        # keeps Python's traceback too.
+        if args.verbose:
+            raise
+        print(f"libra: run failed: {type(err).__name__}: {err}", file=sys.stderr)
+        where = _run_folder(args, rl_experiment.started_runs[known:])
+        if where is not None:
+            print(
+                f"libra: run folder {where}; once the cause is fixed, resume it with "
+                f"`libra run --resume {where}`",
+                file=sys.stderr,
+            )
+        return 1
+
+
+def _run_folder(args: argparse.Namespace, started: list[str]) -> str | None:
+    """The run folder this command started or resumed (None: it failed before making one)."""
+    return started[-1] if started else args.resume
 
 
 def _check_resume(run_dir: str, overrides: list[str]) -> str | None:

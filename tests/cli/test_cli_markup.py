@@ -144,11 +144,12 @@ def test_run_cancelled_from_the_ui_exits_130_with_a_resume_hint(
     from flows import cli, prefect_server, progress_view, rl_experiment
 
     def cancelled(*args: object) -> int:  # what calling rl_experiment does when it ends CANCELLED
+        rl_experiment.started_runs.append(str(tmp_path / "run-1"))
         raise CancelledRun("Cancelled from iteration-2")
 
     monkeypatch.setattr(prefect_server, "choose_api_for_run", lambda: None)
     monkeypatch.setattr(progress_view, "run_with_progress", cancelled)
-    monkeypatch.setattr(rl_experiment, "started_runs", [str(tmp_path / "run-1")])
+    monkeypatch.setattr(rl_experiment, "started_runs", [])
     monkeypatch.setenv("PREFECT_LOGGING_LEVEL", "WARNING")
     monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     rc = cli.main(["run", str(ROOT / "stages.yaml"), "--set", f"experiment.output_dir={tmp_path}"])
@@ -157,3 +158,34 @@ def test_run_cancelled_from_the_ui_exits_130_with_a_resume_hint(
     assert (
         f"run cancelled from the Prefect UI; resume it with `libra run --resume {tmp_path / 'run-1'}`" in err
     )
+
+
+@pytest.mark.parametrize("made_folder", [True, False])
+def test_a_failed_run_names_its_folder_and_how_to_resume_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    no_signals: None,
+    made_folder: bool,
+) -> None:
+    # a failure inside the flow ended in a Python traceback that named no run folder
+    from flows import cli, prefect_server, progress_view, rl_experiment
+
+    run_dir = str(tmp_path / "run-1")
+    monkeypatch.setattr(rl_experiment, "started_runs", [str(tmp_path / "an-earlier-run")])
+
+    def failed(*args: object) -> int:
+        if made_folder:
+            rl_experiment.started_runs.append(run_dir)
+        raise RuntimeError("the update stage ran out of memory")
+
+    monkeypatch.setattr(prefect_server, "choose_api_for_run", lambda: None)
+    monkeypatch.setattr(progress_view, "run_with_progress", failed)
+    monkeypatch.setenv("PREFECT_LOGGING_LEVEL", "WARNING")
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    rc = cli.main(["run", str(ROOT / "stages.yaml"), "--set", f"experiment.output_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert "libra: run failed: RuntimeError: the update stage ran out of memory" in err
+    assert (f"resume it with `libra run --resume {run_dir}`" in err) == made_folder
+    assert "an-earlier-run" not in err

@@ -74,7 +74,8 @@ def test_a_hangup_or_termination_ends_the_run_like_ctrl_c(tmp_path: Path, signum
         for pid in group_members(pgid):
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 130, err[-2000:]
-    assert "run interrupted; resume it with `libra run --resume" in err
+    # this stand-in run makes no run folder, so there is none to resume (it said `--resume RUN_DIR`)
+    assert "libra: run interrupted before its run folder was made; nothing to resume" in err
     assert left == []
 
 

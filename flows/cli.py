@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from flows.cli_common import input_path
+
 EXIT_CONFIG_ERROR = 2
 EXIT_INTERRUPTED = 130  # like a shell after Ctrl-C
 DEFAULT_CONFIG = "stages.yaml"
@@ -53,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run an RL experiment")
     add_config_args(run)
-    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    run.add_argument(
+        "--resume", metavar="RUN_DIR", type=input_path, help="continue a run from its last checkpoint"
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="show Prefect and engine logs")
 
     cfg = sub.add_parser("config", help="inspect configuration")

@@ -24,6 +24,13 @@ def output_path(value: str) -> str:
     return os.path.expanduser(value)
 
 
+def input_path(value: str) -> str:
+    """argparse `type=` of a path to read, or a name that may be one (`--resume`, `--trace`,
+    `--workload`): `~` expanded, as `output_path` does (a shell leaves `--x=~/y` alone, and the
+    commands looked for a folder named `~`)."""
+    return os.path.expanduser(value)
+
+
 def fail(message: str, code: int = EXIT_INPUT_ERROR) -> int:
     """Print `error: MESSAGE` on stderr and return `code` (default: the input-error exit code)."""
     from rich.console import Console

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from flows.cli_common import fail
+from flows.cli_common import fail, input_path
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="model spec name, e.g. qwen3-14b, or a Hugging Face config.json or model spec YAML file",
     )
-    p.add_argument("--workload", required=True, help="preset name or a trace Parquet file")
+    p.add_argument("--workload", required=True, type=input_path, help="preset name or a trace Parquet file")
     p.add_argument("--staleness", type=int, default=0, help="policy lag allowed (0: synchronous)")
     p.add_argument("--gpu-budget", type=int, default=None, help="use at most this many GPUs")
     p.add_argument("--top", type=int, default=4, help="plans to show (best first)")

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from flows.cli_common import fail, output_path, output_problem
+from flows.cli_common import fail, input_path, output_path, output_problem
 
 
 def add_parsers(
@@ -38,7 +38,9 @@ def add_parsers(
     )
 
     ev = sub.add_parser("trace-eval", help="replay a trace under schedulers and report routing metrics")
-    ev.add_argument("--trace", required=True, metavar="FILE", help="Parquet trace (libra trace export)")
+    ev.add_argument(
+        "--trace", required=True, metavar="FILE", type=input_path, help="Parquet trace (libra trace export)"
+    )
     ev.add_argument("--scheduler", default="all", help="scheduler name, or `all` (default)")
     ev.add_argument(
         "--buckets",

@@ -143,6 +143,18 @@ def test_simulate_expands_a_tilde_in_the_trace_path(tmp_path: Path) -> None:
     assert "colocated" in out.stdout
 
 
+def test_input_paths_given_as_flag_equals_tilde_are_expanded(tmp_path: Path) -> None:
+    # a shell leaves `--x=~/y` alone: the commands looked for `./~/y`
+    _synth(tmp_path)  # tmp_path / "t.parquet"
+    env = {"HOME": str(tmp_path)}
+    out = libra("trace-eval", "--trace=~/t.parquet", "--buckets", "1000,4000", env=env)
+    assert out.returncode == 0, out.stderr  # was: trace file ~/t.parquet does not exist
+    out = libra("plan", "--hardware", "8xA800", "--model", "qwen3-8b", "--workload=~/t.parquet", env=env)
+    assert "workload t: 256 traj/iter" in out.stdout, out.stderr  # was: trace file '~/t.parquet' not found
+    err = _error(libra("run", "--resume=~/no-run", env=env))
+    assert f"--resume {tmp_path / 'no-run'}: not a run folder" in err
+
+
 def test_validate_and_run_refuse_what_this_machine_cannot_run(tmp_path: Path) -> None:
     # both passed `libra config validate`; `libra run` made a run folder and failed in
     # prepare-policy with Prefect tracebacks (exit 1)

@@ -255,11 +255,13 @@ def _counts_over(table: SegmentTable, ti: int, targets: np.ndarray) -> np.ndarra
     # best is non-increasing in n; n misses target l iff targets[l] < best[n], i.e. l < idx[n].
     idx = np.searchsorted(targets, best, side="left").reshape(nn, -1)  # (N, (K+1)^2)
     width = len(targets) + 1
-    # Counts fit in int16 (N is at most a cluster's GPUs): one (K+1)^2 x L array, filled and summed
-    # in place. An int64 histogram and its cumulative sums touched 12x the memory, and fresh pages
+    # Counts fit in int16 up to 32,766 instances: one (K+1)^2 x L array, filled and summed in
+    # place. An int64 histogram and its cumulative sums touched 12x the memory, and fresh pages
     # cost more than the arithmetic (0.1 s a call on the 2-core machine; a planner search makes 4-8).
-    assert nn < np.iinfo(np.int16).max, f"{nn} instance counts do not fit the int16 counts"
-    hist = np.zeros((k1 * k1, width), dtype=np.int16)
+    # More instances (a cluster past 32k GPUs of TP1, and as many trajectories) take int32 (until
+    # 2026-12-06 an AssertionError, a traceback from `libra plan`).
+    dtype = np.int16 if nn < np.iinfo(np.int16).max else np.int32
+    hist = np.zeros((k1 * k1, width), dtype=dtype)
     np.add.at(hist, (np.broadcast_to(np.arange(k1 * k1), idx.shape), idx), 1)
     np.cumsum(hist, axis=1, out=hist)
     np.subtract(nn, hist, out=hist)  # #{n: idx[n] > l}

@@ -90,21 +90,26 @@ class MoveAudit:
             self._pending = (iteration, previous, applied, max(0.0, predicted_gain_fraction))
 
     def verdict(self, iteration: int) -> AuditVerdict | None:
-        """The pending move's verdict once `window` iterations after it have finished, else None."""
+        """The pending move's verdict once `window` iterations after it have finished, else None.
+        An iteration after the move that was never recorded (no lake rows, a zero period) does not
+        hold the verdict back for good: once the window has passed (and one more iteration, for a
+        pipelined run's last record), the move is judged on the iterations that were recorded, and
+        dropped unjudged when none were (until 2026-12-06 it stayed pending, so a bad move was
+        never reverted)."""
         if self._pending is None:
             return None
         at, previous, applied, predicted = self._pending
         w = self.policy.window
         before = [self._throughput.get(i) for i in range(at - 1 - w, at - 1)]
         after = [x for i in range(at + 1, at + 1 + w) if (x := self._throughput.get(i)) is not None]
-        if len(after) < w:
+        if len(after) < w and iteration <= at + w + 1:
             return None
         self._pending = None
         known = [x for x in before if x is not None]
-        if not known:  # nothing measured before the move (it came early): nothing to compare
+        if not known or not after:  # nothing measured on one side of the move: nothing to compare
             return None
         b = sum(known) / len(known)
-        a = sum(after) / w
+        a = sum(after) / len(after)
         action: Literal["revert", "confirm"] = (
             "revert" if a < b * (1.0 - self.policy.max_loss_fraction) else "confirm"
         )

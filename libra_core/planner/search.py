@@ -203,16 +203,19 @@ def search_plans(
     if not np.isfinite(table.crit_s).any():
         return []
     plans = _search_splits(model, hw, num_gpus, s, table, shape, t_sync, spread)
-    if (spread is not None or s.mixed_margin > 0 or s.promote) and not s.homogeneous:
+    if not s.homogeneous:
         # Balanced groups end with the slowest of them (balanced_groups_factor), so a one-degree
         # layout may be expected faster; the split ranking by the DP's price need not surface its
         # best split, so search the one-degree layouts too (same spread). The margin needs them
         # too: it compares the mixed layouts with the best one-bucket one.
         one = _one_bucket(s)
+        # A one-bucket layout is priced by the one-bucket search alone: the DP's several ranges on
+        # one degree run as one least-load bucket (the router merges them), and priced it up to
+        # 12% cheaper (until 2026-12-06; evaluate_plan re-prices such a plan as one range).
+        plans = [p for p in plans if _buckets(p.rollout) > 1]
         if s.promote:
             # A one-bucket layout has no longer bucket to promote to: it runs as admission by
             # final length does, so price it (and only the one-bucket search) without promotion.
-            plans = [p for p in plans if _buckets(p.rollout) > 1]
             table = segment_table(cost, workload, tps, num_gpus, one)
         plans += _search_splits(model, hw, num_gpus, one, table, shape, t_sync, spread)
     assert 0.0 <= s.mixed_margin < 1.0, f"mixed_margin must be in [0, 1), got {s.mixed_margin}"
@@ -453,8 +456,13 @@ def evaluate_plan(
     sequences no longer fit; if nothing fits, the plan prices at infinity.
     """
     s = settings or SearchSettings()
-    if s.promote and not s.homogeneous and len(plan.instance_tps) == 1:
-        s = _one_bucket(s)  # priced as search_plans prices a one-bucket layout
+    if not s.homogeneous and _buckets(plan.rollout) == 1:
+        # Priced as search_plans prices a one-bucket layout: one range, no promotion (what the
+        # router runs: groups of one degree merge into one bucket). The DP's several ranges on one
+        # degree priced it 12-17% cheaper than the search had (until 2026-12-06, unless `promote`),
+        # so a run measuring exactly the predicted time taught the correction a factor of 1.13,
+        # and replan decisions compared a proposal with a current plan priced too cheaply.
+        s = _one_bucket(s)
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
     table = segment_table(cost, workload, tps, plan.rollout_gpus, s)

@@ -239,3 +239,18 @@ def test_counts_over_counts_the_instance_counts_that_miss_each_target() -> None:
         got = _counts_over(table, ti, targets)
         assert got.shape == naive.shape and np.array_equal(got, naive)
         assert got.max() == table.max_instances  # some range misses the smallest target at every n
+
+
+def test_instance_counts_past_int16_are_counted_exactly() -> None:
+    # 40,000 instance counts (a 40,000-GPU cluster of TP1, as many trajectories) raised an
+    # AssertionError: the counts were int16
+    from libra_core.planner.assignment import _counts_over
+
+    n = 40_000
+    work = np.full((1, n, 2, 2), np.nan)
+    work[0, :, 0, 1] = 100.0  # one range of 100 s of work
+    crit = np.where(np.isnan(work), np.nan, 0.001)
+    table = SegmentTable((1,), work, crit, np.array([0, 1]), np.array([10.0]))
+    targets = np.array([0.004, 1.0, 10.0])  # met by 25,000 / 100 / 10 instances
+    missed = _counts_over(table, 0, targets)[0, 1]
+    assert missed.tolist() == [24_999, 99, 9]

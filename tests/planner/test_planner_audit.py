@@ -59,6 +59,25 @@ def test_a_move_within_the_margin_is_confirmed() -> None:
     assert not audit.refuses(new, 10) and audit.extra_margin(10) == 0.0
 
 
+def test_an_iteration_missing_after_the_move_does_not_hold_the_verdict_back_for_good() -> None:
+    # iteration 7 was never recorded (no lake rows, a zero period): the move stayed pending for
+    # good, so a move that halved throughput was never reverted
+    old, new = two_plans()
+    audit = MoveAudit(AuditPolicy(window=3, max_loss_fraction=0.05, refuse_iterations=10))
+    for i in range(5):
+        audit.record(i, tokens=1000.0, seconds=10.0)
+    audit.moved(5, old, new, predicted_gain_fraction=0.08)
+    for i in (6, 8, 10):
+        audit.record(i, tokens=1000.0, seconds=20.0)  # 50 tok/s
+    assert audit.verdict(9) is None  # the window's last record may still come (a pipelined run)
+    v = audit.verdict(10)
+    assert v is not None and v.action == "revert" and v.after_tokens_per_s == pytest.approx(50.0)
+    # none recorded after the move: dropped unjudged, not pending for ever
+    audit.moved(20, new, old, predicted_gain_fraction=0.08)
+    assert audit.verdict(24) is None and audit._pending is not None  # still within reach
+    assert audit.verdict(25) is None and audit._pending is None
+
+
 def test_window_zero_turns_the_audit_off() -> None:
     audit, _, _ = audited(after_tokens_per_s=50.0, policy=AuditPolicy(window=0))
     assert audit.verdict(9) is None

@@ -11,8 +11,9 @@ import pytest
 from libra_core.config import load_config
 from libra_core.pipeline.run_dir import load_run_config
 from libra_core.pipeline.run_lock import unlock_run
+from libra_core.pipeline.run_start import anchor_paths
 from libra_core.planner.service import LibraPlanner
-from tasks.setup import anchor_paths, create_run_task
+from tasks.setup import create_run_task
 
 LIBRA = ["planner.type=libra", "planner.initial_workload=math-short"]
 

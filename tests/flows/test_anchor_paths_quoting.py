@@ -11,7 +11,8 @@ import pytest
 from libra_core.config import load_config
 from libra_core.config.overrides import parse_overrides
 from libra_core.pipeline.run_lock import unlock_run
-from tasks.setup import _anchored_specs, anchor_paths, create_run_task
+from libra_core.pipeline.run_start import _anchored_specs, anchor_paths
+from tasks.setup import create_run_task
 
 ODD_NAMES = ["proj #2", "exp: v2", "a 'b' \"c\"", "é😀"]
 

@@ -38,7 +38,7 @@ def test_the_stage_table_shows_eval_only_when_it_ran(monkeypatch, eval_s, eval_r
     # An iteration without an evaluation used to show "eval 0.0 s, 0%", as if it had run for nothing.
     tables: list[list[dict[str, Any]]] = []
     monkeypatch.setattr(artifacts, "read_history", lambda run_dir: [_row(eval_s)])
-    monkeypatch.setattr(artifacts, "read_timeline", lambda run_dir: [])
+    monkeypatch.setattr(artifacts, "read_timeline", lambda run_dir, damaged=None: [])
     monkeypatch.setattr(artifacts, "planner_rows", lambda run_dir: [])
     monkeypatch.setattr(artifacts, "create_table_artifact", lambda table, **kw: tables.append(table))
     markdowns: list[str] = []

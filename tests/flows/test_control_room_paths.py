@@ -20,8 +20,9 @@ from flows.serve import build_deployments, experiment_parameters, simulate_param
 from libra_core.config import load_config
 from libra_core.pipeline.run_dir import load_run_config
 from libra_core.pipeline.run_lock import unlock_run
+from libra_core.pipeline.run_start import RunStart, anchor_paths
 from tasks.artifacts import artifact_key
-from tasks.setup import RunStart, anchor_paths, create_run_task
+from tasks.setup import create_run_task
 
 # --- the run-summary artifact key ---------------------------------------------------------------
 

@@ -152,7 +152,8 @@ def _summary(run_dir: Path, history: Sequence[dict[str, Any]]) -> tuple[str, str
         ("iterations_planned", "iterations planned", cfg.experiment.iterations),
         ("policy_version", "policy version", state.policy_version),
         ("planner", "planner", cfg.planner.type),
-        ("total_iteration_s", "total iteration time (s)", sum(walls)),
+        # over the same values as the median: a NaN (a foreign or hand-edited history) read "nan"
+        ("total_iteration_s", "total iteration time (s)", sum(w for w in walls if not math.isnan(w))),
         ("median_iteration_s", "median iteration time (s)", _median(walls)),
         ("first_reward_mean", f"reward_mean, iteration {history[0]['iteration']}", history[0]["reward_mean"]),
         (

@@ -235,6 +235,23 @@ def test_markdown_report_writes_pngs_next_to_it(tmp_path: Path) -> None:
     assert "static plan" in text
 
 
+def test_a_nan_iteration_time_is_left_out_of_the_total_as_of_the_median(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the median skipped it, the total read "nan" (a foreign or hand-edited history)
+    real = history_row
+    monkeypatch.setitem(  # this module's own globals, however pytest imported it
+        make_run.__globals__,
+        "history_row",
+        lambda it, rng: real(it, rng) | ({"iteration_s": math.nan} if it == 2 else {}),
+    )
+    run = make_run(tmp_path, timeline=False)
+    walls = [h["iteration_s"] for h in read_history(run) if h["iteration"] != 2]
+    summary = parse(build_report(run)).summary
+    assert float(summary["total_iteration_s"][0]) == pytest.approx(sum(walls))
+    assert float(summary["median_iteration_s"][0]) == pytest.approx(statistics.median(walls))
+
+
 def test_report_without_timeline_says_so(tmp_path: Path) -> None:
     run = make_run(tmp_path, timeline=False)
     path = build_report(run)

@@ -33,6 +33,12 @@ def load_policy(policy_dir: Path, device: torch.device | str) -> PreTrainedModel
     """
     from transformers import AutoModelForCausalLM  # heavy import, only when a model is actually loaded
 
+    if not (Path(policy_dir) / "config.json").is_file():
+        # transformers would read the path as a hub repo id ("Repo id must be in the form ...")
+        raise FileNotFoundError(
+            f"policy folder {policy_dir} holds no config.json (deleted or moved?); resume the run "
+            "from a checkpoint, or start it again"
+        )
     refuse_sharded_checkpoint(Path(policy_dir), str(policy_dir))
     model = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32)
     # Through nn.Module.to: transformers' wrapped `to` confuses type checkers about its arguments.

@@ -67,3 +67,11 @@ def test_a_killed_write_leaves_a_temp_file_that_a_resume_deletes(tmp_path: Path,
     tmp.write_bytes(b"half a file")
     resume._remove_leftovers(layout)
     assert not tmp.exists()
+
+
+def test_a_policy_folder_without_its_config_is_named(tmp_path: Path) -> None:
+    # transformers read the missing folder as a hub repo id: "Repo id must be in the form ..."
+    from libra_core.training.checkpoint import load_policy
+
+    with pytest.raises(FileNotFoundError, match=rf"policy folder {tmp_path / 'policy'} holds no config.json"):
+        load_policy(tmp_path / "policy", "cpu")

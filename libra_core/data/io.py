@@ -94,7 +94,11 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
     if iteration is not None:
         paths = [lake_path(run_dir, iteration)]
     else:
-        paths = sorted((Path(run_dir) / "lake").glob("iteration=*.parquet"))
+        # by number: by name, iteration=100000 (six digits) came before iteration=99999
+        paths = sorted(
+            (Path(run_dir) / "lake").glob("iteration=*.parquet"),
+            key=lambda p: (_partition_iteration(p), p.name),
+        )
     if not paths:
         return TRAJECTORY_SCHEMA.empty_table()
     for p in paths:

@@ -119,7 +119,8 @@ def markdown_table(
     """GitHub-flavoured Markdown table; None (or a missing column) renders as `-`."""
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     for row in rows:
-        cells = (_cell_text(row.get(col), floats).replace("|", "\\|") for col in columns)
+        # one line per row: a line break (a planner reason, a name) would end the table there
+        cells = (" ".join(_cell_text(row.get(col), floats).split()).replace("|", "\\|") for col in columns)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

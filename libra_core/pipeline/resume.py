@@ -251,10 +251,12 @@ def _drop_stages_after(layout: RunLayout, iteration: int) -> None:
 
 
 def _remove_leftovers(layout: RunLayout) -> None:
-    """Delete what a process killed mid-write left: `atomic_path`'s `.NAME.tmp-PID-HEX` files and a
-    checkpoint's `.iter_N.staging` copy (a whole policy and optimizer state). Safe while the
-    resume holds the folder's lock: no other process is writing them."""
-    for tmp in layout.root.rglob(".*.tmp-*"):
+    """Delete what a process killed mid-write left: `atomic_path`'s `.NAME.tmp-PID-HEX` files, a
+    checkpoint's `.iter_N.staging` copy (a whole policy and optimizer state) and a folder
+    `replace_dir` had renamed aside, `.NAME.old-HEX` (a whole policy: the folder it replaced is
+    restored from the checkpoint or prepared again). Safe while the resume holds the folder's
+    lock: no other process is writing them."""
+    for tmp in [*layout.root.rglob(".*.tmp-*"), *layout.root.rglob(".*.old-*")]:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:

@@ -219,3 +219,10 @@ def test_two_threads_writing_one_target_do_not_share_a_temp_file(tmp_path: Path)
     assert errors == []
     assert target.read_text() == "A" * 20  # the write that finished last, whole
     assert [p.name for p in tmp_path.iterdir()] == ["x.txt"]
+
+
+def test_read_lake_orders_partitions_by_iteration_past_five_digits(tmp_path: Path) -> None:
+    # sorted by name, iteration=100000.parquet came before iteration=99999.parquet
+    for it in (100_000, 99_999, 7):
+        write_lake(table_from_rows([row(iteration=it, trajectory_id=f"it{it}", reward=1.0)]), tmp_path, it)
+    assert read_lake(tmp_path).column("iteration").to_pylist() == [7, 99_999, 100_000]

@@ -324,6 +324,11 @@ def test_markdown_table_formats_values() -> None:
         "| name | x | n |\n|---|---|---|\n| a\\|b | 1.235 | 7 |\n| c | - | - |\n"
     )
     assert markdown_table(rows[:1], ["x"], floats="{:.1f}") == "| x |\n|---|\n| 1.2 |\n"
+    # a line break (a planner reason) ended the table mid-row
+    assert (
+        markdown_table([{"reason": "keep:\nno saving"}], ["reason"])
+        == "| reason |\n|---|\n| keep: no saving |\n"
+    )
 
 
 def test_plots_refuse_empty_input_and_write_pngs(tmp_path: Path) -> None:

@@ -267,12 +267,15 @@ def test_a_resume_removes_what_a_killed_write_left(tmp_path: Path) -> None:
         layout.root / ".history.parquet.tmp-16022",
         layout.root / "lake" / ".iteration=4.parquet.tmp-16022",
         layout.checkpoints / ".iter_00004.staging" / "policy" / "model.safetensors",
+        # replace_dir killed between its two renames: the replaced policy, renamed aside (a disk leak)
+        layout.root / ".policy.old-1a2b3c4d" / "model.safetensors",
     ]
     for path in leftovers:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("half written")
     apply_resume(layout.root, plan_resume(layout.root))
-    assert [p.exists() for p in leftovers] == [False, False, False]
+    assert [p.exists() for p in leftovers] == [False, False, False, False]
+    assert not (layout.root / ".policy.old-1a2b3c4d").exists()
     assert not (layout.checkpoints / ".iter_00004.staging").exists()
     assert (layout.checkpoint(3) / "state.json").is_file()  # the checkpoint itself is kept
 

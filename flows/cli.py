@@ -164,10 +164,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # The run's resolved config with this command's --set, and what the resume would do, checked
         # before Prefect starts (the create-run task checks the same again, then applies it).
         resolved = Path(args.resume) / RESOLVED_CONFIG_NAME
-        _check_machine(_load(args, resolved), str(resolved))
-        note = _check_resume(args.resume, args.overrides)
+        cfg = _load(args, resolved)
+        note = _check_resume(args.resume, args.overrides)  # first: "cannot change on resume" says more
         if note is None:
             return EXIT_CONFIG_ERROR
+        _check_machine(cfg, str(resolved))
         print(f"libra: {note}", file=sys.stderr)
         config_path = None
     else:

@@ -211,7 +211,7 @@ def search_plans(
         one = _one_bucket(s)
         # A one-bucket layout is priced by the one-bucket search alone: the DP's several ranges on
         # one degree run as one least-load bucket (the router merges them), and priced it cheaper
-        # (arith-tiny, 2xTP4: 10.7%; until 2026-12-06; evaluate_plan re-prices such a plan so).
+        # (until 2026-12-06; evaluate_plan re-prices such a plan as one range too).
         plans = [p for p in plans if _buckets(p.rollout) > 1]
         if s.promote:
             # A one-bucket layout has no longer bucket to promote to: it runs as admission by
@@ -459,9 +459,9 @@ def evaluate_plan(
     if not s.homogeneous and _buckets(plan.rollout) == 1:
         # Priced as search_plans prices a one-bucket layout: one range, no promotion (what the
         # router runs: groups of one degree merge into one bucket). The DP's several ranges on one
-        # degree priced it cheaper than the search had (search-medium, 9xTP4: 17%; until 2026-12-06,
-        # unless `promote`), so a run measuring exactly the predicted time taught the correction
-        # a factor of 1.135 (tests/planner/test_planner_reprice.py),
+        # degree priced it cheaper than the search had (search-medium, 9xTP4: 137.9 s, not 167.0 s;
+        # until 2026-12-06, unless `promote`), so a run measuring exactly the predicted time taught
+        # the correction a factor of 1.135 (tests/planner/test_planner_reprice.py on the old code),
         # and replan decisions compared a proposal with a current plan priced too cheaply.
         s = _one_bucket(s)
     cost = RolloutCostModel(model, hw, s.max_num_seqs)

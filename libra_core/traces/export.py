@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from libra_core.config.loader import RESOLVED_CONFIG_NAME
 from libra_core.data.io import read_lake
 from libra_core.scheduling.base import ToolStatus, Turn
 from libra_core.traces.schema import TraceSchemaError, TraceTrajectory, trace_table, write_trace
@@ -85,6 +86,11 @@ def export_trace(run_dir: str | Path, out_path: str | Path) -> Path:
     """Write the trace of every iteration in `run_dir/lake` to `out_path` (Parquet); returns the path."""
     lake = read_lake(run_dir)
     if lake.num_rows == 0:
+        if (Path(run_dir) / RESOLVED_CONFIG_NAME).is_file():  # a run folder, before its first reward
+            raise FileNotFoundError(
+                f"run {run_dir} has no trajectories in its lake yet ({Path(run_dir) / 'lake'}); "
+                "export it once an iteration has finished"
+            )
         raise FileNotFoundError(
             f"no trajectory lake under {Path(run_dir) / 'lake'}; is {run_dir} a run directory?"
         )

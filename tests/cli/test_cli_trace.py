@@ -102,3 +102,14 @@ def test_bad_inputs_exit_2_without_traceback(tmp_path: Path) -> None:
         assert "Traceback" not in out.stderr
         assert needle in out.stderr.replace("\n", ""), (argv, out.stderr)
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_export_of_a_run_with_no_finished_iteration_says_so(tmp_path: Path) -> None:
+    # it asked whether the run folder was a run directory
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.resolved.yaml").write_text("experiment: {name: x}\n")
+    out = libra("trace", "export", str(run), "-o", str(tmp_path / "x.parquet"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "has no trajectories in its lake yet" in out.stderr.replace("\n", "")
+    assert "a run directory?" not in out.stderr

@@ -8,7 +8,8 @@ too well and still be chosen. The audit checks the move against what the run mea
 
 Who calls it: the plan stage's planner (service.py) and the simulator's replanning (sim/pipeline.py).
 After every finished iteration they call `record(iteration, tokens, seconds)`; when a replan is
-applied, `moved(iteration, previous, applied)`; before each iteration, `verdict(iteration)`.
+applied, `moved(iteration, previous, applied)`; before each iteration, `verdict(iteration)`. While a
+move is `pending`, they skip the replans that fall due (a second move would replace its audit).
 Throughput is tokens per second of iteration, so a workload that grows slowly (drift) does not
 read as a regression. With `window` finished iterations on each side of the move (the iteration
 that paid the move and the one before it are skipped: in a pipelined run the update of the one
@@ -88,6 +89,12 @@ class MoveAudit:
         iteration time; the move is audited once enough has run."""
         if self.policy.window > 0:
             self._pending = (iteration, previous, applied, max(0.0, predicted_gain_fraction))
+
+    @property
+    def pending(self) -> bool:
+        """A move awaits its verdict. Callers hold the next move until it is judged: `moved` keeps
+        one move, so a second move before the verdict would leave the first never audited."""
+        return self._pending is not None
 
     def verdict(self, iteration: int) -> AuditVerdict | None:
         """The pending move's verdict once `window` iterations after it have finished, else None.

@@ -258,6 +258,9 @@ class LibraPlanner:
             log.info("iteration %d: %s; the replan due now follows", iteration, decision.reason)
         if not due:
             return self._plan, None
+        if self.audit.pending:  # e.g. replan_every < audit_window + 2, or a pipelined run's lag
+            log.info("iteration %d: the last move awaits its audit; no replan before it", iteration)
+            return self._plan, None
         window = self.window.pooled()
         current_now = evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())
         proposed = self._search(window, iteration)

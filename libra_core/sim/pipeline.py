@@ -351,6 +351,8 @@ def replan(sim: Simulator, j: int) -> bool:
     """Run the planner on the recent window; True if a plan that moves workers was applied."""
     dep = sim.dep
     assert dep is not None and dep.plan is not None and sim.windows
+    if sim.audit.pending:  # as the plan stage does: a second move would replace the first's audit
+        return False
     window = concat(sim.windows, name=f"window@{j}")
 
     def ok(plan: Plan) -> bool:  # not the resources of a move the audit reverted

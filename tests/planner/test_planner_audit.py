@@ -181,3 +181,16 @@ def test_the_audit_margin_raises_the_hysteresis() -> None:
     assert policy.decide(3, current, now, proposed, long).action == "apply"
     kept = policy.decide(3, current, now, proposed, long, extra_gain_fraction=saving)
     assert kept.action == "keep" and kept.min_gain_fraction == pytest.approx(0.05 + saving)
+
+
+def test_a_replan_due_while_the_audit_is_pending_waits_for_the_verdict() -> None:
+    """A pipelined run has not finished iteration 3 when it plans iteration 4 (a replan iteration):
+    a move at 4 replaced the pending audit of the move at 2, which was then never judged."""
+    planner, first, moved, seconds = _moved_service()
+    planner.observe(LONG, 16, {"rollout": seconds * 2, "update": 0.0}, iteration=2)
+    plan, decision = planner.step(4)
+    assert decision is None and plan is moved and planner.audit.pending
+    planner.observe(LONG, 16, {"rollout": seconds * 2, "update": 0.0}, iteration=3)
+    back, verdict = planner.step(5)  # the move at 2 measured twice as slow per token: reverted
+    assert verdict is not None and verdict.action == "revert" and back is first
+    assert not planner.audit.pending and planner.audit.refuses(moved, 6)

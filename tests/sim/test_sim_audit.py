@@ -45,3 +45,17 @@ def test_a_replan_that_ran_slower_is_reverted() -> None:
 def test_negative_audit_window_is_rejected() -> None:
     with pytest.raises(ValueError, match="audit_window"):
         SimSettings(audit_window=-1)
+
+
+def test_no_replan_while_a_move_awaits_its_audit() -> None:
+    # Replans every 2 iterations with a 3-iteration audit window: the replans due before the
+    # move's verdict are skipped (a second move replaced the first's audit, which was never run).
+    settings = replace(OLD_PRICES, audit_window=3, replan_every=2)
+    st = build_sim(
+        "search-r1", "+planning", 24, settings=settings, prompts_per_iteration=192, **OLD_SHAPES["search-r1"]
+    ).run()
+    records = [(d["iteration"], d["action"], d["move_cost_s"]) for d in st.replans]
+    moves = [i for i, (_, action, cost) in enumerate(records) if action == "apply" and cost > 0]
+    assert moves, records
+    for i in moves:  # each move's next record is its verdict
+        assert i + 1 == len(records) or records[i + 1][1] in ("revert", "confirm"), records

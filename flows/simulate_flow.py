@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 from uuid import UUID
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 
 from flows.cli_common import output_problem
@@ -143,6 +143,8 @@ def simulate_flow(
     scenario_spec(scenario, model, shape)  # the name, and the spec's ranges
     if is_trace(scenario) and not Path(scenario).is_file():
         raise ValueError(f"scenario {scenario!r}: no such trace file")
+    if is_trace(scenario) and seed != 0:  # as `libra simulate --seed` says it
+        get_run_logger().warning("seed %d has no effect on a trace replay (%s)", seed, scenario)
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     if out_dir is not None:
         # an empty out_dir is refused as such, not taken for base_dir itself

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -86,7 +87,9 @@ def test_simulate_flow_what_ifs_match_the_library(prefect_quiet, tmp_path: Path)
         simulate_flow("tiny", "8xA800", 2, "greedy", settings=["spill_factor=-1"])
 
 
-def test_simulate_flow_replays_a_trace_with_its_what_ifs(prefect_quiet, tmp_path: Path, monkeypatch) -> None:
+def test_simulate_flow_replays_a_trace_with_its_what_ifs(
+    prefect_quiet, tmp_path: Path, monkeypatch, caplog
+) -> None:
     # A trace path as the scenario (what a user types in the UI): `spec` is the replay's TraceSpec.
     # Given with `~`: the check expanded it and the task did not ("does not exist", until 2026-12-06).
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -113,6 +116,16 @@ def test_simulate_flow_replays_a_trace_with_its_what_ifs(prefect_quiet, tmp_path
     )
     with pytest.raises(ValueError, match="spec 'group_size=4'.*latency_scale"):
         simulate_flow(str(trace), "8xA800", 2, "greedy", spec=["group_size=4"])
+    # A seed draws nothing in a replay: the flow says so in its log, as `libra simulate --seed` does.
+    run_log = logging.getLogger("prefect.flow_runs")  # Prefect's run loggers do not propagate
+    run_log.addHandler(caplog.handler)
+    try:
+        simulate_flow(str(trace), "8xA800", 2, "greedy", seed=5, out_dir=str(tmp_path / "seeded"))
+    finally:
+        run_log.removeHandler(caplog.handler)
+    assert "seed 5 has no effect on a trace replay" in caplog.text
+    seeded = json.loads((tmp_path / "seeded" / "summary.json").read_text())
+    assert seeded["results"][0]["makespan_s"] == plain.results[0].makespan_s
 
 
 def test_simulate_flow_takes_your_own_model_and_gpu(prefect_quiet, tmp_path: Path) -> None:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import os
-import tempfile
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -36,6 +34,7 @@ from libra_core.config.yaml_io import (
     StrictDumper,
     read_yaml_mapping,
 )
+from libra_core.data.atomic import atomic_path
 
 RESOLVED_CONFIG_NAME = "config.resolved.yaml"
 
@@ -299,18 +298,7 @@ def write_resolved_config(cfg: LibraConfig, run_dir: str | Path) -> Path:
     Called once per run by whoever creates the run folder; creates `run_dir` if needed and
     returns the written path.
     """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    target = run_dir / RESOLVED_CONFIG_NAME
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{RESOLVED_CONFIG_NAME}.", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(config_to_yaml(cfg))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; the resolved config is for everyone to read
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    target = Path(run_dir) / RESOLVED_CONFIG_NAME
+    with atomic_path(target) as tmp:  # the folder is made, the file and the rename synced
+        tmp.write_text(config_to_yaml(cfg), encoding="utf-8")
     return target

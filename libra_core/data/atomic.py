@@ -3,13 +3,15 @@
 The writers of files another stage or command reads (trajectory IPC files, the lake, the run
 history and state, timelines and trace.json, plots, traces, reports, the C-MLFQ tree) go through
 `atomic_path`, so a reader never sees half a file, a crash (or a power loss: the data is synced
-before the rename) leaves the old file whole, and a failed write leaves no temp file behind.
+before the rename, the folder after it) leaves the old file whole or the new one, and a failed
+write leaves no temp file behind.
 Folders (checkpoints, the policy) are copied beside their target and renamed the same way
 (`pipeline/run_dir.copy_tree_atomic`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
 from collections.abc import Iterator
@@ -40,3 +42,19 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _sync_folder(path.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable: the new name is folder data, which a power loss after
+    `os.replace` could otherwise lose (the old content back, or, for a new file, none)."""
+    if os.name != "posix":  # Windows cannot open a folder for fsync; NTFS journals renames
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno != errno.EINVAL:  # EINVAL: a file system that cannot sync folders
+            raise
+    finally:
+        os.close(fd)

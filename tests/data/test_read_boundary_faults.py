@@ -4,6 +4,8 @@ file."""
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -226,3 +228,25 @@ def test_read_lake_orders_partitions_by_iteration_past_five_digits(tmp_path: Pat
     for it in (100_000, 99_999, 7):
         write_lake(table_from_rows([row(iteration=it, trajectory_id=f"it{it}", reward=1.0)]), tmp_path, it)
     assert read_lake(tmp_path).column("iteration").to_pylist() == [7, 99_999, 100_000]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="folders are synced on POSIX only")
+def test_atomic_path_syncs_the_folder_after_the_rename(tmp_path: Path, monkeypatch) -> None:
+    # The rename is folder data: without a folder fsync a power loss could lose the new name.
+    target = tmp_path / "sub" / "x.txt"
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        events.append("rename")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    with atomic_path(target) as tmp:
+        tmp.write_text("new")
+    assert events == ["file", "rename", "folder"] and target.read_text() == "new"

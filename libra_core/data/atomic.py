@@ -42,10 +42,23 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _sync_folder(path.parent)
+    sync_folder(path.parent)
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_tree(folder: Path) -> None:
+    """fsync every file and folder under `folder` (itself included): a folder copied beside its
+    target is on disk before the rename that publishes it (checkpoints, the policy)."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            fd = os.open(Path(root) / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        sync_folder(Path(root))
+
+
+def sync_folder(folder: Path) -> None:
     """Make a rename in `folder` durable: the new name is folder data, which a power loss after
     `os.replace` could otherwise lose (the old content back, or, for a new file, none)."""
     if os.name != "posix":  # Windows cannot open a folder for fsync; NTFS journals renames

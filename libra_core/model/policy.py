@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from libra_core.config.models import TinyModelConfig
+from libra_core.data.atomic import sync_folder, sync_tree
 
 if TYPE_CHECKING:
     import torch
@@ -199,11 +200,13 @@ def replace_dir(src: Path, dst: Path) -> None:
     A directory cannot be renamed over a non-empty one, so an existing `dst` (folder or symlink)
     is first renamed aside; the window in which `dst` is missing is two renames long.
     """
+    sync_tree(src)  # on disk before its name is: a power loss leaves the old folder or the new
     old = None
     if dst.exists() or dst.is_symlink():
         old = dst.parent / f".{dst.name}.old-{uuid.uuid4().hex[:8]}"
         os.rename(dst, old)
     os.rename(src, dst)
+    sync_folder(dst.parent)
     if old is not None:
         if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old, ignore_errors=True)

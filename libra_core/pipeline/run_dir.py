@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -28,7 +29,9 @@ from pathlib import Path
 
 from libra_core.config import LibraConfig, load_config
 from libra_core.config.loader import RESOLVED_CONFIG_NAME
-from libra_core.data.atomic import atomic_path
+from libra_core.data.atomic import atomic_path, sync_folder, sync_tree
+
+_CHECKPOINT_NAME = re.compile(r"iter_(\d+)")  # RunLayout.checkpoint's names
 
 
 @dataclass(frozen=True)
@@ -161,10 +164,12 @@ def copy_tree_atomic(src: Path, dst: Path) -> None:
     tmp, old = dst.with_name(f".{dst.name}.tmp"), dst.with_name(f".{dst.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)
+    sync_tree(tmp)  # on disk before its name is: a power loss leaves the old folder or the new
     shutil.rmtree(old, ignore_errors=True)
     if dst.exists():
         os.replace(dst, old)
     os.replace(tmp, dst)
+    sync_folder(dst.parent)
     shutil.rmtree(old, ignore_errors=True)
 
 
@@ -186,14 +191,28 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: 
         (staging / "scheduler").mkdir()
         shutil.copy2(tree, staging / "scheduler" / layout.scheduler_tree.name)
     (staging / "state.json").write_text(json.dumps(asdict(state), indent=2))
+    sync_tree(staging)  # a checkpoint that is named is whole, after a power loss too
     if ckpt.exists():
         shutil.rmtree(ckpt)
     os.replace(staging, ckpt)
-    for old in sorted(layout.checkpoints.glob("iter_*"))[:-keep]:
+    sync_folder(layout.checkpoints)
+    for old in checkpoint_dirs(run_dir)[:-keep]:
         shutil.rmtree(old)
     return ckpt
 
 
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """The run's checkpoint folders, oldest first, by iteration number: by name, `iter_100000`
+    came before `iter_99999` (the names are padded to five digits), so the newest was deleted
+    as the oldest and a resume started from the one before it (until 2026-12-06)."""
+    found = []
+    for path in RunLayout(Path(run_dir)).checkpoints.glob("iter_*"):
+        m = _CHECKPOINT_NAME.fullmatch(path.name)
+        if m is not None and path.is_dir():
+            found.append((int(m.group(1)), path))
+    return [path for _, path in sorted(found)]
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    ckpts = sorted(RunLayout(Path(run_dir)).checkpoints.glob("iter_*"))
+    ckpts = checkpoint_dirs(run_dir)
     return ckpts[-1] if ckpts else None

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from libra_core.pipeline.resume import apply_resume, plan_resume
 from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
+    checkpoint_dirs,
     latest_checkpoint,
     load_run_config,
     new_run_dir,
@@ -132,3 +134,33 @@ def test_an_async_rollout_keeps_its_own_copy_of_the_tree(tmp_path: Path) -> None
     assert layout.scheduler_tree.is_file() and not layout.scheduler_tree_at(3).exists()
     _save_scheduler(s, layout, 3)  # async: and iteration 3's own
     assert load_tree(layout.scheduler_tree_at(3)).prompts.keys() == {"p"}
+
+
+def test_checkpoints_are_ordered_by_iteration_past_five_digits(tmp_path: Path) -> None:
+    # By name iter_100000 came before iter_99999: the newest was deleted as the oldest.
+    layout = make_run(tmp_path)
+    for it in (99_998, 99_999, 100_000):
+        save_checkpoint(layout.root, it, RunState(it, it, "running"), keep=2)
+    (layout.checkpoints / "iter_notes.txt").write_text("not a checkpoint")  # left alone, not read
+    assert latest_checkpoint(layout.root) == layout.checkpoint(100_000)
+    assert [p.name for p in checkpoint_dirs(layout.root)] == ["iter_99999", "iter_100000"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names open files through /proc")
+def test_a_checkpoint_is_synced_before_its_name_appears(tmp_path: Path, monkeypatch) -> None:
+    layout = make_run(tmp_path)
+    (layout.policy / "model.safetensors").write_text("weights")
+    synced: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    seen: list[list[str]] = []
+    monkeypatch.setattr(os, "replace", lambda a, b: (seen.append(list(synced)), real_replace(a, b)))
+    save_checkpoint(layout.root, 1, RunState(1, 1, "running"), keep=2)
+    staging = str(layout.checkpoints / ".iter_00001.staging")
+    assert f"{staging}/policy/model.safetensors" in seen[-1] and f"{staging}/state.json" in seen[-1]
+    assert synced[-1] == str(layout.checkpoints)  # the new name, after the rename

@@ -7,6 +7,7 @@ test that needs real generation. Prefect runs ephemeral, with its home in a temp
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -56,6 +57,12 @@ def served_policy(warm_policy: Path, tmp_path_factory: pytest.TempPathFactory) -
     """A private copy of the warm policy that the shared engine serves (tests may overwrite it)."""
     dst = tmp_path_factory.mktemp("served") / "policy"
     shutil.copytree(warm_policy, dst)
+    # Sampling defaults as instruct models ship them (Qwen2.5-Instruct's): the engine must not take
+    # them as request defaults, or the log-prob tests below see the penalised distribution's.
+    gen_config = dst / "generation_config.json"
+    defaults = json.loads(gen_config.read_text()) if gen_config.exists() else {}
+    defaults.update({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05})
+    gen_config.write_text(json.dumps(defaults, indent=2))
     return dst
 
 

@@ -210,6 +210,13 @@ class EngineClient:
             "max_tokens": max_tokens,
             "temperature": temperature,
             "top_p": top_p,
+            # The distribution the trainer scores (training/logprobs.py): no truncation and no
+            # penalty, whatever defaults the server took from the model folder (vllm_server.py).
+            "top_k": 0,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
             "logprobs": 0,  # the sampled token's log-prob only
             "return_token_ids": True,
             "skip_special_tokens": False,

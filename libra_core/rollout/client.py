@@ -14,6 +14,7 @@ the client and the API server costs more than the generation itself, so this mat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -304,6 +305,11 @@ class EngineClient:
                 url=self.url,
                 unresponsive=True,
             ) from err
+        except httpx.HTTPError as err:  # refused, reset: named as the completions name theirs
+            raise EngineRequestError(
+                f"{self.url}{path} failed: {type(err).__name__}: {err}; did the engine exit? see its log",
+                url=self.url,
+            ) from err
         if resp.status_code != 200:
             raise EngineRequestError(f"{self.url}{path} failed ({resp.status_code}): {resp.text[:300]}")
         return resp.json() if resp.content else None
@@ -332,7 +338,15 @@ class EngineClient:
     def swap_weights(self, weights_dir: str) -> None:
         """The whole weight sync of this instance: pause (keeping in-flight requests), reload from
         `weights_dir`, drop the prefix cache, resume (also when the reload fails)."""
-        self.pause(mode="keep")
+        try:
+            self.pause(mode="keep")
+        except EngineRequestError:
+            # It may have paused before the answer was lost. Resume, best effort (this also closes
+            # the pause the request timeouts leave out: left open, no request to this engine timed
+            # out until a later sync resumed it), and report the pause's failure.
+            with contextlib.suppress(EngineRequestError):
+                self.resume()
+            raise
         try:
             self.reload_weights(weights_dir)
             self.reset_prefix_cache()

@@ -95,3 +95,41 @@ def test_a_hung_engine_still_times_out_as_unresponsive(engine: str) -> None:
         asyncio.run(_complete(engine, max_tokens=0))
     assert err.value.unresponsive and err.value.url == engine
     assert TIMEOUT_S <= time.monotonic() - start < 2 * TIMEOUT_S
+
+
+def test_a_sync_to_an_engine_that_exited_names_it_and_leaves_no_pause_open() -> None:
+    from libra_core.rollout.vllm_server import free_port
+
+    url = f"http://127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens: the engine exited
+    with pytest.raises(
+        EngineRequestError, match=r"/pause\?mode=keep failed: ConnectError.*did the engine exit"
+    ) as err:
+        EngineClient(url, timeout_s=TIMEOUT_S).swap_weights("/policy")  # was a bare httpx.ConnectError
+    assert err.value.url == url
+    time.sleep(0.2)
+    assert paused_seconds(url) < 0.1  # the failed pause was left open: its time grew for ever
+
+
+def test_a_failed_pause_is_resumed_and_closed() -> None:
+    """A pause whose answer is an error may still have paused the engine: the sync resumes it and
+    closes the pause, so the request timeouts to this engine count again."""
+    calls: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            calls.append(self.path)
+            status = 500 if self.path.startswith("/pause") else 200
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        with pytest.raises(EngineRequestError, match="pause"):
+            EngineClient(url, timeout_s=TIMEOUT_S).swap_weights("/policy")
+        time.sleep(0.2)
+        assert calls == ["/pause?mode=keep", "/resume"]  # no reload on an engine in doubt
+        assert paused_seconds(url) < 0.1

@@ -52,7 +52,7 @@ class RolloutResult:
 def _load_scheduler(cfg: LibraConfig, layout: RunLayout) -> Scheduler:
     """The run's scheduler; C-MLFQ resumes the tree that earlier iterations built."""
     if cfg.scheduler.type == "cmlfq" and layout.scheduler_tree.exists():
-        return CMLFQScheduler(cfg.scheduler, load_tree(layout.scheduler_tree))
+        return CMLFQScheduler.from_saved(cfg.scheduler, load_tree(layout.scheduler_tree))
     return build_scheduler(cfg.scheduler)
 
 

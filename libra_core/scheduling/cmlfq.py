@@ -93,6 +93,19 @@ class CMLFQScheduler:
         self.counters = CMLFQCounters()
         self._progress: dict[str, _Progress] = {}
 
+    @classmethod
+    def from_saved(cls, cfg: SchedulerConfig, tree: PrefixTree) -> CMLFQScheduler:
+        """The scheduler of a run that loads its tree from a file before each rollout (the live
+        pipeline): the tree as the constructor takes it, then one whole pruning pass. The pass's
+        place is not saved with the tree, so a loaded tree starts a new pass, which checks the
+        newest prompts first: within one iteration's inserts it never reached the oldest, the stale
+        ones, and a tree loaded and saved at every rollout kept every prompt it had seen (until
+        2026-12-06). The whole pass costs about what the load did."""
+        sched = cls(cfg, tree)
+        if cfg.prune_nodes_per_insert:
+            sched.tree.prune()
+        return sched
+
     def in_flight(self) -> int:
         return self.tracker.in_flight()
 

@@ -38,8 +38,12 @@ class GatewayClient:
         *,
         timeout_s: float = 150.0,
         max_frame_bytes: int = 1 << 30,
+        pull_wait_s: float = 60.0,
     ) -> None:
         self.key, self.worker_id, self.max_frame_bytes = key, worker_id, max_frame_bytes
+        # How long one pull waits for its update (the gateway caps it at MAX_PULL_WAIT_S); a core
+        # step that takes longer answers `retry`, and run_hybrid pulls again.
+        self.pull_wait_s = pull_wait_s
         self._session = ClientSession(worker_id)
         self._sock = socket.create_connection(address, timeout=timeout_s)
         try:
@@ -93,6 +97,7 @@ class GatewayClient:
         reply, _ = self.request("push", body, step=step, version=version, epoch=epoch)
         return reply
 
-    def pull(self, step: int, wait_s: float = 60.0) -> tuple[dict[str, Any], torch.Tensor | None]:
-        reply, body = self.request("pull", step=step, wait_s=wait_s)
+    def pull(self, step: int, wait_s: float | None = None) -> tuple[dict[str, Any], torch.Tensor | None]:
+        wait = self.pull_wait_s if wait_s is None else wait_s
+        reply, body = self.request("pull", step=step, wait_s=wait)
         return reply, (bytes_to_tensors(body)["update"] if reply.get("ok") else None)

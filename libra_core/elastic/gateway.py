@@ -23,17 +23,19 @@ Message kinds and their checks (a failed check is a typed rejection, logged and 
 - `snapshot_part` (index): the next part of that snapshot. The join moves to LOADING only once the
   last part has been sent.
 - `loaded` (aligned_through): the worker has loaded the snapshot and starts replaying updates.
-- `pull` (step): blocks until update `step` is published; replies with the update, the optimizer
-  hyperparameters it was applied with, and whether the worker is active in step+1. An update older
-  than the log is `expired` (the join fails).
+- `pull` (step, wait_s): blocks until update `step` is published; replies with the update, the
+  optimizer hyperparameters it was applied with, and whether the worker is active in step+1. An
+  update older than the log is `expired` (the join fails); one not published within `wait_s` is
+  refused with `retry` (the hybrid pulls again; its join goes on).
 - `push` (step, version, epoch, grad): accepted only for the open step, at its frozen version and
   membership epoch, from an ACTIVE member on the connection serving its current join, once, with a
-  body that decodes as one finite tensor of the expected size and dtype.
+  body that decodes as one finite tensor of the expected size and dtype, with a finite norm.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -45,7 +47,7 @@ from libra_core.elastic.membership import Coordinator, Membership
 from libra_core.elastic.server import HELLO_MAX_HEADER_BYTES, Reply, SideChannelServer
 from libra_core.elastic.session import ServerSession
 from libra_core.elastic.snapshot import Hyperparams, Snapshot
-from libra_core.elastic.state_machine import UNWATCHED, HybridState, IllegalTransition
+from libra_core.elastic.state_machine import HybridState, IllegalTransition
 from libra_core.elastic.wire import BodyError, bytes_to_tensors, tensors_to_bytes
 
 if TYPE_CHECKING:
@@ -136,6 +138,8 @@ class Gateway(SideChannelServer):
         import safetensors.torch  # noqa: F401
 
         self.coordinator, self.numel, self.dtype = coordinator, numel, dtype
+        self.update_bytes = payload_bytes  # the largest body a hybrid receives (an update frame)
+        self._closed = False
         self.deadline_s, self.update_log_steps = deadline_s, update_log_steps
         self._cond = threading.Condition()
         self._open = _Open(coordinator.current)
@@ -233,6 +237,14 @@ class Gateway(SideChannelServer):
             self._cond.notify_all()
         return nxt
 
+    def close(self) -> None:
+        """Stop serving: waiting pulls return, open connections are shut (their hybrids see the
+        end), then the server stops (SideChannelServer.close)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        super().close()
+
     # ------------------------------------------------------------------ hybrid side (handler threads)
 
     def _report_dropped(self, label: str, reason: str) -> None:
@@ -245,7 +257,8 @@ class Gateway(SideChannelServer):
     def _handle(self, session: ServerSession, header: dict[str, Any], body: bytes) -> Reply:
         try:
             return self._dispatch(session, header, body)
-        except (KeyError, TypeError, ValueError, IllegalTransition) as exc:
+        # OverflowError: int() of an Infinity in the JSON header (it killed the handler thread)
+        except (KeyError, TypeError, ValueError, OverflowError, IllegalTransition) as exc:
             return Reply({"ok": False, "reason": f"bad request: {exc!r}"})
 
     def _dispatch(self, session: ServerSession, header: dict[str, Any], body: bytes) -> Reply:
@@ -253,11 +266,12 @@ class Gateway(SideChannelServer):
         if kind == "push":
             return Reply(self._on_push(session, header, body))
         if kind == "pull":
-            return self._on_pull(session, int(header["step"]), float(header.get("wait_s", 60.0)))
+            return self._on_pull(session, int(header["step"]), _wait_s(header))
         if kind == "snapshot":
-            wait_s = min(float(header.get("wait_s", 60.0)), MAX_PULL_WAIT_S)
             part_bytes = int(header.get("part_bytes", SNAPSHOT_PART_BYTES))
-            return self.joins.on_snapshot(session, wait_s, part_bytes, lambda: self._open.membership.step)
+            return self.joins.on_snapshot(
+                session, _wait_s(header), part_bytes, lambda: self._open.membership.step, self.update_bytes
+            )
         if kind == "snapshot_part":
             return self.joins.on_snapshot_part(session, int(header["index"]))
         if kind == "loaded":
@@ -307,6 +321,12 @@ class Gateway(SideChannelServer):
             # One NaN would pass clipping (its norm is NaN) and poison every replica's weights and the
             # optimizer state for good.
             return None, "payload 'grad' holds non-finite values"
+        import torch  # loaded already (the codec is torch's)
+
+        if not math.isfinite(float(torch.linalg.vector_norm(grad))):
+            # Finite values whose norm overflows (1e18 on each of 1,000 float32 values) made the
+            # reduced norm inf: clipping then stopped every core rank, mid-step, for good.
+            return None, "payload 'grad' has a norm too large for its dtype"
         return grad.reshape(-1), ""
 
     def _on_pull(self, session: ServerSession, step: int, wait_s: float) -> Reply:
@@ -318,6 +338,8 @@ class Gateway(SideChannelServer):
             join = self.joins.join_of(session)
             life = self.coordinator.lifecycle(worker)
             while step not in self._log:
+                if self._closed:
+                    return Reply({"ok": False, "reason": "the gateway closed"})
                 if over := self.joins.superseded(join):
                     return Reply(ended(over))
                 if join is not None and life.state is HybridState.ROLLOUT:
@@ -330,11 +352,12 @@ class Gateway(SideChannelServer):
                     return Reply({"ok": False, "reason": "expired"})
                 left = deadline - time.perf_counter()
                 if left <= 0:
+                    # A core step may outlast a pull's wait (an agentic update often does): the
+                    # hybrid pulls again (`retry`). Until 2026-12-06 this failed a warming join, so
+                    # no hybrid could join a core whose steps took over a minute; the join fails
+                    # when its connection ends instead (joins.py).
                     reason = f"update {step} not published within {wait_s} s"
-                    if join is not None and life.state in UNWATCHED:
-                        self.coordinator.fail(worker, reason)
-                        self._cond.notify_all()
-                    return Reply({"ok": False, "reason": reason})
+                    return Reply({"ok": False, "reason": reason, "retry": True})
                 self._cond.wait(left)
             if over := self.joins.superseded(join):
                 return Reply(ended(over))
@@ -355,3 +378,12 @@ class Gateway(SideChannelServer):
         if published.param_groups is not None:
             reply["param_groups"] = published.param_groups
         return Reply(reply, tensors_to_bytes({"update": published.update}))
+
+
+def _wait_s(header: dict[str, Any]) -> float:
+    """A request's `wait_s`, at most MAX_PULL_WAIT_S. A NaN passed every bound check, so the wait
+    loop spun on the gateway lock, beside the core's step, until the update came."""
+    wait_s = float(header.get("wait_s", 60.0))
+    if not math.isfinite(wait_s) or wait_s < 0:
+        raise ValueError(f"wait_s must be a finite number >= 0, got {wait_s}")
+    return min(wait_s, MAX_PULL_WAIT_S)

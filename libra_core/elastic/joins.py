@@ -13,10 +13,11 @@ changes nothing either.
 
 Liveness. A join that no process drives any more must not stay in a training state (the planner
 counts those as training). It fails (rollback to rollout) when the connection bound to it ends while
-the worker is JOIN_REQUESTED, LOADING, WARMING or LEAVING; when its snapshot wait (or a pull wait, in
-the gateway) times out in those states; or when no connection has asked for its snapshot
-`join_timeout_s` after it was requested (checked at every step boundary). An ACTIVE worker is
-watched by the payload deadline instead.
+the worker is JOIN_REQUESTED, LOADING, WARMING or LEAVING; when its snapshot wait times out in those
+states; or when no connection has asked for its snapshot `join_timeout_s` after it was requested
+(checked at every step boundary). An ACTIVE worker is watched by the payload deadline instead. A
+pull that times out fails nothing: a core step may outlast it, and the hybrid pulls again (a
+connected hybrid that stops pulling is closed by the server's idle timeout, which ends its join).
 
 Snapshots are sent in parts (libra_core/elastic/snapshot.py); the join moves to LOADING only once the
 last part has been sent in full, so a failed send leaves it JOIN_REQUESTED, and the end of the
@@ -148,10 +149,17 @@ class JoinDesk:
                 self._cond.notify_all()
 
     def on_snapshot(
-        self, session: ServerSession, wait_s: float, part_bytes: int, open_step: Callable[[], int]
+        self,
+        session: ServerSession,
+        wait_s: float,
+        part_bytes: int,
+        open_step: Callable[[], int],
+        update_bytes: int = 0,
     ) -> Reply:
         """Bind the connection to the worker's requested join, wait at most `wait_s` for a fresh
-        snapshot (`open_step()` is the gateway's open step), and send its first part."""
+        snapshot (`open_step()` is the gateway's open step), and send its first part. A hybrid whose
+        frame limit (`part_bytes`) is below an update's body (`update_bytes`) is refused first: it
+        downloaded the whole snapshot, then failed on its first pull."""
         worker = session.worker
         deadline = time.perf_counter() + wait_s
         with self._cond:
@@ -166,6 +174,13 @@ class JoinDesk:
                 reason = (
                     f"the hybrid's frame limit ({part_bytes} B) is below the smallest snapshot part "
                     f"({MIN_SNAPSHOT_PART_BYTES} B); raise its max_frame_bytes"
+                )
+                self.coordinator.fail(worker, reason)
+                return Reply({"ok": False, "reason": reason})
+            if part_bytes < update_bytes:
+                reason = (
+                    f"the hybrid's frame limit ({part_bytes} B) is below one update ({update_bytes} B, "
+                    "pulled as one frame); raise its max_frame_bytes"
                 )
                 self.coordinator.fail(worker, reason)
                 return Reply({"ok": False, "reason": reason})

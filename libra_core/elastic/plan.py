@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from libra_core.elastic.membership import Role
-from libra_core.elastic.state_machine import HybridState
+from libra_core.elastic.state_machine import HybridState, IllegalTransition
 
 log = logging.getLogger(__name__)
 
@@ -99,17 +99,40 @@ class AppliedSwitch:
 
 
 def apply_switches(switches: list[RoleSwitch], controller: HybridController) -> list[AppliedSwitch]:
-    """Issue the switches in order; returns at once after issuing (joins finish asynchronously)."""
+    """Issue the switches in order; returns at once after issuing (joins finish asynchronously).
+    A leave or cancel follows the hybrid's state when issued (`_retire`); one that finds it out of
+    training already is left out of the result."""
     applied: list[AppliedSwitch] = []
     for switch in switches:
         t0 = time.perf_counter()
         if switch.action == "join_training":
             controller.request_join(switch.worker_id)
             controller.start_hybrid(switch.worker_id)
-        elif switch.action == "leave_training":
-            controller.request_leave(switch.worker_id)
-        else:
-            controller.cancel(switch.worker_id)
+        elif not _retire(switch, controller):
+            continue
         applied.append(AppliedSwitch(switch, time.perf_counter() - t0))
         log.info("role switch %s %s issued", switch.worker_id, switch.action)
     return applied
+
+
+def _retire(switch: RoleSwitch, controller: HybridController) -> bool:
+    """Take a hybrid out of training the way its state now allows; False when it already is out.
+
+    The switches were planned from the states at one moment while the core kept stepping: a join
+    planned to be cancelled may be ACTIVE by now (it must leave), an active one may have failed back
+    to rollout or be leaving already (nothing to do). Until 2026-12-06 the stale switch raised
+    IllegalTransition and the switches after it were never issued."""
+    cancel_first = switch.action == "cancel_join"
+    ways = (
+        (controller.cancel, controller.request_leave)
+        if cancel_first
+        else (controller.request_leave, controller.cancel)
+    )
+    for way in ways:
+        try:
+            way(switch.worker_id)
+            return True
+        except IllegalTransition:
+            continue
+    log.info("role switch %s %s: already out of training, nothing issued", switch.worker_id, switch.action)
+    return False

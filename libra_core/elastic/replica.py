@@ -100,6 +100,8 @@ class CoreReplica:
         if self.gateway is not None:
             extra, collection = self.gateway.collect(step, self.version)
         count = len(collection.included) if collection else 0
+        if extra is not None:  # decoded from the wire on the CPU; the core may train on a GPU
+            extra = extra.to(local.device)
         update, divisor = self.backend.reduce(local, extra_sum=extra, extra_count=count)
         # A non-finite norm raises FloatingPointError here, before any weight changes; every replica
         # reduced the same sum, so every one stops.
@@ -151,7 +153,8 @@ def run_hybrid(
     """Join (snapshot -> replay -> active), train until left, cancelled or failed; return what happened.
 
     The loop runs while the gateway reports the worker WARMING, ACTIVE or LEAVING, and ends on any
-    other state, on a refused pull, or when the gateway says this join is over (`ended`: cancelled,
+    other state, on a refused pull (one refused with `retry`, a core step that outlasted the wait,
+    is pulled again), or when the gateway says this join is over (`ended`: cancelled,
     failed, or superseded by a later join of the same worker, which then goes on without this loop).
     `final_state` is the last state seen, or "ended: <reason>" / "failed: <reason>". If anything here
     raises, the connection is closed first, so the gateway fails the join at once rather than after
@@ -198,6 +201,8 @@ def _run_hybrid(
         else:
             report.replayed_steps.append(step)
         reply, update = client.pull(step)
+        while reply.get("retry"):  # the core's step outlasted the wait: it goes on, so does the join
+            reply, update = client.pull(step)
         if not reply.get("ok") or update is None:
             report.final_state = f"{'ended' if reply.get('ended') else 'failed'}: {reply.get('reason')}"
             break

@@ -26,6 +26,7 @@ and an optional action to run once that reply is sent in full), `_connection_end
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import socketserver
@@ -72,6 +73,7 @@ class SideChannelServer:
         self.handshake_timeout_s, self.idle_timeout_s = handshake_timeout_s, idle_timeout_s
         self.max_connections = max_connections
         self._conn_lock = threading.Lock()
+        self._live: set[socket.socket] = set()  # connections being served, for `close`
         self.connections = 0  # connections being served now
         self.refused_connections = 0  # closed on accept: `max_connections` were being served
         self.timed_out = 0  # connections closed for a handshake or a read past its timeout
@@ -131,8 +133,15 @@ class SideChannelServer:
         return str(host), int(port)
 
     def close(self) -> None:
+        """Stop accepting, then shut every open connection: its handler thread ends and its peer
+        sees the end (until 2026-12-06 both lived on until the idle timeout, served as before)."""
         self._server.shutdown()
         self._server.server_close()
+        with self._conn_lock:
+            live = list(self._live)
+        for sock in live:
+            with contextlib.suppress(OSError):  # already closed by its peer
+                sock.shutdown(socket.SHUT_RDWR)
 
     # ------------------------------------------------------------------ connections (accept thread)
 
@@ -217,6 +226,15 @@ class SideChannelServer:
             return None
 
     def _serve_connection(self, sock: socket.socket) -> None:
+        with self._conn_lock:
+            self._live.add(sock)
+        try:
+            self._serve_session(sock)
+        finally:
+            with self._conn_lock:
+                self._live.discard(sock)
+
+    def _serve_session(self, sock: socket.socket) -> None:
         handshake_deadline = time.monotonic() + self.handshake_timeout_s
         session = self._hello(sock, handshake_deadline)
         if session is None:

@@ -109,13 +109,18 @@ class Core:
 
 
 def hybrid_thread(
-    gateway: Gateway, worker: str, out: dict[str, Any], *, delay: Callable[[int], float] | None = None
+    gateway: Gateway,
+    worker: str,
+    out: dict[str, Any],
+    *,
+    delay: Callable[[int], float] | None = None,
+    **client_options: Any,
 ) -> threading.Thread:
     """run_hybrid on a thread (as a pool worker would run it); its report or error, model and
-    optimizer land in `out`."""
+    optimizer land in `out`; `client_options` go to its GatewayClient."""
 
     def body() -> None:
-        client = GatewayClient(gateway.address, KEY, worker)
+        client = GatewayClient(gateway.address, KEY, worker, **client_options)
         model = out["model"] = PROBLEM.model()
         optimizer = out["optimizer"] = PROBLEM.optimizer(model)
         try:

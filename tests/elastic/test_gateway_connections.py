@@ -10,6 +10,7 @@ import hmac
 import secrets
 import socket
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -216,3 +217,63 @@ def test_an_authentic_frame_whose_header_is_not_a_json_object_is_a_counted_proto
             client.close()
     finally:
         gateway.close()
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"step": 0, "wait_s": float("nan")}, "wait_s must be a finite number >= 0, got nan"),
+        ({"step": 0, "wait_s": -1.0}, "wait_s must be a finite number >= 0, got -1.0"),
+        ({"step": float("inf"), "wait_s": 0.1}, "OverflowError"),
+    ],
+)
+def test_non_finite_numbers_in_an_authentic_header_are_a_bad_request(
+    fields: dict[str, Any], problem: str
+) -> None:
+    # A NaN wait spun on the gateway lock (beside the core's step) until the update came; an
+    # Infinity step killed the handler thread with no reply.
+    gateway = _gateway()
+    client = GatewayClient(gateway.address, KEY, "h0", timeout_s=5)
+    try:
+        started = time.process_time()
+        reply, _ = client.request("pull", **fields)
+        assert not reply["ok"] and problem in reply["reason"] and reply["reason"].startswith("bad request")
+        assert time.process_time() - started < 0.5
+        reply, _ = client.pull(0, wait_s=0.01)  # the session goes on
+        assert "not published" in reply["reason"]
+    finally:
+        client.close()
+        gateway.close()
+
+
+def test_close_shuts_open_connections_and_ends_waiting_pulls() -> None:
+    # Connections and their handler threads lived on after close() until the idle timeout (600 s),
+    # served as before.
+    gateway = _gateway()
+    client = GatewayClient(gateway.address, KEY, "h0", timeout_s=10)
+    waiting = GatewayClient(gateway.address, KEY, "h1", timeout_s=10)
+    result: dict[str, Any] = {}
+
+    def pull() -> None:
+        try:
+            result["reply"] = waiting.pull(5, wait_s=30)[0]
+        except OSError as err:  # the reply may not make it out before the connection is shut
+            result["error"] = err
+
+    thread = threading.Thread(target=pull, daemon=True)
+    try:
+        assert client.pull(0, wait_s=0.01)[0]["retry"]
+        thread.start()
+        assert wait_until(lambda: gateway.connections == 2, timeout_s=5)
+        time.sleep(0.1)  # h1 waits in its pull
+        started = time.monotonic()
+        gateway.close()
+        thread.join(5)
+        assert not thread.is_alive() and time.monotonic() - started < 5
+        assert result.get("reply", {}).get("reason") == "the gateway closed" or "error" in result
+        with pytest.raises(OSError):  # ConnectionError (closed) or a reset
+            client.pull(0, wait_s=0.01)
+        assert wait_until(lambda: gateway.connections == 0, timeout_s=5)
+    finally:
+        client.close()
+        waiting.close()

@@ -82,12 +82,36 @@ def test_a_hybrid_whose_connection_ends_mid_join_is_failed(stage: str) -> None:
         assert _plan(harness.gateway, 2) == [RoleSwitch("h0", "join_training")]
 
 
-def test_a_timed_out_pull_of_a_warming_hybrid_fails_the_join() -> None:
+def test_a_timed_out_pull_of_a_warming_hybrid_keeps_the_join_and_asks_for_a_retry() -> None:
     with Harness() as harness:
         reply, _ = harness.client.pull(0, wait_s=0.2)  # the core has not finished step 0
-        assert not reply["ok"] and "not published within 0.2 s" in reply["reason"]
-        assert harness.gateway.states() == {"h0": "rollout"}
+        assert not reply["ok"] and "not published within 0.2 s" in reply["reason"] and reply["retry"]
+        assert harness.gateway.states() == {"h0": "warming"}
         assert harness.core_step()["divisor"] == 1
+        assert harness.pull_and_apply(0)["active_next"]  # the retry gets it; h0 is active in step 1
+        assert harness.gateway.states() == {"h0": "active"}
+
+
+def test_a_core_step_longer_than_the_pull_wait_does_not_end_the_join() -> None:
+    # With steps over the pull's wait (60 s by default; an agentic update often takes longer) the
+    # pull timed out, the gateway failed the warming join and run_hybrid ended: no hybrid joined.
+    core = Core(deadline_s=5.0)
+    try:
+        core.gateway.request_join("h0")
+        core.step()  # the snapshot is stored at this boundary
+        out: dict[str, Any] = {}
+        thread = hybrid_thread(core.gateway, "h0", out, pull_wait_s=0.1)
+        assert wait_until(lambda: core.gateway.states() == {"h0": "warming"}, timeout_s=10)
+        time.sleep(0.6)  # a long core step: several pull waits pass
+        assert core.gateway.states() == {"h0": "warming"} and thread.is_alive()
+        step_until(core.step, lambda r: "h0" in r["included"])
+        core.gateway.request_leave("h0")
+        step_until(core.step, lambda r: r["divisor"] == 1)
+        thread.join(10)
+        assert "error" not in out and out["report"].final_state == "rollout"
+        assert out["report"].contributed_steps
+    finally:
+        core.close()
 
 
 def test_run_hybrid_that_raises_closes_its_connection_so_the_join_fails_at_once(

@@ -16,7 +16,6 @@ from libra_core.config.pools import ElasticConfig
 from libra_core.elastic import wire
 from libra_core.elastic.client import GatewayClient, JoinEndedError
 from libra_core.elastic.gateway import Gateway
-from libra_core.elastic.joins import MIN_SNAPSHOT_PART_BYTES
 from libra_core.elastic.membership import Coordinator
 from libra_core.elastic.replica import load_state_tensors, state_tensors
 from libra_core.elastic.toy import ToyProblem, flat_params
@@ -33,6 +32,8 @@ from tests.elastic.builders import (
 
 # ~25k float64 parameters: a snapshot (parameters + two AdamW moments) of ~600 KB, an update of ~200 KB.
 BIG = ToyProblem(in_dim=64, hidden=128, depth=2)
+# An update of 31,880 B (a 48 KiB frame holds it) and a snapshot of 95,862 B (parts at 48 or 64 KiB).
+MEDIUM = ToyProblem(in_dim=32, hidden=48, depth=2)
 
 # ---------------------------------------------------------------------------- update log
 
@@ -153,7 +154,7 @@ def test_a_snapshot_larger_than_the_hybrid_frame_limit_arrives_in_parts() -> Non
 def test_the_join_is_loading_only_once_the_last_part_is_sent_and_fails_if_the_hybrid_goes() -> None:
     # The audit's case: LOADING was set before the (single) frame was sent, so a send that failed, or
     # a hybrid that refused the frame, left the join LOADING for good.
-    core = Core(BIG, deadline_s=5.0)
+    core = Core(MEDIUM, deadline_s=5.0)
     try:
         core.step()
         core.gateway.request_join("h0")
@@ -180,25 +181,38 @@ def test_a_gradient_over_the_frame_limit_is_refused_at_start_naming_the_setting(
         )
 
 
-@pytest.mark.parametrize("limit", [48 << 10, 2 << 10])
-def test_parts_fit_a_small_frame_limit_or_the_join_is_refused_saying_why(limit: int) -> None:
+@pytest.mark.parametrize(
+    ("problem", "limit", "refusal"),
+    [
+        (MEDIUM, 48 << 10, None),
+        (MEDIUM, 2 << 10, r"frame limit \(2048 B\) is below the smallest snapshot part"),
+        # BIG's update (200,712 B) is pulled as one frame: refused before its snapshot is sent (it
+        # downloaded the whole snapshot, then failed on its first pull)
+        (BIG, 48 << 10, r"frame limit \(49152 B\) is below one update \(200712 B"),
+    ],
+)
+def test_parts_fit_a_small_frame_limit_or_the_join_is_refused_saying_why(
+    problem: ToyProblem, limit: int, refusal: str | None
+) -> None:
     # Parts were raised to at least 64 KiB: a hybrid with a 48 KiB limit was sent a part it
     # refused (FrameError), though its gradients fit.
-    core = Core(BIG, deadline_s=5.0)
+    core = Core(problem, deadline_s=5.0)
     try:
         core.step()
         core.gateway.request_join("h0")
         core.step()
         client = GatewayClient(core.gateway.address, KEY, "h0", max_frame_bytes=limit)
         try:
-            if limit >= MIN_SNAPSHOT_PART_BYTES:
+            if refusal is None:
                 header, tensors = client.snapshot(wait_s=5)
                 assert header["parts"] == math.ceil(header["bytes"] / limit) > 1
                 assert tensors.keys() == state_tensors(core.backend.model, core.backend.optimizer).keys()
+                client.loaded(aligned_through=header["step"] - 1)
+                core.step()
+                reply, update = client.pull(header["step"])  # the update fits the frame limit too
+                assert reply["ok"] and update is not None
             else:
-                with pytest.raises(
-                    JoinEndedError, match=r"frame limit \(2048 B\) is below the smallest snapshot part"
-                ):
+                with pytest.raises(JoinEndedError, match=refusal):
                     client.snapshot(wait_s=5)
                 assert core.gateway.states() == {"h0": "rollout"}  # the join failed back, not stuck
         finally:

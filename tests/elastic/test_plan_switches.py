@@ -79,3 +79,42 @@ def test_apply_issues_switches_in_order() -> None:
     applied = apply_switches(switches, rec)
     assert rec.calls == [("cancel", "h10"), ("leave", "h2"), ("join", "h1"), ("start", "h1")]
     assert [a.switch for a in applied] == switches and all(a.issued_s >= 0 for a in applied)
+
+
+def test_a_switch_made_stale_by_a_step_boundary_follows_the_state_and_the_rest_are_issued() -> None:
+    # Planned from {h1: warming, h2: join_requested, h10: active}; by the time they are issued h1
+    # was activated (cancel is illegal: it must leave) and h10 failed back to rollout (nothing to
+    # do). The first illegal switch raised and the ones after it were never issued.
+    from libra_core.elastic.membership import Coordinator
+    from libra_core.elastic.state_machine import HybridEvent as E
+
+    coord = Coordinator(2)
+    for w in ("h1", "h2", "h10"):
+        coord.request_join(w)
+    for event in (E.SNAPSHOT_FETCHED, E.LOADED, E.ACTIVATE):  # h1 activated since the plan
+        coord.lifecycle("h1").apply(event, 0)
+    coord.fail("h10", "its connection closed")  # h10 failed back to rollout since the plan
+
+    class Live(Recorder):
+        def request_leave(self, worker_id: str) -> None:
+            coord.request_leave(worker_id)
+            super().request_leave(worker_id)
+
+        def cancel(self, worker_id: str) -> None:
+            coord.cancel(worker_id)
+            super().cancel(worker_id)
+
+    rec = Live()
+    switches = [
+        RoleSwitch("h1", "cancel_join"),
+        RoleSwitch("h10", "leave_training"),
+        RoleSwitch("h2", "cancel_join"),
+    ]
+    applied = apply_switches(switches, rec)
+    assert rec.calls == [("leave", "h1"), ("cancel", "h2")]
+    assert [a.switch.worker_id for a in applied] == ["h1", "h2"]
+    assert {w: coord.lifecycle(w).state for w in ("h1", "h2", "h10")} == {
+        "h1": S.LEAVING,
+        "h2": S.ROLLOUT,
+        "h10": S.ROLLOUT,
+    }

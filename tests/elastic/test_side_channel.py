@@ -238,3 +238,18 @@ def test_a_non_finite_core_gradient_stops_the_step_before_any_weight_changes(har
     with pytest.raises(FloatingPointError, match="core step 0: the reduced gradient norm is nan"):
         harness.core.step(lambda m, s: PROBLEM.loss(m, 0, s) * float("nan"))
     np.testing.assert_array_equal(flat_params(harness.backend.model), before)
+
+
+def test_a_finite_payload_whose_norm_overflows_is_rejected_and_the_core_steps_on(harness: Harness) -> None:
+    # Each value finite, the norm inf: the reduced norm was inf, clipping stopped every core rank
+    # mid-step (FloatingPointError), and the step could not be retried.
+    harness.core_step()
+    harness.pull_and_apply(0)
+    grad = torch.full_like(harness.hybrid_grad(1), 1e300)  # float64: 1e600 squared sum overflows
+    assert bool(grad.isfinite().all()) and not torch.linalg.vector_norm(grad).isfinite()
+    reply = harness.client.push(grad, step=1, version=1, epoch=1)
+    assert not reply["ok"] and reply["reason"] == "payload 'grad' has a norm too large for its dtype"
+    report = harness.core_step()
+    assert report["divisor"] == 1 and list(report["missing"]) == ["h0"]
+    expected = reference_params(PROBLEM, [(0,), (0,)])
+    np.testing.assert_allclose(flat_params(harness.backend.model), expected, rtol=0, atol=1e-6)

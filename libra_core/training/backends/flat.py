@@ -24,7 +24,8 @@ def set_flat_grad(params: list[torch.nn.Parameter], flat: torch.Tensor) -> None:
     offset = 0
     for p in params:
         n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p).clone()
+        # a copy, on the parameter's device: a hybrid's update arrives on the CPU (elastic/wire.py)
+        p.grad = flat[offset : offset + n].view_as(p).to(p.device, copy=True)
         offset += n
     assert offset == flat.numel(), f"flat gradient has {flat.numel()} values, parameters {offset}"
 

@@ -52,6 +52,14 @@ def _turns(row: dict[str, Any]) -> tuple[tuple[Turn, ...], tuple[float | None, .
             f"events on turns {[e['turn'] for e in events]} (a zero-token tool payload merges two turns); "
             "such rows cannot be split into turns"
         )
+    if len(runs) == len(events) and any(e["payload_tokens"] == 0 for e in events):
+        # As many runs as events reads as "ended on a tool return", but a zero-token payload that
+        # merged two runs, then an answer, reads the same: the turns' tokens would be shifted.
+        raise TraceSchemaError(
+            f"trajectory {row['trajectory_id']!r}: a zero-token tool payload may have merged two "
+            f"generation runs ({len(runs)} runs, {len(events)} tool events); such rows cannot be split "
+            "into turns"
+        )
     turns = [
         Turn(runs[k], e["tool"], e["payload_tokens"], cast(ToolStatus, e["status"]))
         for k, e in enumerate(events)

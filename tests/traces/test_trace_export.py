@@ -143,6 +143,20 @@ def test_misaligned_row_is_refused() -> None:
         lake_to_trace(lake)
 
 
+def test_a_zero_token_payload_that_may_have_merged_turns_is_refused() -> None:
+    # 2 generated, a 0-token payload, 3 generated, a 4-token payload, then a 5-token answer: two runs
+    # for two events read as "ended on a tool return", and the turns were silently mis-split
+    # ((5, 0), (5, 4), (0, end) for (2, 0), (3, 4), (5, end)).
+    mask = [1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1]
+    lake = table_from_rows([lake_row("x", mask, [(0, 0, "success"), (1, 4, "failure")], finish="answer")])
+    with pytest.raises(TraceSchemaError, match="'x': a zero-token tool payload may have merged"):
+        lake_to_trace(lake)
+    # the same counts with every payload non-empty: a trajectory that ended on its second tool return
+    ended = table_from_rows([lake_row("y", [1, 1, 0, 1, 1, 1, 0, 0], [(0, 1, "success"), (1, 2, "failure")])])
+    (turns,) = lake_to_trace(ended).column("turns").to_pylist()
+    assert [(t["gen_tokens"], t["payload_tokens"]) for t in turns] == [(2, 1), (3, 2), (0, 0)]
+
+
 def trace_row(turns: list[dict[str, Any]]) -> dict[str, Any]:
     return {"trajectory_id": "t", "prompt_id": "p", "iteration": 0, "prompt_tokens": 3, "turns": turns}
 

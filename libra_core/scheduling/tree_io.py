@@ -52,24 +52,22 @@ def _node_to_dict(node: Node) -> dict[str, Any]:
 
 
 def _count(value: Any, what: str) -> float:
-    """A finite number >= 0 from the file (a NaN support routed every request to bucket 0)."""
-    number = float(value)
+    """A finite number >= 0 from the file (a NaN support routed every request to bucket 0); a
+    string or a boolean is refused, not converted."""
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
     if not (math.isfinite(number) and number >= 0):
         raise ValueError(f"tree file: {what} is {value!r}; it must be a finite number >= 0")
     return number
 
 
 def _whole(value: Any, what: str, low: int | None = None, high: int | None = None) -> int:
-    """An integer from the file, in [low, high] where given: `int()` of an Infinity raises
-    OverflowError, and a sample outside int32 does not fit a node's sample array."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        number = math.nan
-    if not (math.isfinite(number) and (low is None or number >= low) and (high is None or number <= high)):
+    """An integer from the file, in [low, high] where given. Only a JSON integer: a float was
+    truncated (a version of 3.9 read as 3), a string or a boolean converted (until 2026-12-06)."""
+    whole = type(value) is int
+    if not (whole and (low is None or value >= low) and (high is None or value <= high)):
         where = "" if low is None or high is None else f" in [{low}, {high}]"
-        raise ValueError(f"tree file: {what} is {value!r}; it must be a finite number{where}")
-    return value if isinstance(value, int) else int(number)  # an int as written: no float rounding
+        raise ValueError(f"tree file: {what} is {value!r}; it must be a whole number{where}")
+    return int(value)
 
 
 def _mapping(value: Any, what: str) -> list[tuple[Any, Any]]:
@@ -78,11 +76,21 @@ def _mapping(value: Any, what: str) -> list[tuple[Any, Any]]:
     return list(value.items())
 
 
-def _fits_int32(value: Any) -> bool:
-    try:
-        return -MAX_SAMPLE_TOKENS - 1 <= int(value) <= MAX_SAMPLE_TOKENS
-    except (TypeError, ValueError, OverflowError):
-        return False
+def _sample(triple: Any) -> tuple[int, int, int]:
+    """One (remaining, remaining_gen, version) sample: three JSON integers that fit int32 (the
+    sample array's type)."""
+    values = list(triple)
+    bad = next(
+        (x for x in values if type(x) is not int or not -MAX_SAMPLE_TOKENS - 1 <= x <= MAX_SAMPLE_TOKENS),
+        None,
+    )
+    if len(values) != 3 or bad is not None:
+        shown = bad if bad is not None else values
+        raise ValueError(
+            f"tree file: a sample holds {shown!r}; its counts and version must be whole numbers in "
+            f"[0, {MAX_SAMPLE_TOKENS}]"
+        )
+    return values[0], values[1], values[2]
 
 
 def _node_from_dict(data: dict[str, Any], num_states: int, version: int) -> Node:
@@ -91,14 +99,7 @@ def _node_from_dict(data: dict[str, Any], num_states: int, version: int) -> Node
     node = Node()
     node.support = _count(data["support"], "a node's support")
     node.support_version = _whole(data["support_version"], "a node's support_version", 0, version)
-    try:
-        node.replace_samples([(int(r), int(g), int(v)) for r, g, v in data["samples"]])
-    except OverflowError as err:  # an Infinity, or a number past int32 (the sample array's type)
-        bad = next((x for triple in data["samples"] for x in triple if not _fits_int32(x)), None)
-        raise ValueError(
-            f"tree file: a sample holds {bad!r}; its counts and version must be whole numbers in "
-            f"[0, {MAX_SAMPLE_TOKENS}]"
-        ) from err
+    node.replace_samples([_sample(triple) for triple in data["samples"]])
     if any(r < 0 or g < 0 for r, g, _ in node.triples()):
         raise ValueError("tree file: a sample has a negative remaining-token count")
     if any(not 0 <= v <= version for v in node.ver):
@@ -169,11 +170,11 @@ def tree_from_dict(data: dict[str, Any]) -> PrefixTree:
 
 
 def _tree_from_dict(data: dict[str, Any]) -> PrefixTree:
-    edges = [int(e) for e in data["payload_class_edges"]]
+    edges = [_whole(e, "a payload class edge") for e in data["payload_class_edges"]]
     if any(a >= b for a, b in zip(edges, edges[1:], strict=False)) or any(e < 0 for e in edges):
         raise ValueError(f"tree file: payload_class_edges {edges} must be ascending numbers >= 0")
     positive = {
-        k: float(data[k]) for k in ("max_samples_per_node", "half_life_versions", "backoff_pseudocount")
+        k: _count(data[k], k) for k in ("max_samples_per_node", "half_life_versions", "backoff_pseudocount")
     }
     bad = {k: v for k, v in positive.items() if not (math.isfinite(v) and v > 0)}
     if bad:
@@ -185,7 +186,9 @@ def _tree_from_dict(data: dict[str, Any]) -> PrefixTree:
         half_life_versions=positive["half_life_versions"],
         backoff_pseudocount=positive["backoff_pseudocount"],
         payload_class_edges=edges,
-        prompt_size_bins_per_octave=float(data.get("prompt_size_bins_per_octave", 4.0)),
+        prompt_size_bins_per_octave=_count(
+            data.get("prompt_size_bins_per_octave", 4.0), "prompt_size_bins_per_octave"
+        ),
     )
     tree.version = _whole(data["version"], "version")
     for tool, cls, status in data["states"]:
@@ -198,11 +201,13 @@ def _tree_from_dict(data: dict[str, Any]) -> PrefixTree:
     v = tree.version
     tree.global_root = _node_from_dict(data["global"], n, v)
     tree.prompts = {str(p): _node_from_dict(node, n, v) for p, node in _mapping(data["prompts"], "prompts")}
-    tree.size_classes = {int(c): _node_from_dict(node, n, v) for c, node in data.get("size_classes", [])}
+    tree.size_classes = {
+        _whole(c, "a size class"): _node_from_dict(node, n, v) for c, node in data.get("size_classes", [])
+    }
     for depth, code, node in data["markov"]:
-        if not 0 <= int(code) < n:
+        if not 0 <= _whole(code, "a markov state") < n:
             raise ValueError(f"tree file: markov state {code} is not an index into `states`")
-        tree.markov[(int(depth), int(code))] = _node_from_dict(node, n, v)
+        tree.markov[(_whole(depth, "a markov depth", 1), code)] = _node_from_dict(node, n, v)
     return tree
 
 

@@ -35,14 +35,14 @@ def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
     [
         (_first_sample(float("inf")), "a sample holds inf; its counts and version must be whole numbers"),
         (_first_sample(2**40), f"a sample holds {2**40}; its counts and version must be whole numbers"),
-        (lambda d: d.update(version=float("inf")), "version is inf; it must be a finite number"),
+        (lambda d: d.update(version=float("inf")), "version is inf; it must be a whole number"),
         (
             lambda d: d["global"].update(support_version=float("inf")),
-            "a node's support_version is inf; it must be a finite number",
+            "a node's support_version is inf; it must be a whole number",
         ),
         (
             lambda d: d["global"].update(support_version="abc"),
-            "a node's support_version is 'abc'; it must be a finite number",
+            "a node's support_version is 'abc'; it must be a whole number",
         ),
         (
             lambda d: d.update(states=[d["states"][1], *d["states"]]),
@@ -50,7 +50,7 @@ def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
         ),
         (  # a later version than the tree's clock loaded, then every insert's aging overflowed
             lambda d: d["global"].update(support_version=5000),
-            "a node's support_version is 5000; it must be a finite number in [0, 0]",
+            "a node's support_version is 5000; it must be a whole number in [0, 0]",
         ),
         (
             lambda d: d["global"]["samples"][0].__setitem__(2, 7),
@@ -63,7 +63,20 @@ def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
         ),
         (  # was "AssertionError"
             lambda d: d.update(max_samples_per_node=0.5),
-            "max_samples_per_node is 0.5; it must be a finite number in [1,",
+            "max_samples_per_node is 0.5; it must be a whole number in [1,",
+        ),
+        # Read as other values until 2026-12-06: 29.9 as 29, "29" as 29, true as 1, a version 0.9 as 0.
+        (_first_sample(29.9), "a sample holds 29.9; its counts and version must be whole numbers"),
+        (_first_sample("29"), "a sample holds '29'; its counts and version must be whole numbers"),
+        (_first_sample(True), "a sample holds True; its counts and version must be whole numbers"),
+        (lambda d: d.update(version=0.9), "version is 0.9; it must be a whole number"),
+        (
+            lambda d: d["global"].update(support="5"),
+            "a node's support is '5'; it must be a finite number >= 0",
+        ),
+        (
+            lambda d: d.update(prompt_size_bins_per_octave=float("nan")),
+            "prompt_size_bins_per_octave is nan; it must be a finite number >= 0",
         ),
     ],
     ids=[
@@ -78,6 +91,12 @@ def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
         "prompts-list",
         "children-list",
         "max-samples-half",
+        "sample-float",
+        "sample-str",
+        "sample-bool",
+        "version-float",
+        "support-str",
+        "size-bins-nan",
     ],
 )
 def test_a_damaged_field_is_a_value_error_naming_the_file(

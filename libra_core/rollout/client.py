@@ -326,8 +326,16 @@ class EngineClient:
         _reloaded_at[self.url] = time.monotonic()
 
     def reset_prefix_cache(self) -> None:
-        """Drop cached KV blocks computed with the old weights."""
-        self._post("/reset_prefix_cache")
+        """Drop cached KV blocks computed with the old weights. vLLM answers `{"success": false}`
+        when blocks are still held; the old weights' KV would then serve later requests with a
+        matching prefix, so that is an error here (it was ignored until 2026-12-06)."""
+        reply = self._post("/reset_prefix_cache")
+        if isinstance(reply, dict) and reply.get("success") is False:
+            raise EngineRequestError(
+                f"{self.url}/reset_prefix_cache: the engine kept its prefix cache (blocks still held), "
+                "so KV computed with the old weights would be reused; see its log",
+                url=self.url,
+            )
 
     def resume(self) -> None:
         try:

@@ -133,3 +133,25 @@ def test_a_failed_pause_is_resumed_and_closed() -> None:
         time.sleep(0.2)
         assert calls == ["/pause?mode=keep", "/resume"]  # no reload on an engine in doubt
         assert paused_seconds(url) < 0.1
+
+
+def test_a_prefix_cache_the_engine_kept_fails_the_sync_and_the_engine_is_resumed() -> None:
+    calls: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            calls.append(self.path)
+            data = json.dumps({"success": False}).encode() if self.path == "/reset_prefix_cache" else b""
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with serving(Handler) as url:
+        with pytest.raises(EngineRequestError, match="kept its prefix cache"):
+            EngineClient(url, timeout_s=TIMEOUT_S).swap_weights("/policy")
+        assert calls == ["/pause?mode=keep", "/collective_rpc", "/reset_prefix_cache", "/resume"]

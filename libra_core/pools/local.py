@@ -35,7 +35,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -165,6 +165,19 @@ class _Worker:
     reader: threading.Thread | None = None
     gone: str | None = None  # why the worker can take no more calls (set by its reader, under send_lock)
     exiting: str | None = None  # why the worker said it exits (a call raised SystemExit)
+    ping: Future[Any] | None = None  # the last health probe (see `health`)
+
+
+def _settle(future: Future[Any], *, value: Any = None, exc: BaseException | None = None) -> None:
+    """Resolve a call's future unless its caller cancelled it (`asyncio.wait_for` on a wrapped future
+    cancels it at its timeout): setting a cancelled future raised InvalidStateError, which killed
+    the reader thread, so no later reply of that worker was read (until 2026-12-06)."""
+    with contextlib.suppress(InvalidStateError):  # a cancel may land between the check and the set
+        if not future.done():
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                future.set_result(value)
 
 
 class LocalPool(WorkerPool):
@@ -267,19 +280,25 @@ class LocalPool(WorkerPool):
                     return
                 with worker.send_lock:
                     call = worker.pending.pop(call_id, None)
-                if call is not None and not call.future.done():
-                    call.future.set_exception(WorkerDiedError(f"worker {worker.worker_id} is gone: {exc}"))
+                if call is not None:
+                    _settle(call.future, exc=WorkerDiedError(f"worker {worker.worker_id} is gone: {exc}"))
                 continue
             if call_id is None:  # the exit frame: nothing is written after it
                 worker.exit_sent.set()
                 return
 
     def _read_loop(self, worker: _Worker) -> None:
+        try:
+            self._read_replies(worker)
+        finally:  # however the loop ended, no caller is left waiting on this worker
+            self._worker_gone(worker)
+
+    def _read_replies(self, worker: _Worker) -> None:
         while True:
             try:
                 frame = worker.conn.recv_bytes()
             except (EOFError, OSError):
-                break
+                return
             call_id, kind = _REPLY_HEAD.unpack_from(frame)
             payload = memoryview(frame)[_REPLY_HEAD.size :]
             if kind == _EXITING:
@@ -299,12 +318,14 @@ class LocalPool(WorkerPool):
                     f"driver ({exc!r}); return values whose classes the driver can import"
                 )
                 log.warning("%s", message)
-                call.future.set_exception(RuntimeError(message))
+                _settle(call.future, exc=RuntimeError(message))
                 continue
             if kind == _RETURNED:
-                call.future.set_result(value)
+                _settle(call.future, value=value)
             else:
-                call.future.set_exception(value)
+                _settle(call.future, exc=value)
+
+    def _worker_gone(self, worker: _Worker) -> None:
         worker.process.join(timeout=5)
         gone = f"worker {worker.worker_id} exited (code {worker.process.exitcode})"
         if worker.exiting is not None:
@@ -314,8 +335,7 @@ class LocalPool(WorkerPool):
             unanswered = list(worker.pending.values())
             worker.pending.clear()
         for call in unanswered:
-            if not call.future.done():
-                call.future.set_exception(WorkerDiedError(gone))
+            _settle(call.future, exc=WorkerDiedError(gone))
 
     def _stop_worker(self, worker_id: str, *, graceful: bool) -> None:
         with self._lock:
@@ -380,12 +400,18 @@ class LocalPool(WorkerPool):
                 out[worker.worker_id] = WorkerHealth(
                     worker.worker_id, "dead", pid, f"exit code {worker.process.exitcode}"
                 )
+            elif worker.ping is not None and not worker.ping.done():
+                # A probe sent while it was idle is still unanswered: it hangs. (The ping counted as
+                # a call in `pending`, so from the second probe on it read as busy and healthy.)
+                detail = "an earlier health probe is unanswered"
+                out[worker.worker_id] = WorkerHealth(worker.worker_id, "unresponsive", pid, detail)
             elif worker.pending:
                 # Busy with a call; the process is alive, which is all a probe could learn.
                 out[worker.worker_id] = WorkerHealth(worker.worker_id, "ok", pid, "busy")
             else:
                 try:
-                    self.run(worker.worker_id, worker_ping, timeout_s=timeout_s)
+                    worker.ping = self.submit(worker.worker_id, worker_ping)
+                    worker.ping.result(timeout=timeout_s)
                     out[worker.worker_id] = WorkerHealth(worker.worker_id, "ok", pid)
                 except TimeoutError:
                     out[worker.worker_id] = WorkerHealth(worker.worker_id, "unresponsive", pid)

@@ -208,3 +208,40 @@ def _wait_for_file(path: str) -> str:
     while not os.path.exists(path):
         time.sleep(0.02)
     return "went"
+
+
+def test_a_cancelled_call_leaves_the_worker_serving_later_calls(pool: LocalPool) -> None:
+    # Its reply set a cancelled future (InvalidStateError), which killed the reader thread: no later
+    # reply of the worker was read, health said busy, and stop() left the pending calls unresolved.
+    # `asyncio.wait_for` on a wrapped future cancels it so at every timeout.
+    pool.start(1)
+    busy = pool.submit("w0", time.sleep, 0.5)
+    queued = pool.submit("w0", time.sleep, 0.05)
+    assert queued.cancel()
+    busy.result(timeout=30)
+    assert pool.run("w0", sum, [1, 2, 3], timeout_s=30) == 6
+    assert pool.health(timeout_s=10)["w0"].state == "ok"
+
+
+def test_a_hung_worker_stays_unresponsive_across_health_probes(pool: LocalPool) -> None:
+    # The timed-out probe stayed pending, so the next probe read the worker as busy and healthy.
+    pool.start(1)
+    pid = pool.health()["w0"].pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # alive, not answering
+    try:
+        states = [pool.health(timeout_s=0.5)["w0"] for _ in range(3)]
+        assert [h.state for h in states] == ["unresponsive"] * 3, states
+        assert states[1].detail == "an earlier health probe is unanswered"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert wait_for_ok(pool)  # it answers the probe once it runs again
+
+
+def wait_for_ok(pool: LocalPool, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pool.health(timeout_s=2)["w0"].state == "ok":
+            return True
+        time.sleep(0.1)
+    return False

@@ -52,9 +52,17 @@ _TOOL_NAME = re.compile(r"[A-Za-z_][\w.-]*")
 _MARKER_CALL = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.S)
 _MARKER_ANSWER = re.compile(re.escape(ANSWER) + r"(.*?)" + re.escape(EOS), re.S)
 _CHATML_CALL = re.compile(re.escape(TOOL_CALL) + r"(.*?)(?:" + re.escape(END_TOOL_CALL) + r"|$)", re.S)
-# A fence with no info string or a Python one, in any case (```Python, ```python3, ```py3), and
-# Windows line ends.
-_CODE_BLOCK = re.compile(r"```(?:python3?|py3?)?[ \t]*\r?\n(.*?)```", re.S | re.I)
+# Every fenced block (info string, body), Windows line ends too; `_python_blocks` keeps those with
+# no info string or a Python one, in any case (```Python, ```python3, ```py3). One pattern that
+# only opened at a Python fence also opened at another block's closing fence: after a ```text
+# block, the prose up to the python block's opening fence was "the code" (until 2026-12-06).
+_FENCE = re.compile(r"```([^\r\n`]*)\r?\n(.*?)```", re.S)
+_PYTHON_INFO = re.compile(r"(?:python3?|py3?)?[ \t]*", re.I)
+
+
+def _python_blocks(text: str) -> list[str]:
+    """The bodies of the text's Python (or unlabelled) fenced blocks, in order, with `\n` line ends."""
+    return [body.replace("\r\n", "\n") for info, body in _FENCE.findall(text) if _PYTHON_INFO.fullmatch(info)]
 
 
 # Names no tool has, so the environment answers these calls as unknown tools (a `failure`). Until
@@ -181,15 +189,16 @@ class TextFormat:
         if not stripped.endswith((IM_END, ENDOFTEXT)):
             return TurnAction("invalid")  # cut off by the token limit
         text = stripped.removesuffix(IM_END).removesuffix(ENDOFTEXT)
-        call = _CHATML_CALL.search(text)
-        if call is not None:
-            tool, args = split_call(call.group(1), tools)
+        calls = _CHATML_CALL.findall(text)
+        if len(calls) > 1:  # as a JSON list of calls is answered: none runs (the second was dropped)
+            return TurnAction("tool_call", tool=SEVERAL_CALLS, arguments="")
+        if calls:
+            tool, args = split_call(calls[0], tools)
             return TurnAction("tool_call", tool=tool, arguments=args)
         if code_block_tool is not None and "\\boxed" not in text:
-            block = _CODE_BLOCK.search(text)
-            if block is not None:
-                code = block.group(1).replace("\r\n", "\n")
-                return TurnAction("tool_call", tool=code_block_tool, arguments=code)
+            blocks = _python_blocks(text)
+            if blocks:
+                return TurnAction("tool_call", tool=code_block_tool, arguments=blocks[0])
         return TurnAction("answer", answer=text.strip())
 
 
@@ -208,8 +217,8 @@ def text_format(name: str) -> TextFormat:
 
 def extract_code(answer: str) -> str:
     """The program in an answer: the last fenced code block, else the whole text."""
-    blocks = _CODE_BLOCK.findall(answer)
-    return blocks[-1].replace("\r\n", "\n") if blocks else answer
+    blocks = _python_blocks(answer)
+    return blocks[-1] if blocks else answer
 
 
 def python_source(arguments: str) -> str:

@@ -36,6 +36,26 @@ def test_other_languages_are_not_python_blocks() -> None:
     assert extract_code("```pythonic\nx\n```") == "```pythonic\nx\n```"
 
 
+def test_a_fence_in_another_language_before_the_python_block_is_skipped() -> None:
+    # The pattern opened at the ```text block's closing fence and ran the prose up to the python
+    # block's opening fence: a correct code answer scored as a wrong one, and math_tools ran prose.
+    text = f"Output:\n```text\n42\n```\nHere is my solution:\n```python\n{CODE}```\n"
+    assert extract_code(text) == CODE
+    action = CHATML.parse(f"{text}<|im_end|>", TOOLS, code_block_tool="python")
+    assert (action.kind, action.tool, action.arguments) == ("tool_call", "python", CODE)
+    assert extract_code(f"```\n{CODE}```\n```bash\nls\n```") == CODE  # the last Python block
+
+
+def test_two_tool_call_tags_in_one_turn_are_several_calls() -> None:
+    # Only the first ran and the model was not told; a JSON list of two calls was refused already.
+    calc = '<tool_call>{"name": "calculator", "arguments": "48/2"}</tool_call>'
+    python = '<tool_call>{"name": "python", "arguments": "print(1)"}</tool_call>'
+    action = CHATML.parse(f"{calc}{python}<|im_end|>", TOOLS)
+    assert (action.kind, action.tool, action.arguments) == ("tool_call", SEVERAL_CALLS, "")
+    one = CHATML.parse(f"{calc}<|im_end|>", TOOLS)
+    assert (one.tool, one.arguments) == ("calculator", "48/2")
+
+
 def test_json_arguments_with_several_keys_use_the_known_one() -> None:
     assert split_call('{"name": "python", "arguments": {"code": "print(42)", "timeout": 5}}', TOOLS) == (
         "python",

@@ -205,10 +205,18 @@ def refusal(text: str) -> str | None:
 
 
 def _factorial_refusal(text: str) -> str | None:
+    prose = None  # computed on the first `!` that needs it
     for match in _FACTORIAL.finditer(text):
         before = text[: match.start()].rstrip()
         if not before or before[-1].isalpha():  # "n!", or prose: "Great!"
             continue
+        if match.group() == "!" and text[match.end() : match.end() + 1] in ("", " ", "\n", "\t"):
+            # A sentence's exclamation mark ("The total is 1500!", "The answer is $72$!") outside
+            # $...$ and \boxed{} in prose: math-verify reads the number, as it read "999!" (until
+            # 2026-12-06 the screen refused the answer as a factorial, scoring it wrong).
+            prose = _is_prose(text) if prose is None else prose
+            if prose and not _in_math(text, match.start()):
+                continue
         literal = re.search(r"\d+$", before)
         if literal is None:
             return "factorial of an expression"
@@ -218,6 +226,22 @@ def _factorial_refusal(text: str) -> str | None:
                 return f"factorial of a number over {MAX_FACTORIAL}"
             value = math.factorial(value)
     return None
+
+
+def _in_math(text: str, position: int) -> bool:
+    """Whether `position` lies inside `$...$` (an odd number of unescaped dollars before it) or a
+    `\boxed{...}` / `\fbox{...}` group."""
+    if len(re.findall(r"(?<!\\)\$", text[:position])) % 2:
+        return True
+    for box in re.finditer(r"\\(?:boxed|fbox)\s*\{", text[:position]):
+        depth = 1
+        for ch in text[box.end() : position]:
+            depth += (ch == "{") - (ch == "}")
+            if depth == 0:
+                break
+        if depth > 0:
+            return True
+    return False
 
 
 def _power_refusal(text: str) -> str | None:
@@ -288,6 +312,10 @@ def _is_prose(text: str) -> bool:
 
 def _parse(text: str, *, gold: bool) -> list[Any]:
     """Parse already screened final-answer text."""
+    if not gold and "\\$" in text and _is_prose(text):
+        # "Janet makes \$18 every day.": with the dollar escaped math-verify found nothing and the
+        # whole sentence, boxed, parsed as a string that never verifies (until 2026-12-06).
+        text = text.replace("\\$", "$")
     boxed = f"\\boxed{{{text}}}"
     delimited = "\\boxed" in text or "\\fbox" in text or re.search(r"(?<!\\)\$", text) is not None
     if delimited or (not gold and _is_prose(text)):

@@ -67,6 +67,8 @@ HUGE = [
     "\\boxed{((10^{99})^{99})^{99}}",
     "\\boxed{1000!^{99}}",
     "\\boxed{1001!}",
+    "The total is $1001!$",  # a factorial in math mode, in prose: still refused
+    "The total is \\boxed{1001!} today",
     "\\boxed{" + "9" * 101 + "}",
     "\\boxed{(x+1)^{999}}",
     "\\boxed{(x+y+z+w+v+u+1)^{12}}",
@@ -101,6 +103,12 @@ def test_answers_that_build_huge_numbers_are_refused_at_once(answer: str) -> Non
         ("120", "\\boxed{\\binom{10}{3}}"),
         ("1024", "2^{10}"),
         ("72", "The answer is 72!"),  # an exclamation, not 72!
+        # Refused as factorials until 2026-12-06 (the number over 1000, the closing dollar): scored
+        # wrong though math-verify reads the number, as it reads "72!" above.
+        ("1500", "The total is 1500!"),
+        ("72", "The answer is $72$!"),
+        # An escaped dollar: math-verify found nothing, and the whole sentence parsed as a string.
+        ("18", "Janet makes \\$18 every day."),
         ("\\frac{\\sqrt{2}}{2}", "\\boxed{e^{i\\pi/4} \\cdot 0 + \\frac{1}{\\sqrt{2}}}"),
     ],
 )

@@ -170,6 +170,10 @@ class Sandbox:
         # sandbox_launcher._report): the exit status alone cannot tell the code's sys.exit(137)
         # from a SIGKILL, or its sys.exit(121) from a failed setup.
         status_read, status_write = os.pipe()
+        # The lifeline: the launcher holds its read end and exits when it reads end-of-file, which
+        # comes when this process dies, however it dies (the run's own session is out of reach of
+        # our signals; until 2026-12-06 a host killed with SIGKILL left a sleeping run behind).
+        life_read, life_write = os.pipe()
         spec = {
             "isolation": self.isolation,
             "workdir": str(workdir),
@@ -183,6 +187,7 @@ class Sandbox:
             "workdir_bytes": self.cfg.max_workdir_mib * 2**20,
             "max_processes": self.cfg.max_processes,
             "status_fd": status_write,
+            "lifeline_fd": life_read,
         }
         launcher = [self.python, "-I", "-S", "-B", str(LAUNCHER), json.dumps(spec)]
         argv = (
@@ -200,10 +205,11 @@ class Sandbox:
                         stderr=err,
                         cwd=base,
                         start_new_session=True,
-                        pass_fds=(status_write,),
+                        pass_fds=(status_write, life_read),
                     )
                 finally:
                     os.close(status_write)
+                    os.close(life_read)
                 wall_exceeded = False
                 try:
                     proc.wait(timeout=self.cfg.wall_time_s)
@@ -219,6 +225,7 @@ class Sandbox:
             report = _read_report(status_read)
         finally:
             os.close(status_read)
+            os.close(life_write)
         wall_s = time.perf_counter() - start
         stdout, stderr = self._read(out_path), self._read(err_path)
         status, reason, code = _classify(proc.returncode, wall_exceeded, self.isolation, report)

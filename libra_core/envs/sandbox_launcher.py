@@ -124,6 +124,26 @@ def _report(spec, report):
         os.close(fd)
 
 
+def _watch_host(spec):
+    """Exit when the host is gone: it holds the write end of the pipe `lifeline_fd` and never
+    writes, so end-of-file means it died, however (SIGKILL, the OOM killer). In namespace mode this
+    runs in pid 1, whose exit tears the namespace down; in rlimits mode in the code's own process."""
+    fd = spec.get("lifeline_fd")
+    if fd is None:
+        return
+    import threading
+
+    def watch():
+        try:
+            while os.read(fd, 1):
+                pass
+        except OSError:  # the code closed it (rlimits mode): it can only end itself this way
+            pass
+        os._exit(137)
+
+    threading.Thread(target=watch, name="libra-sandbox-lifeline", daemon=True).start()
+
+
 def _read_to_end(fd):
     data = b""
     while True:
@@ -142,8 +162,9 @@ def _run_namespaced(spec):
     if pid == 0:
         try:
             os.close(exec_read)
-            if spec.get("status_fd") is not None:
-                os.close(spec["status_fd"])  # the code must not write the host's report
+            for name in ("status_fd", "lifeline_fd"):  # the code must not hold the host's pipes
+                if spec.get(name) is not None:
+                    os.close(spec[name])
             os.chdir(spec["workdir"])
             _drop_privileges(spec["drop_to_uid"])
             _limit(spec)
@@ -153,6 +174,7 @@ def _run_namespaced(spec):
             os.write(exec_write, b"x")
             os._exit(EXIT_SETUP_FAILED)
     os.close(exec_write)
+    _watch_host(spec)  # after the fork: the child execs at once and must not inherit the thread
     setup_failed = _read_to_end(exec_read) != b""
     os.close(exec_read)
     status = 0
@@ -289,6 +311,7 @@ def main():
     try:
         if spec["isolation"] == "namespaces":
             _run_namespaced(spec)  # never returns
+        _watch_host(spec)  # before the limits: a thread counts against max_processes
         _prepare_in_process(spec)
     except OSError as exc:
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())

@@ -17,10 +17,14 @@ Reward: exact match (SQuAD normalisation) -> `correct`; otherwise max(`well_form
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
 import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 
@@ -181,7 +185,11 @@ class SearchEnv:
                 time.perf_counter() - start,
             )
         try:
-            results = self._search(query, k, start + self.cfg.request_timeout_s)
+            # The shared service starts on a process's first search: its start is not the search's
+            # time (it counted against the deadline until 2026-12-06, so a first, healthy search
+            # under a short request_timeout_s read as a timeout).
+            url = self.service_url()
+            results = self._search(url, query, k, time.perf_counter() + self.cfg.request_timeout_s)
         except (httpx.TimeoutException, TimeoutError):
             return ToolResult("search", "timeout", "error: search timed out", time.perf_counter() - start)
         except (httpx.HTTPError, httpx.InvalidURL, ValueError, KeyError, RuntimeError, OSError) as exc:
@@ -198,22 +206,14 @@ class SearchEnv:
         text = "\n".join(f"[{i + 1}] {r['title']}: {r['text']}" for i, r in enumerate(results))
         return ToolResult("search", "success", text, time.perf_counter() - start)
 
-    def _search(self, query: str, k: int, deadline: float) -> list[dict[str, str]]:
+    def _search(self, url: str, query: str, k: int, deadline: float) -> list[dict[str, str]]:
         """The service's results; `TimeoutError` past `deadline` (perf_counter seconds) in total.
-        httpx's timeout bounds each read, so a service trickling a byte a second would not time out."""
+        httpx's timeouts bound each read, so a service trickling its headers or body a byte at a
+        time never timed out (headers until 2026-12-06): the whole request runs under one
+        `asyncio.wait_for`, on a thread of its own when this thread runs an event loop."""
         timeout = max(0.001, deadline - time.perf_counter())
-        body = bytearray()
-        with httpx.stream(
-            "GET", f"{self.service_url()}/search", params={"q": query, "k": k}, timeout=timeout
-        ) as response:
-            response.raise_for_status()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_RESPONSE_BYTES:
-                    raise ValueError(f"the search service answered over {MAX_RESPONSE_BYTES} bytes")
-                if time.perf_counter() > deadline:
-                    raise TimeoutError("the search service answered too slowly")
-        return parse_results(bytes(body), k, self.cfg.max_passage_chars)
+        body = _call_async(lambda: asyncio.wait_for(_fetch(url, query, k), timeout))
+        return parse_results(body, k, self.cfg.max_passage_chars)
 
     def format_observation(self, result: ToolResult) -> str:
         return self.format.observation(result.observation)
@@ -254,3 +254,28 @@ class SearchEnv:
         texts += [self.format.observation(f"{p.title}: {p.text}") for p in self.passages]
         texts.append(self.format.observation("error: search timed out\nerror: empty query\nno results"))
         return texts
+
+
+async def _fetch(url: str, query: str, k: int) -> bytes:
+    body = bytearray()
+    async with (
+        httpx.AsyncClient(timeout=None) as client,  # the caller's wait_for bounds the whole request
+        client.stream("GET", f"{url}/search", params={"q": query, "k": k}) as response,
+    ):
+        response.raise_for_status()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > MAX_RESPONSE_BYTES:
+                raise ValueError(f"the search service answered over {MAX_RESPONSE_BYTES} bytes")
+    return bytes(body)
+
+
+def _call_async(make: Callable[[], Coroutine[Any, Any, bytes]]) -> bytes:
+    """Run the coroutine `make()` returns to completion from synchronous code (the agent loop calls
+    tools on worker threads; a caller on an event loop's thread gets a thread of its own)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()

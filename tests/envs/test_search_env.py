@@ -92,8 +92,10 @@ def test_nq_questions_are_loaded(env) -> None:  # noqa: ANN001
     assert json.loads(nq[0].reference_answer) == ["Wilhelm Conrad Röntgen"]
 
 
-def test_a_trickling_service_times_out_in_total_and_a_long_query_fails(tmp_path: Path) -> None:
-    # httpx's timeout bounds each read; a service sending a byte every 0.2 s never trips it.
+@pytest.mark.parametrize("part", ["body", "headers"])
+def test_a_trickling_service_times_out_in_total_and_a_long_query_fails(tmp_path: Path, part: str) -> None:
+    # httpx's timeout bounds each read; a service sending a byte every 0.2 s never trips it (its
+    # headers so: blocked for good until 2026-12-06; its body was already cut at the deadline).
     import socket
     import threading
     import time
@@ -104,10 +106,12 @@ def test_a_trickling_service_times_out_in_total_and_a_long_query_fails(tmp_path:
     def trickle() -> None:
         conn, _ = listener.accept()
         conn.recv(4096)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
         try:
-            for _ in range(100):
-                conn.sendall(b" ")
+            if part == "body":
+                conn.sendall(head)
+            for byte in [head[i : i + 1] for i in range(len(head))] if part == "headers" else [b" "] * 100:
+                conn.sendall(byte)
                 time.sleep(0.2)
         except OSError:
             pass

@@ -185,11 +185,7 @@ class SearchEnv:
                 time.perf_counter() - start,
             )
         try:
-            # The shared service starts on a process's first search: its start is not the search's
-            # time (it counted against the deadline until 2026-12-06, so a first, healthy search
-            # under a short request_timeout_s read as a timeout).
-            url = self.service_url()
-            results = self._search(url, query, k, time.perf_counter() + self.cfg.request_timeout_s)
+            results = self._search(query, k, self.cfg.request_timeout_s)
         except (httpx.TimeoutException, TimeoutError):
             return ToolResult("search", "timeout", "error: search timed out", time.perf_counter() - start)
         except (httpx.HTTPError, httpx.InvalidURL, ValueError, KeyError, RuntimeError, OSError) as exc:
@@ -206,13 +202,15 @@ class SearchEnv:
         text = "\n".join(f"[{i + 1}] {r['title']}: {r['text']}" for i, r in enumerate(results))
         return ToolResult("search", "success", text, time.perf_counter() - start)
 
-    def _search(self, url: str, query: str, k: int, deadline: float) -> list[dict[str, str]]:
-        """The service's results; `TimeoutError` past `deadline` (perf_counter seconds) in total.
-        httpx's timeouts bound each read, so a service trickling its headers or body a byte at a
-        time never timed out (headers until 2026-12-06): the whole request runs under one
-        `asyncio.wait_for`, on a thread of its own when this thread runs an event loop."""
-        timeout = max(0.001, deadline - time.perf_counter())
-        body = _call_async(lambda: asyncio.wait_for(_fetch(url, query, k), timeout))
+    def _search(self, query: str, k: int, timeout_s: float) -> list[dict[str, str]]:
+        """The service's results; `TimeoutError` past `timeout_s` in total. httpx's timeouts bound
+        each read, so a service trickling its headers or body a byte at a time never timed out
+        (headers until 2026-12-06): the whole request runs under one `asyncio.wait_for`, on a thread
+        of its own when this thread runs an event loop. The shared service starts on a process's
+        first search, before the clock starts (its start counted against the deadline until
+        2026-12-06, so a first, healthy search under a short request_timeout_s read as a timeout)."""
+        url = self.service_url()
+        body = _call_async(lambda: asyncio.wait_for(_fetch(url, query, k), timeout_s))
         return parse_results(body, k, self.cfg.max_passage_chars)
 
     def format_observation(self, result: ToolResult) -> str:

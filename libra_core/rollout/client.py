@@ -318,7 +318,12 @@ class EngineClient:
         """Stop scheduling; `keep` freezes in-flight requests so they continue after `resume`
         (their request timeout stops counting until then, `paused_seconds`)."""
         _mark_pause(self.url, True)
-        self._post(f"/pause?mode={mode}")
+        try:
+            self._post(f"/pause?mode={mode}")
+        except EngineRequestError:
+            # Paused or not, its requests' timeouts count again: left open, none ever fired.
+            _mark_pause(self.url, False)
+            raise
 
     def reload_weights(self, weights_dir: str) -> None:
         """Reload the weights in place from an HF folder (safetensors)."""

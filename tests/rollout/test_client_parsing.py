@@ -3,10 +3,12 @@ echoes a different prompt is an error (a mixed-up demultiplex would train on wro
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
-from libra_core.rollout.client import EngineClient, EngineRequestError, parse_completions
+from libra_core.rollout.client import EngineClient, EngineRequestError, parse_completions, paused_seconds
 
 
 def _choice(index: int, prompt: list[int], tokens: list[int]) -> dict:
@@ -63,8 +65,12 @@ def test_control_calls_share_one_http_client_per_process(monkeypatch: pytest.Mon
     monkeypatch.setattr(os, "getpid", lambda: pid + 1)  # as in a forked child
     child = EngineClient("http://127.0.0.1:1")
     assert child._control is not a._control
-    with pytest.raises(httpx.ConnectError):
+    with pytest.raises(EngineRequestError, match="did the engine exit") as err:
         child.pause()  # nothing listens on port 1: the error surfaces, it is not swallowed
+    assert isinstance(err.value.__cause__, httpx.ConnectError) and err.value.url == "http://127.0.0.1:1"
+    before = paused_seconds("http://127.0.0.1:1")
+    time.sleep(0.2)
+    assert paused_seconds("http://127.0.0.1:1") == before < 0.2  # the failed pause is not left open
 
 
 class _FailingEngine:

@@ -52,7 +52,9 @@ class SandboxConfig(Frozen):
     )
     cpu_time_s: int = Field(3, ge=1, le=600, description="CPU-time limit per execution (RLIMIT_CPU).")
     wall_time_s: float = Field(6.0, gt=0, le=600, description="Wall-clock limit per execution.")
-    memory_mib: int = Field(512, ge=64, description="Address-space limit per process of an execution (RLIMIT_AS), MiB.")
+    memory_mib: int = Field(
+        512, ge=64, description="Address-space limit per process of an execution (RLIMIT_AS), MiB."
+    )
     max_output_bytes: int = Field(
         65536, ge=1024, description="Cap on each of stdout/stderr and on any file written (RLIMIT_FSIZE)."
     )

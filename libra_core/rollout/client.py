@@ -258,7 +258,14 @@ class EngineClient:
             payload = await self._post_completions(http, {**batch.body, "prompt": batch.prompts})
             results: list[Completion] | None = parse_completions(payload, batch.prompts)
             error: BaseException | None = None
-        except Exception as err:  # handed to every waiting trajectory
+        except asyncio.CancelledError:
+            for future in batch.futures:
+                future.cancel()
+            raise
+        except BaseException as err:  # noqa: BLE001 - handed to every waiting trajectory
+            # A signal raised here too (Prefect's TerminationSignal on a cancel, Ctrl-C): caught as
+            # an Exception only, it ended this task and left the trajectories waiting for good, so
+            # a cancelled run did not stop until it was killed (until 2026-12-06).
             results, error = None, err
         for i, future in enumerate(batch.futures):
             if future.done():  # its trajectory was cancelled

@@ -125,3 +125,34 @@ def test_an_engine_that_hangs_or_dies_is_an_error_naming_it(mode: str, message: 
             asyncio.run(call())
     finally:
         engine.server.shutdown()
+
+
+def test_a_signal_raised_in_a_coalesced_batch_reaches_its_trajectories(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Prefect's TerminationSignal (a BaseException) raised while the batch task ran ended that task
+    # alone, and its trajectories waited for good: a cancelled run did not stop until killed.
+    import asyncio
+
+    import aiohttp
+
+    class Signal(BaseException):
+        pass
+
+    client = EngineClient("http://127.0.0.1:1", coalesce_window_s=0.01)
+
+    async def raising(http: aiohttp.ClientSession, body: dict) -> dict:
+        raise Signal("terminate")
+
+    monkeypatch.setattr(client, "_post_completions", raising)
+
+    async def run() -> list:
+        async with aiohttp.ClientSession() as http:
+            turns = [
+                client.complete(http, [1, 2], max_tokens=4, temperature=1.0, top_p=1.0, stop_token_ids=[])
+                for _ in range(3)
+            ]
+            return await asyncio.wait_for(asyncio.gather(*turns), 5)
+
+    with pytest.raises(Signal):  # not a 5 s TimeoutError: every waiting turn got the signal
+        asyncio.run(run())

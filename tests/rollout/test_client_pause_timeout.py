@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import aiohttp
 import pytest
@@ -110,40 +111,18 @@ def test_a_sync_to_an_engine_that_exited_names_it_and_leaves_no_pause_open() -> 
     assert paused_seconds(url) < 0.1  # the failed pause was left open: its time grew for ever
 
 
-def test_a_failed_pause_is_resumed_and_closed() -> None:
-    """A pause whose answer is an error may still have paused the engine: the sync resumes it and
-    closes the pause, so the request timeouts to this engine count again."""
+@contextmanager
+def _control_engine(answers: dict[str, tuple[int, bytes]]) -> Iterator[tuple[str, list[str]]]:
+    """An engine answering the sync's control calls: `answers` maps a path prefix to (status, body),
+    every other path gets 200 and no body; yields its URL and the paths it was called with."""
     calls: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
             self.rfile.read(int(self.headers["Content-Length"]))
             calls.append(self.path)
-            status = 500 if self.path.startswith("/pause") else 200
+            status, data = next((a for p, a in answers.items() if self.path.startswith(p)), (200, b""))
             self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    with serving(Handler) as url:
-        with pytest.raises(EngineRequestError, match="pause"):
-            EngineClient(url, timeout_s=TIMEOUT_S).swap_weights("/policy")
-        time.sleep(0.2)
-        assert calls == ["/pause?mode=keep", "/resume"]  # no reload on an engine in doubt
-        assert paused_seconds(url) < 0.1
-
-
-def test_a_prefix_cache_the_engine_kept_fails_the_sync_and_the_engine_is_resumed() -> None:
-    calls: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            self.rfile.read(int(self.headers["Content-Length"]))
-            calls.append(self.path)
-            data = json.dumps({"success": False}).encode() if self.path == "/reset_prefix_cache" else b""
-            self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -152,6 +131,23 @@ def test_a_prefix_cache_the_engine_kept_fails_the_sync_and_the_engine_is_resumed
             pass
 
     with serving(Handler) as url:
+        yield url, calls
+
+
+def test_a_failed_pause_is_resumed_and_closed() -> None:
+    """A pause whose answer is an error may still have paused the engine: the sync resumes it and
+    closes the pause, so the request timeouts to this engine count again."""
+    with _control_engine({"/pause": (500, b"")}) as (url, calls):
+        with pytest.raises(EngineRequestError, match="pause"):
+            EngineClient(url, timeout_s=TIMEOUT_S).swap_weights("/policy")
+        time.sleep(0.2)
+        assert calls == ["/pause?mode=keep", "/resume"]  # no reload on an engine in doubt
+        assert paused_seconds(url) < 0.1
+
+
+def test_a_prefix_cache_the_engine_kept_fails_the_sync_and_the_engine_is_resumed() -> None:
+    kept = json.dumps({"success": False}).encode()
+    with _control_engine({"/reset_prefix_cache": (200, kept)}) as (url, calls):
         with pytest.raises(EngineRequestError, match="kept its prefix cache"):
             EngineClient(url, timeout_s=TIMEOUT_S).swap_weights("/policy")
         assert calls == ["/pause?mode=keep", "/collective_rpc", "/reset_prefix_cache", "/resume"]

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from flows.cli_common import input_path
+from flows.cli_common import input_path, raise_interrupted
 
 EXIT_CONFIG_ERROR = 2
 EXIT_INTERRUPTED = 130  # like a shell after Ctrl-C
@@ -199,8 +199,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # handlers that stop the ephemeral Prefect server and the run's engines and trainer process.
     # SIGHUP (the terminal closed, an ssh session dropped) too: until 2026-12-06 it killed the run
     # on the spot, and its engines, in sessions of their own, kept running.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGHUP, _interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupted)
+    signal.signal(signal.SIGHUP, raise_interrupted)
     from prefect.exceptions import CancelledRun
 
     from flows import rl_experiment
@@ -252,10 +252,6 @@ def _check_resume(run_dir: str, overrides: list[str]) -> str | None:
     except (ResumeError, ValueError) as err:
         fail(str(err))
         return None
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,10 +8,27 @@ is, and a `[/x]` in it cannot crash the printer), and is not wrapped, so a log k
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterable
 from pathlib import Path
 
 EXIT_INPUT_ERROR = 2
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C raises KeyboardInterrupt, and caught wherever it is.
+
+    A subclass, not KeyboardInterrupt itself: CPython 3.11 records a KeyboardInterrupt (the exact
+    type) that passes through code run by `exec`/`eval` of a string (dataclass and namedtuple
+    creation while a module imports) as unhandled even when it is caught later, and
+    `python -m flows.cli` then ends by SIGINT (exit -2) instead of returning its code. CI saw
+    `libra serve` stopped by SIGTERM exit -2 that way (2026-12-06).
+    """
+
+
+def raise_interrupted(signum: int, frame: object) -> None:
+    """Signal handler of SIGTERM and SIGHUP: end the command as Ctrl-C would."""
+    raise Interrupted(signal.Signals(signum).name)
 
 
 def output_path(value: str) -> str:

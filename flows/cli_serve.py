@@ -17,7 +17,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from flows.cli_common import fail
+from flows.cli_common import fail, raise_interrupted
 
 EXIT_CONFIG_ERROR = 2
 EXIT_SERVER_ERROR = 1
@@ -71,7 +71,7 @@ def cmd_serve(
     # with SIGINT ignored, e.g. in the background); installed before the server starts, so an
     # interrupt while it starts stops it too (start_server).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupted)
     api_url = args.api_url or os.environ.get("PREFECT_API_URL")
     if api_url:
         if not api_healthy(api_url):
@@ -143,7 +143,3 @@ def cmd_serve(
         if server is not None:
             server.stop()
     return 0
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

@@ -28,13 +28,26 @@ def _group_index(rewards: np.ndarray, group_ids: Sequence[str]) -> tuple[np.ndar
     return values, inverse, int(inverse.max()) + 1
 
 
+# Rewards closer than this (relative to their size, at least 1) are one value: 0.1 + 0.2 and 0.3 differ
+# by 5.6e-17, and a group of them carries no signal, only a rounding residue.
+REWARD_TOLERANCE = 1e-9
+
+
+def rewards_uniform(values: np.ndarray) -> bool:
+    """True when the rewards are one value up to `REWARD_TOLERANCE` (no learning signal)."""
+    if len(values) == 0:
+        return True
+    lo, hi = float(np.min(values)), float(np.max(values))
+    return hi - lo <= REWARD_TOLERANCE * max(1.0, abs(lo), abs(hi))
+
+
 def _uniform_groups(values: np.ndarray, inverse: np.ndarray, num_groups: int) -> np.ndarray:
-    """Per group: True when every reward in it is identical (no learning signal)."""
+    """Per group: True when its rewards are one value, as `rewards_uniform` says."""
     lo = np.full(num_groups, np.inf)
     hi = np.full(num_groups, -np.inf)
     np.minimum.at(lo, inverse, values)
     np.maximum.at(hi, inverse, values)
-    return lo == hi
+    return hi - lo <= REWARD_TOLERANCE * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi)))
 
 
 def group_advantages(
@@ -49,11 +62,12 @@ def group_advantages(
 
     `rewards` has shape [N]; `group_ids[i]` names the prompt group of trajectory i (groups need not be
     contiguous or equally sized). The std is the population std (ddof=0). A group whose rewards are
-    all equal (including a group of one) gets exactly 0.0 for every member, never a rounding residue,
-    so callers can test `adv != 0` to find trajectories that carry signal. `negative_weight` scales
-    the negative advantages (1: plain GRPO; below 1 the update leans on reinforcing the group's
-    better samples, which sharpens the policy, rather than on pushing its worse ones down, which
-    spreads their probability over every other continuation). Returns float64 [N].
+    all equal, up to `REWARD_TOLERANCE` (including a group of one), gets exactly 0.0 for every
+    member, never a rounding residue, so callers can test `adv != 0` to find trajectories that carry
+    signal. `negative_weight` scales the negative advantages (1: plain GRPO; below 1 the update
+    leans on reinforcing the group's better samples, which sharpens the policy, rather than on
+    pushing its worse ones down, which spreads their probability over every other continuation).
+    Returns float64 [N].
     """
     if not 0.0 <= negative_weight <= 1.0:
         raise ValueError(f"negative_weight must be in [0, 1], got {negative_weight}")

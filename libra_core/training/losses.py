@@ -68,10 +68,11 @@ def ppo_clip_loss(
     )
     keep = mask.to(torch.bool)
     weight = keep.to(logprobs.dtype)
-    num_tokens = weight.sum()
+    # Counts in float32 whatever the log-probs' dtype: bf16 holds integers exactly only up to 256.
+    num_tokens = keep.sum().to(torch.float32)
     denom = num_tokens.clamp(min=1.0)
     # The policy-gradient divisor: tokens that carry an advantage (see the module docstring).
-    pg_tokens = (weight * (advantages != 0).to(logprobs.dtype).unsqueeze(1)).sum()
+    pg_tokens = (keep & (advantages != 0).unsqueeze(1)).sum().to(torch.float32)
     pg_denom = pg_tokens.clamp(min=1.0)
 
     # Zero the log-ratio outside the mask so padding or tool positions can never produce inf/NaN

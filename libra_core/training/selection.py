@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from libra_core.config.pipeline import PipelineConfig
+from libra_core.training.advantages import rewards_uniform
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def select_for_update(
             stale_dropped += len(rows)
             continue
         if pipeline.dynamic_sampling.enabled:
-            if np.ptp(rewards[rows]) == 0:
+            if rewards_uniform(rewards[rows]):
                 filtered += 1
                 continue
             if max_groups is not None and kept_groups >= max_groups:

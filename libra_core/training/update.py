@@ -66,25 +66,33 @@ def _has_signal(table: pa.Table, advantages: np.ndarray) -> bool:
 
 
 class _Accumulator:
-    """Token-weighted means of the per-minibatch loss metrics."""
+    """Token-weighted means of the per-minibatch loss metrics: `pg_loss` by the tokens that carry an
+    advantage (its own divisor, `pg_tokens`), every other metric by all trained tokens. Weighted by
+    all tokens, a minibatch of zero-advantage groups (kept when the KL term is on) diluted the
+    reported `pg_loss` towards 0, though those tokens never enter the policy-gradient term."""
 
     KEYS = ("loss", "pg_loss", "clip_fraction", "ratio_mean", "approx_kl", "kl_ref", "behavior_weight_mean")
 
     def __init__(self) -> None:
         self.sums = dict.fromkeys(self.KEYS, 0.0)
         self.num_tokens = 0
+        self.pg_tokens = 0
         self.grad_norms: list[float] = []
 
     def add(self, loss: float, metrics: dict[str, float], grad_norm: float) -> None:
         tokens = int(metrics["num_tokens"])
+        pg_tokens = int(metrics["pg_tokens"])
         self.num_tokens += tokens
+        self.pg_tokens += pg_tokens
         for key in self.KEYS:
             default = 1.0 if key == "behavior_weight_mean" else 0.0
-            self.sums[key] += (loss if key == "loss" else metrics.get(key, default)) * tokens
+            value = loss if key == "loss" else metrics.get(key, default)
+            self.sums[key] += value * (pg_tokens if key == "pg_loss" else tokens)
         self.grad_norms.append(grad_norm)
 
     def mean(self, key: str) -> float:
-        return self.sums[key] / self.num_tokens if self.num_tokens else 0.0
+        divisor = self.pg_tokens if key == "pg_loss" else self.num_tokens
+        return self.sums[key] / divisor if divisor else 0.0
 
 
 def run_grpo_update(

@@ -62,3 +62,17 @@ def test_negative_weight_scales_only_negative_advantages() -> None:
     np.testing.assert_allclose(scaled[:4], expected, rtol=1e-4)  # eps=1e-6 in the denominator
     with pytest.raises(ValueError, match="negative_weight"):
         group_advantages(rewards, groups, scale_by_std=False, negative_weight=1.5)
+
+
+def test_rewards_apart_only_by_rounding_are_one_value() -> None:
+    # 0.1 + 0.2 is 0.30000000000000004: the group counted as mixed, its members got +-5.6e-11
+    # advantages, stayed in training and inflated the policy-gradient divisor.
+    noisy = np.array([0.1 + 0.2, 0.3, 0.3, 0.3, 1.0, 0.0])
+    groups = ["n", "n", "n", "n", "m", "m"]
+    adv = group_advantages(noisy, groups, scale_by_std=True)
+    assert adv[:4].tolist() == [0.0] * 4
+    assert adv[4] > 0 > adv[5]
+    assert mixed_group_share(noisy, groups) == 0.5
+    # a real difference, however small a reward scale uses, is still signal
+    small = np.array([0.3, 0.3 + 1e-6])
+    assert mixed_group_share(small, ["s", "s"]) == 1.0

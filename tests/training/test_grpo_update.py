@@ -263,3 +263,17 @@ def test_rows_without_signal_are_left_out_of_the_steps(policy_dir: Path, tmp_pat
         reference_dir=tmp_path / "reference",
     )
     assert with_kl.num_tokens_trained == NUM_POLICY_TOKENS
+
+
+def test_reported_pg_loss_is_weighted_by_the_tokens_with_an_advantage() -> None:
+    """With the KL term on, zero-advantage groups stay in the batch and may fill a minibatch of
+    their own (pg_loss 0 over many tokens): weighted by all tokens, they pulled the reported
+    pg_loss towards 0 though they never enter the policy-gradient term."""
+    from libra_core.training.update import _Accumulator
+
+    acc = _Accumulator()
+    acc.add(-1.0, {"pg_loss": -1.0, "num_tokens": 10.0, "pg_tokens": 10.0, "approx_kl": 0.2}, 1.0)
+    acc.add(0.01, {"pg_loss": 0.0, "num_tokens": 90.0, "pg_tokens": 0.0, "approx_kl": 0.0}, 1.0)
+    assert acc.mean("pg_loss") == pytest.approx(-1.0)  # was -0.1
+    assert acc.mean("approx_kl") == pytest.approx(0.02)  # every trained token: 0.2 x 10 / 100
+    assert acc.mean("loss") == pytest.approx((-1.0 * 10 + 0.01 * 90) / 100)

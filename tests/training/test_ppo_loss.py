@@ -137,3 +137,13 @@ def test_a_token_far_off_its_behaviour_probability_gives_finite_gradients(adv: f
     assert math.isfinite(loss.item()) and math.isfinite(metrics["ratio_mean"])
     assert logprobs.grad[0, 0] == 0  # past the bound: no gradient through that token's ratio
     assert logprobs.grad[0, 1] != 0  # the ordinary token still learns
+
+
+def test_token_counts_are_exact_with_bf16_logprobs():
+    # bf16 holds integers exactly only up to 256: 1001 tokens were counted as 1000, the divisor of
+    # the whole loss.
+    logprobs = torch.full((1, 1001), -0.5, dtype=torch.bfloat16, requires_grad=True)
+    _, metrics = ppo_clip_loss(
+        logprobs, logprobs.detach(), torch.ones(1), torch.ones(1, 1001, dtype=torch.int8), clip_eps=0.2
+    )
+    assert metrics["num_tokens"] == 1001 and metrics["pg_tokens"] == 1001

@@ -39,6 +39,21 @@ def generation_runs(loss_mask: Sequence[int]) -> list[int]:
     return runs
 
 
+def _ended_on_a_tool_return(row: dict[str, Any], events: list[dict[str, Any]]) -> bool:
+    """Whether a row with as many generation runs as tool events surely ended on its last tool
+    return (no zero-token payload merged two runs).
+
+    With no zero-token payload, nothing merged. A run that ended at `max_turns` ended on a tool
+    return by construction (the agent loop stops only after one), so its counts say nothing merged.
+    A `max_tokens` row whose only zero-token payload is the last one is the agent loop's cut
+    observation: the call used the last of the budget, so no generation followed it (an observation
+    is never empty otherwise: every shipped environment wraps the result in markers)."""
+    zero = [k for k, e in enumerate(events) if e["payload_tokens"] == 0]
+    if not zero or row["finish_reason"] == "max_turns":
+        return True
+    return row["finish_reason"] == "max_tokens" and zero == [len(events) - 1]
+
+
 def _turns(row: dict[str, Any]) -> tuple[tuple[Turn, ...], tuple[float | None, ...]]:
     """The row's turns and each turn's tool latency (None on the last turn)."""
     runs = generation_runs(row["loss_mask"])
@@ -52,7 +67,7 @@ def _turns(row: dict[str, Any]) -> tuple[tuple[Turn, ...], tuple[float | None, .
             f"events on turns {[e['turn'] for e in events]} (a zero-token tool payload merges two turns); "
             "such rows cannot be split into turns"
         )
-    if len(runs) == len(events) and any(e["payload_tokens"] == 0 for e in events):
+    if len(runs) == len(events) and not _ended_on_a_tool_return(row, events):
         # As many runs as events reads as "ended on a tool return", but a zero-token payload that
         # merged two runs, then an answer, reads the same: the turns' tokens would be shifted.
         raise TraceSchemaError(
@@ -71,7 +86,15 @@ def _turns(row: dict[str, Any]) -> tuple[tuple[Turn, ...], tuple[float | None, .
 
 def lake_to_trace(lake: pa.Table) -> pa.Table:
     """Trace table (TRACE_SCHEMA) from a trajectory-lake table, sorted by iteration then id."""
-    columns = ["trajectory_id", "prompt_id", "iteration", "prompt_ids", "loss_mask", "tool_events"]
+    columns = [
+        "trajectory_id",
+        "prompt_id",
+        "iteration",
+        "prompt_ids",
+        "loss_mask",
+        "tool_events",
+        "finish_reason",
+    ]
     rows = lake.select(columns).to_pylist()
     trajectories = []
     for row in rows:

@@ -157,6 +157,30 @@ def test_a_zero_token_payload_that_may_have_merged_turns_is_refused() -> None:
     assert [(t["gen_tokens"], t["payload_tokens"]) for t in turns] == [(2, 1), (3, 2), (0, 0)]
 
 
+def test_a_call_that_used_the_last_of_the_budget_ends_the_trajectory() -> None:
+    # The agent loop cuts the observation to the room left: a call ending at the budget gets a
+    # 0-token payload and the run stops (max_tokens). The export refused the row, and with it the
+    # whole run's export.
+    mask = [1] * 4 + [0] * 3 + [1] * 6
+    lake = table_from_rows([lake_row("b", mask, [(0, 3, "success"), (1, 0, "success")], finish="max_tokens")])
+    (turns,) = lake_to_trace(lake).column("turns").to_pylist()
+    assert [(t["gen_tokens"], t["payload_tokens"], t["tool"]) for t in turns] == [
+        (4, 3, "calculator"),
+        (6, 0, "calculator"),
+        (0, 0, None),
+    ]
+    # at max_turns the loop stops only after a tool return: the same counts cannot hide a merge
+    lake = table_from_rows([lake_row("t", mask, [(0, 3, "success"), (1, 0, "success")], finish="max_turns")])
+    assert lake_to_trace(lake).num_rows == 1
+    # a zero-token payload before the last one is still ambiguous, at max_tokens too
+    mask = [1] * 5 + [0] * 3 + [1] * 2
+    early = table_from_rows(
+        [lake_row("e", mask, [(0, 0, "success"), (1, 3, "success")], finish="max_tokens")]
+    )
+    with pytest.raises(TraceSchemaError, match="'e': a zero-token tool payload may have merged"):
+        lake_to_trace(early)
+
+
 def trace_row(turns: list[dict[str, Any]]) -> dict[str, Any]:
     return {"trajectory_id": "t", "prompt_id": "p", "iteration": 0, "prompt_tokens": 3, "turns": turns}
 

@@ -1,7 +1,12 @@
 """Trace evaluator: replay a trace against a scheduler and score its routing.
 
 Protocol (what a scheduler may know when):
-- iterations run in ascending order; `on_policy_version(iteration)` is called before each;
+- iterations run in ascending order; `on_policy_version(v)` is called before each, with `v` the
+  least `policy_version` of the iteration's rows (the version a live run's scheduler is at when
+  the iteration starts: one per optimizer step, several per iteration), or the iteration itself
+  for a trace that records no versions (synthetic ones, and traces written before 2026-12-07,
+  which replayed every trace on the iteration clock: C-MLFQ's statistics aged up to
+  `minibatches` times slower than in the run);
 - the trajectories of one iteration run concurrently: all admissions first, then the first tool
   return of every trajectory, then the second, ... (so `least_load` sees the whole iteration in
   flight); `on_finish` for the iteration's trajectories comes only after all its decisions, so a
@@ -45,7 +50,7 @@ from libra_core.scheduling.base import (
     reprefill_tokens,
 )
 from libra_core.scheduling.registry import build_scheduler, scheduler_names
-from libra_core.traces.schema import TraceTrajectory, as_trajectories, read_trace
+from libra_core.traces.schema import TraceTrajectory, as_trajectories, policy_clock, read_trace
 
 METRICS = ("routing_accuracy", "class_accuracy", "migration_token_ratio", "score")
 
@@ -117,9 +122,11 @@ def replay(
             raise SchedulerContractError(f"{name}: {what} chose bucket {bucket!r}, not in [0, {num_buckets})")
         return bucket
 
+    clock = policy_clock(trajectories)
     for iteration in sorted(by_iteration):
         batch = by_iteration[iteration]
-        scheduler.on_policy_version(iteration)
+        version = clock[iteration]
+        scheduler.on_policy_version(version)
         requests = [
             SchedRequest(t.trajectory_id, t.prompt_id, t.prompt_tokens, iteration, realised=t.turns)
             for t in batch
@@ -171,7 +178,12 @@ def replay(
         for t in batch:
             scheduler.on_finish(
                 FinishedTrajectory(
-                    t.trajectory_id, t.prompt_id, t.prompt_tokens, iteration, iteration, t.turns
+                    t.trajectory_id,
+                    t.prompt_id,
+                    t.prompt_tokens,
+                    iteration,
+                    version if t.policy_version is None else t.policy_version,
+                    t.turns,
                 )
             )
         in_flight = getattr(scheduler, "in_flight", None)

@@ -94,6 +94,7 @@ def lake_to_trace(lake: pa.Table) -> pa.Table:
         "loss_mask",
         "tool_events",
         "finish_reason",
+        "min_version",
     ]
     rows = lake.select(columns).to_pylist()
     trajectories = []
@@ -107,6 +108,7 @@ def lake_to_trace(lake: pa.Table) -> pa.Table:
                 prompt_tokens=len(row["prompt_ids"]),
                 turns=turns,
                 tool_latency_s=latencies,
+                policy_version=row["min_version"],
             )
         )
     trajectories.sort(key=lambda t: (t.iteration, t.trajectory_id))

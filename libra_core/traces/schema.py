@@ -13,6 +13,10 @@ Invariants (checked by `validate_trace`):
   writer did not time the call (traces written before the field existed: `read_trace` reads those
   with every latency null).
 - `trajectory_id` is unique within a trace.
+- `policy_version`, the policy version that generated the trajectory's first token (the clock a
+  live C-MLFQ ages its statistics by), is set on every row or on none (traces written before the
+  field existed, and synthetic ones, read with it null: the evaluator then counts iterations), is
+  >= 0, and never goes back as iterations go on (an iteration's clock is its rows' least version).
 A trajectory that ended right after a tool return (e.g. it hit max_turns) carries a last turn with
 `gen_tokens` 0, so that payload still counts.
 """
@@ -57,11 +61,16 @@ TRACE_SCHEMA = pa.schema(
     [
         pa.field("trajectory_id", pa.string(), nullable=False),
         pa.field("prompt_id", pa.string(), nullable=False),
-        pa.field("iteration", pa.int32(), nullable=False),  # RL iteration (= policy version) that ran it
+        pa.field("iteration", pa.int32(), nullable=False),  # RL iteration that ran it
         pa.field("prompt_tokens", pa.int32(), nullable=False),
         pa.field("turns", pa.list_(TURN), nullable=False),
+        # Policy version of its first generated token (one RL iteration takes one version per
+        # optimizer step); null: not recorded.
+        pa.field("policy_version", pa.int32(), nullable=True),
     ]
 )
+# Columns a file may lack (written before they existed): read as all null.
+OPTIONAL_COLUMNS = ("policy_version",)
 
 
 class TraceSchemaError(ValueError):
@@ -79,6 +88,7 @@ class TraceTrajectory:
     # on the last turn); None for the whole trajectory when no call was timed (normalised here, so
     # an untimed trajectory has one form whoever built it).
     tool_latency_s: tuple[float | None, ...] | None = None
+    policy_version: int | None = None  # version of its first generated token; None: not recorded
 
     def __post_init__(self) -> None:
         lat = self.tool_latency_s
@@ -133,6 +143,7 @@ def trace_table(trajectories: Iterable[TraceTrajectory]) -> pa.Table:
                 }
                 for u, latency in zip(t.turns, t.turn_latencies_s(), strict=True)
             ],
+            "policy_version": t.policy_version,
         }
         for t in trajectories
     ]
@@ -151,7 +162,9 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
     if row["prompt_tokens"] < 1:
         raise fail(f"prompt_tokens is {row['prompt_tokens']}, must be >= 1")
     if row["iteration"] < 0:  # the C-MLFQ clock starts at 0: a negative one aged as if 0
-        raise fail(f"iteration is {row['iteration']}, must be >= 0 (the policy version that generated it)")
+        raise fail(f"iteration is {row['iteration']}, must be >= 0")
+    if row["policy_version"] is not None and row["policy_version"] < 0:  # as the iteration above
+        raise fail(f"policy_version is {row['policy_version']}, must be >= 0")
     out, latencies = [], []
     for k, turn in enumerate(turns):
         if turn is None:
@@ -186,6 +199,7 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
         row["prompt_tokens"],
         tuple(out),
         tuple(latencies),
+        row["policy_version"],
     )
     if traj.size > MAX_TRAJECTORY_TOKENS:
         raise fail(f"holds {traj.size:,} tokens; a trajectory holds at most {MAX_TRAJECTORY_TOKENS:,}")
@@ -200,7 +214,35 @@ def validate_trace(table: pa.Table) -> list[TraceTrajectory]:
     dup = [i for i, n in Counter(t.trajectory_id for t in out).items() if n > 1]
     if dup:
         raise TraceSchemaError(f"trajectory_id {dup[0]!r} appears more than once")
+    policy_clock(out)  # its checks
     return out
+
+
+def policy_clock(trajectories: Sequence[TraceTrajectory]) -> dict[int, int]:
+    """The C-MLFQ clock of each iteration: its rows' least `policy_version`, or the iteration
+    itself when the trace records no versions. Raises TraceSchemaError when some rows record one and
+    others do not, or when the clock goes back from one iteration to the next."""
+    recorded = [t.policy_version is not None for t in trajectories]
+    if not any(recorded):
+        return {t.iteration: t.iteration for t in trajectories}
+    if not all(recorded):
+        missing = next(t for t in trajectories if t.policy_version is None)
+        raise TraceSchemaError(
+            f"policy_version is null on trajectory {missing.trajectory_id!r} and set on others; a trace "
+            "records it on every row or on none"
+        )
+    clock: dict[int, int] = {}
+    for t in trajectories:
+        assert t.policy_version is not None  # every row records one (checked above)
+        clock[t.iteration] = min(clock.get(t.iteration, t.policy_version), t.policy_version)
+    iterations = sorted(clock)
+    for before, after in zip(iterations, iterations[1:], strict=False):
+        if clock[after] < clock[before]:
+            raise TraceSchemaError(
+                f"policy_version goes back from iteration {before} (version {clock[before]}) to "
+                f"iteration {after} (version {clock[after]}); versions grow as iterations go on"
+            )
+    return clock
 
 
 def write_trace(table: pa.Table, path: str | Path) -> Path:
@@ -226,6 +268,9 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
     except (pa.ArrowException, OSError) as err:  # not Parquet; or a footer that reads, a damaged page
         reason = " ".join(str(err).split())
         raise TraceSchemaError(f"{path} cannot be read as a Parquet trace ({reason})") from err
+    for name in OPTIONAL_COLUMNS:  # an older trace: the column reads as null
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, TRACE_SCHEMA.field(name).type))
     missing = [n for n in TRACE_SCHEMA.names if n not in table.column_names]
     extra = [n for n in table.column_names if n not in TRACE_SCHEMA.names]
     if missing or extra:

@@ -181,6 +181,25 @@ def test_a_call_that_used_the_last_of_the_budget_ends_the_trajectory() -> None:
         lake_to_trace(early)
 
 
+def test_the_export_records_the_policy_version_of_the_first_token() -> None:
+    row = lake_row("v", [1, 1, 0, 1], [(0, 1, "success")])
+    # an async row: its first token from version 12, its second (after a weight sync) from 13
+    later = {**lake_row("w", [1, 1], []), "iteration": 3, "min_version": 12, "max_version": 13}
+    later["version_spans"] = [{"start": 0, "end": 1, "version": 12}, {"start": 1, "end": 2, "version": 13}]
+    trace = lake_to_trace(table_from_rows([row, later]))
+    assert trace.column("iteration").to_pylist() == [2, 3]
+    assert trace.column("policy_version").to_pylist() == [row["min_version"], 12]
+
+
+def test_a_trace_written_before_policy_versions_reads_without_them(tmp_path: Path) -> None:
+    old_schema = pa.schema([f for f in TRACE_SCHEMA if f.name != "policy_version"])
+    turns = [{"gen_tokens": 1, "tool": None, "payload_tokens": 0, "status": None, "latency_s": None}]
+    path = tmp_path / "old.parquet"
+    pq.write_table(pa.Table.from_pylist([trace_row(turns)], schema=old_schema), path)
+    (t,) = read_trace(path)
+    assert t.policy_version is None and t.iteration == 0
+
+
 def trace_row(turns: list[dict[str, Any]]) -> dict[str, Any]:
     return {"trajectory_id": "t", "prompt_id": "p", "iteration": 0, "prompt_tokens": 3, "turns": turns}
 

@@ -146,3 +146,51 @@ def test_run_trace_eval_all_and_tables(tmp_path: Path) -> None:
     assert format_rich(records).row_count == len(records)
     with pytest.raises(ValueError, match="unknown scheduler 'nope'"):
         run_trace_eval(path, "nope", BOUNDS)
+
+
+def test_the_replay_clock_is_the_recorded_policy_version() -> None:
+    """A live run's scheduler ages its statistics by policy version, one per optimizer step (four
+    per iteration at `minibatches: 4`); the replay counted iterations, so C-MLFQ's statistics aged
+    four times slower than in the run the trace came from."""
+    finished: list[tuple[str, int, int]] = []
+
+    class Recording(Scripted):
+        def on_finish(self, trajectory: FinishedTrajectory) -> None:
+            finished.append((trajectory.request_id, trajectory.iteration, trajectory.policy_version))
+
+    trace = [
+        replace(TRACE[0], iteration=0, policy_version=0),
+        replace(TRACE[1], iteration=1, policy_version=5),  # an async row, a version behind C's
+        replace(TRACE[2], iteration=1, policy_version=6),
+    ]
+    scripted = Recording()
+    replay(trace, scripted, BOUNDS, name="scripted")
+    assert [c for c in scripted.calls if c.startswith("version")] == ["version 0", "version 5"]
+    assert finished == [("A", 0, 0), ("B", 1, 5), ("C", 1, 6)]
+    # a trace that records no version (synthetic, or written before the field) counts iterations
+    untimed = Scripted()
+    replay([replace(t, iteration=i) for i, t in enumerate(TRACE)], untimed, BOUNDS, name="scripted")
+    assert [c for c in untimed.calls if c.startswith("version")] == ["version 0", "version 1", "version 2"]
+
+
+@pytest.mark.parametrize(
+    ("versions", "message"),
+    [
+        ((0, None, 3), "policy_version is null on trajectory 'B' and set on others"),
+        (
+            (4, 2, 2),
+            "policy_version goes back from iteration 0 \\(version 4\\) to iteration 1 \\(version 2\\)",
+        ),
+        ((0, 1, -1), "policy_version is -1, must be >= 0"),
+    ],
+)
+def test_a_trace_with_inconsistent_policy_versions_is_refused(
+    versions: tuple[int | None, ...], message: str
+) -> None:
+    from libra_core.traces.schema import TraceSchemaError
+
+    iterations = (0, 1, 1)
+    rows = zip(TRACE, iterations, versions, strict=True)
+    trace = [replace(t, iteration=i, policy_version=v) for t, i, v in rows]
+    with pytest.raises(TraceSchemaError, match=message):
+        trace_table(trace)

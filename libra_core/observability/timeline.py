@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,12 +113,28 @@ def drop_timeline_after(run_dir: str | Path, iteration: int) -> int:
     return dropped
 
 
+def _span(d: object, iteration: int) -> Span:
+    """One span of a file of `iteration`, its types checked: a cast read `"lane": null` as a lane
+    named "None", `"iteration": 1.9` as 1 and a string time as a number."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a span is {type(d).__name__}, not an object")
+    if type(d["iteration"]) is not int or d["iteration"] != iteration:
+        raise ValueError(f"a span of iteration {d['iteration']!r} in the file of iteration {iteration}")
+    if not isinstance(d["lane"], str):
+        raise ValueError(f"a span's lane is {d['lane']!r}, not a name")
+    for key in ("start", "end"):
+        if isinstance(d[key], bool) or not isinstance(d[key], int | float):
+            raise ValueError(f"a span's {key} is {d[key]!r}, not a number of seconds")
+    return Span(iteration, d["lane"], float(d["start"]), float(d["end"]))
+
+
 def _parse(path: Path) -> list[Span]:
     try:
+        iteration = int(path.stem.removeprefix("iteration="))
         raw = json.loads(path.read_text())
         if not isinstance(raw, list):
             raise ValueError("expected a list of spans")
-        return [Span(int(d["iteration"]), str(d["lane"]), float(d["start"]), float(d["end"])) for d in raw]
+        return [_span(d, iteration) for d in raw]
     except (ValueError, KeyError, TypeError, OverflowError) as err:  # Overflow: Infinity, 1e400
         raise ValueError(f"{path}: not a timeline file ({err})") from err
     except OSError as err:  # a folder of that name, no permission
@@ -183,11 +200,14 @@ def write_perfetto(run_dir: str | Path) -> Path:
     return path
 
 
-def _lane_order(lane: str) -> tuple[int, int, str]:
-    """Stages in pipeline order, rollout instances right after the rollout stage."""
+def _lane_order(lane: str) -> tuple[int, int, list[tuple[int, int, str]]]:
+    """Stages in pipeline order, rollout instances right after the rollout stage, numbers in names
+    by value (`vllm-2` before `vllm-10`)."""
+    parts = re.split(r"(\d+)", lane)  # odd positions: the runs of digits
+    natural = [(1, int(part), "") if i % 2 else (0, 0, part) for i, part in enumerate(parts)]
     if lane.startswith(INSTANCE_LANE_PREFIX):
-        return (STAGE_LANES.index("rollout"), 1, lane)
-    return (STAGE_LANES.index(lane) if lane in STAGE_LANES else len(STAGE_LANES), 0, lane)
+        return (STAGE_LANES.index("rollout"), 1, natural)
+    return (STAGE_LANES.index(lane) if lane in STAGE_LANES else len(STAGE_LANES), 0, natural)
 
 
 def lane_order(lanes: Iterable[str]) -> list[str]:

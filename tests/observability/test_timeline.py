@@ -112,12 +112,21 @@ def test_a_timeline_entry_that_is_a_folder_names_the_file(tmp_path: Path) -> Non
     "text",
     [
         '{"iteration": 1}',
-        '[{"iteration": 1, "lane": "rollout", "start": 1.0}]',
+        '[{"iteration": 2, "lane": "rollout", "start": 1.0}]',
         "not json",
         "[1, 2]",
         # OverflowError, which escaped as a traceback
         '[{"iteration": Infinity, "lane": "rollout", "start": 1.0, "end": 2.0}]',
-        '[{"iteration": 1, "lane": "rollout", "start": 1' + "9" * 400 + ', "end": 2.0}]',
+        '[{"iteration": 2, "lane": "rollout", "start": 1' + "9" * 400 + ', "end": 2.0}]',
+        # wrong types, read by casts until 2026-12-07 (a lane named "None", iteration 1.9 as 1)
+        '[{"iteration": 2, "lane": null, "start": 1.0, "end": 2.0}]',
+        '[{"iteration": 2, "lane": ["rollout"], "start": 1.0, "end": 2.0}]',
+        '[{"iteration": 1.9, "lane": "rollout", "start": 1.0, "end": 2.0}]',
+        '[{"iteration": "2", "lane": "rollout", "start": 1.0, "end": 2.0}]',
+        '[{"iteration": 2, "lane": "rollout", "start": "1.0", "end": 2.0}]',
+        '[{"iteration": 2, "lane": "rollout", "start": true, "end": 2.0}]',
+        # a span of another iteration than its file's
+        '[{"iteration": 7, "lane": "rollout", "start": 1.0, "end": 2.0}]',
     ],
 )
 def test_malformed_timeline_file_names_the_file(tmp_path: Path, text: str) -> None:
@@ -126,6 +135,19 @@ def test_malformed_timeline_file_names_the_file(tmp_path: Path, text: str) -> No
     bad.write_text(text)
     with pytest.raises(ValueError, match=r"iteration=2\.json"):
         read_timeline(tmp_path)
+
+
+def test_a_well_formed_file_reads_with_integer_times(tmp_path: Path) -> None:
+    timeline_dir(tmp_path).mkdir(parents=True)
+    (timeline_dir(tmp_path) / "iteration=2.json").write_text(
+        '[{"iteration": 2, "lane": "rollout", "start": 1, "end": 2}]'
+    )
+    assert read_timeline(tmp_path) == [Span(2, "rollout", 1.0, 2.0)]
+
+
+def test_instances_order_by_their_number() -> None:
+    lanes = [f"instance/vllm-{i}" for i in (10, 2, 1, 11)] + ["rollout", "update"]
+    assert lane_order(lanes) == ["rollout", *(f"instance/vllm-{i}" for i in (1, 2, 10, 11)), "update"]
 
 
 def test_to_perfetto_events_match_spans_in_microseconds() -> None:

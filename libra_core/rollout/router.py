@@ -54,8 +54,11 @@ class RoutingStats:
     # share of generated tokens decoded in the bucket of their trajectory's final size (the trace
     # evaluator's class_accuracy, measured live); None without bucket bounds or finished work
     class_accuracy: float | None = None
-    # migrated_tokens / every token of the finished trajectories (prompt, generated, payloads): the
-    # trace evaluator's migration_token_ratio, measured live; None when nothing finished
+    # migrated_tokens / every token of the finished trajectories (prompt, generated, payloads); None
+    # when nothing finished. The trace evaluator's migration_token_ratio charges every move (it
+    # gives each bucket instances of its own); this one only the moves that changed the instance,
+    # the re-prefills that ran: with fewer instances than buckets (the CPU default: one instance,
+    # three buckets) it is lower than a replay's, while class_accuracy credits the bucket either way
     migration_token_ratio: float | None = None
 
 

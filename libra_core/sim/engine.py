@@ -214,8 +214,11 @@ class Simulator(SimTurns):
                 q.record(ev, label)
             handlers[priority](tgt)
         # The books close at the last event handled: an outdated prediction popped after it (an
-        # update the elastic pool shortened) must not book idle time past the run's end.
-        q.now_s = last_s
+        # update the elastic pool shortened) must not book idle time past the run's end. Nor may
+        # an event handled after the last weights are ready (a hybrid's wake or return that the
+        # run's end made moot; until 2026-12-07 they booked idle time up to them).
+        end = self.stats.makespan_s
+        q.now_s = min(last_s, end) if end > 0 else last_s
         self._account()
         self.harvest(self.instances)
         self.stats.train_busy_gpu_s = self.trainer.busy_gpu_s

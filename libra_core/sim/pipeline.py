@@ -147,11 +147,12 @@ def try_start_train(sim: Simulator) -> None:
     j = sim.pending_train.pop(0)
     shape = TrainShape.from_workload(sim.workload_of(j))
     t = update_time_s(sim.model, sim.hw, sim.dep.train_layout, shape, f"{sim.p.name}, iteration {j}'s update")
-    if sim.p.colocated:
-        t += sim.switch_s  # rollout engines sleep, training states come back to HBM
+    # Colocated: rollout engines sleep, training states come back to HBM, before the update's work
+    # (until 2026-12-07 that switch was booked as training busy, and the wake after it as idle).
+    setup_s = sim.switch_s if sim.p.colocated else 0.0
     sim._account()  # the ledger books a running update's GPUs (engine._account): close the interval
     sim.trainer.train_gpus = sim.dep.train_gpus
-    sim.trainer.start(sim.q.now_s, j, t, _train_gpus_now(sim))
+    sim.trainer.start(sim.q.now_s, j, t, _train_gpus_now(sim), setup_s)
     schedule_train(sim)
 
 

@@ -51,7 +51,7 @@ class Trainer:
     core_time_s: float = 0.0  # the update's time on exactly `train_gpus`
     gpus: float = 0.0  # GPUs currently working on it
     last_s: float = 0.0
-    started_s: float = 0.0  # when the update in progress (or the last one) started
+    started_s: float = 0.0  # when the update in progress (or the last one) started its work
     version: int = 0
     busy_gpu_s: float = 0.0  # GPU-seconds spent training
 
@@ -65,15 +65,20 @@ class Trainer:
         return eff / n / self.core_time_s if self.core_time_s > 0 else float("inf")
 
     def advance(self, now_s: float) -> None:
-        if self.busy and now_s > self.last_s:
-            self.remaining = max(0.0, self.remaining - (now_s - self.last_s) * self.rate())
-            self.busy_gpu_s += (now_s - self.last_s) * self.gpus
+        # Before `started_s` (a colocated update's switch) nothing trains and nothing is booked.
+        since = max(self.last_s, self.started_s)
+        if self.busy and now_s > since:
+            self.remaining = max(0.0, self.remaining - (now_s - since) * self.rate())
+            self.busy_gpu_s += (now_s - since) * self.gpus
         self.last_s = now_s
 
-    def start(self, now_s: float, iteration: int, time_s: float, gpus: float) -> None:
+    def start(self, now_s: float, iteration: int, time_s: float, gpus: float, setup_s: float = 0.0) -> None:
+        """Begin `iteration`'s update of `time_s` seconds on `gpus`, its work `setup_s` from now
+        (colocated: the rollout engines sleep and the training states come back to HBM first; that
+        wait is no training, so it is not booked busy)."""
         assert not self.busy, "an update is already running"
         self.iteration, self.remaining, self.core_time_s = iteration, 1.0, time_s
-        self.gpus, self.last_s, self.started_s = gpus, now_s, now_s
+        self.gpus, self.last_s, self.started_s = gpus, now_s, now_s + setup_s
         self.version += 1
 
     def set_gpus(self, now_s: float, gpus: float) -> None:
@@ -83,7 +88,7 @@ class Trainer:
 
     def done_s(self) -> float:
         r = self.rate()
-        return self.last_s + (self.remaining / r if r > 0 else float("inf"))
+        return max(self.last_s, self.started_s) + (self.remaining / r if r > 0 else float("inf"))
 
     def finish(self, now_s: float) -> int:
         self.advance(now_s)

@@ -13,6 +13,7 @@ from libra_core.planner.train_cost import TrainShape
 from libra_core.scheduling.base import Turn
 from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import resolve_policies
+from libra_core.sim.settings import SimSettings
 from libra_core.sim.trace_replay import TraceWorkload
 from libra_core.sim.training import update_time_s
 from libra_core.sim.workloads import load_scenario
@@ -176,3 +177,32 @@ def test_a_running_update_keeps_its_core_through_a_replan_and_is_booked_once() -
     sim.q.now_s += 100.0
     sim._account()
     assert (sim.stats.train_gpu_s - train0, sim.stats.roll_gpu_s - roll0) == (800.0, 4000.0)  # was 1200, 3600
+
+
+def test_the_books_close_at_the_end_when_late_wakes_are_moot() -> None:
+    """Hybrids sent to a rollout that ended before their (long) wake: their ready events, and the
+    return to training after them, come after the last weights are ready. They were handled as the
+    last events, and the books closed there: 89 s of GPU time booked for a 41 s run."""
+    settings = SimSettings(max_num_seqs=2, wake_s=60.0)
+    spec = {"prompts_per_iteration": 2, "max_turns": 2}
+    cluster = parse_cluster("12xA800")
+    wl = load_scenario("search-r1", 3, 1, spec_overrides=spec)  # seed 1: seed 0 has no late wake
+    policy = resolve_policies(["+elastic"])[0]
+    sim = Simulator(policy, wl, get_model(wl.model), cluster.hardware, 12, 3, random.Random(0), settings)
+    stats = sim.run()
+    assert stats.hybrid_rollouts == 0  # no hybrid woke in time to serve: every ready came late
+    booked = stats.roll_gpu_s + stats.train_gpu_s
+    assert booked == pytest.approx(sim.G * stats.makespan_s, rel=1e-9)
+
+
+def test_a_colocated_switch_is_not_training() -> None:
+    """A colocated update waits for the switch (engines sleep, training states come back) before it
+    trains; the switch was booked as training busy, the wake after the update as idle."""
+    runs = [build_sim("tiny", "colocated", 3, settings=SimSettings(wake_s=w)) for w in (0.0, 5.0)]
+    (plain, switching) = [sim.run() for sim in runs]
+    longer_s = runs[1].switch_s - runs[0].switch_s
+    assert longer_s == pytest.approx(5.0)
+    assert switching.train_busy_gpu_s == pytest.approx(plain.train_busy_gpu_s, rel=1e-9)
+    # each iteration pays the switch twice (sleep before the update, wake after), on the training side
+    extra = switching.train_gpu_s - plain.train_gpu_s
+    assert extra == pytest.approx(8 * 3 * 2 * longer_s, rel=1e-6)

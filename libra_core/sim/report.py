@@ -3,10 +3,12 @@
 Throughput is trained tokens (prompt + generated + tool payload, what the planner counts) over the
 time the last update's weights are ready. Idle shares are per side: 1 - busy GPU-seconds / GPU-seconds
 the side held (rollout busy = an instance has a running sequence, prefill included; training busy =
-an update runs on the GPU). The lower bound of a scenario is all GPU-seconds of work over the cluster,
-with no straggler and no pipeline dependency: rollout decode at the largest batch and the shortest
-context of the iteration on the most efficient TP degree, prefill of prompts and payloads likewise,
-training FLOPs at `train_mfu` (`train_lower_bound_s`).
+an update runs on the GPU; a colocated update's switches are not). The lower bound of a scenario is
+the larger of two: the work bound, all GPU-seconds of work over the cluster with no straggler and no
+pipeline dependency (rollout decode at the largest batch and the shortest context of the iteration
+on the most efficient TP degree, prefill of prompts and payloads likewise, training FLOPs at
+`train_mfu`: `train_lower_bound_s`), and the path bound, the slowest trajectory of every rollout
+plus the last update.
 """
 
 from __future__ import annotations

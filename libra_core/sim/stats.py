@@ -43,7 +43,8 @@ class RunStats:
 
     @property
     def makespan_s(self) -> float:
-        """When the run's last update ended (0 before any iteration finished)."""
+        """When the last update's weights were ready to serve: its end plus the weight sync (and, for
+        colocated, the wake of the rollout engines); 0 before any iteration finished."""
         return self.records[-1].train_end_s if self.records else 0.0
 
     @property

@@ -78,7 +78,9 @@ class TraceWorkload:
         """One line for the report: what is replayed and where its tool latencies come from."""
         n = sum(len(ts) for ts in self._iters)
         calls = self.timed_calls + self.untimed_calls
-        if self.untimed_calls == 0:
+        if calls == 0:
+            source = "no tool calls"
+        elif self.untimed_calls == 0:
             source = f"all {calls:,} tool calls at their recorded latency"
         elif self.timed_calls == 0:
             each = f"{self.spec.tool_latency_s:g} s (x{UNTIMED_TIMEOUT_FACTOR:g} on a timeout)"

@@ -35,7 +35,7 @@ __all__ = [
 
 def is_trace(scenario: str | Path) -> bool:
     """Whether `scenario` names a trace file to replay rather than a built-in generator."""
-    return isinstance(scenario, Path) or str(scenario).endswith(".parquet")
+    return isinstance(scenario, Path) or str(scenario).lower().endswith(".parquet")  # also x.PARQUET
 
 
 def spec_class(scenario: str | Path) -> type:

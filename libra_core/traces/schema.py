@@ -288,13 +288,18 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
             f"{path}: {'; '.join(problems)}; a trace's types are those of TRACE_SCHEMA "
             "(docs/scheduling.md, `libra trace export` writes one)"
         )
-    try:
-        # Only casts `_type_problem` lets through: a narrower or wider integer or float (Arrow
-        # refuses a value out of range), a large string or list, and the turns of a trace written
-        # before `latency_s` existed (every latency null).
-        table = table.select(TRACE_SCHEMA.names).cast(TRACE_SCHEMA)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as err:
-        raise TraceSchemaError(f"{path}: a column has the wrong type for the trace schema: {err}") from err
+    # Only casts `_type_problem` lets through: a narrower or wider integer or float (Arrow refuses a
+    # value out of range), a large string or list, and the turns of a trace written before
+    # `latency_s` existed (every latency null). Column by column, so an error names its column.
+    columns = []
+    for f in TRACE_SCHEMA:
+        try:
+            columns.append(table.column(f.name).cast(f.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as err:
+            raise TraceSchemaError(
+                f"{path}: column {f.name!r} does not fit the trace schema's {f.type}: {err}"
+            ) from err
+    table = pa.Table.from_arrays(columns, schema=TRACE_SCHEMA)
     try:
         return validate_trace(table)
     except TraceSchemaError as err:

@@ -86,6 +86,14 @@ def test_a_trace_without_latencies_says_so(tmp_path: Path) -> None:
     assert "no tool call timed: each costs 1 s" in wl.describe()
 
 
+def test_a_trace_without_tool_calls_says_so_and_an_upper_case_suffix_is_a_trace(tmp_path: Path) -> None:
+    rows = [TraceTrajectory("t", "p", 0, 10, (Turn(3, None, 0, None),))]
+    path = write_trace(trace_table(rows), tmp_path / "plain.PARQUET")
+    assert spec_class(str(path)) is TraceSpec  # was an unknown scenario
+    wl = load_scenario(str(path), 1, 0)
+    assert wl.describe().endswith("no tool calls")  # was "all 0 tool calls at their recorded latency"
+
+
 def test_the_planner_prices_the_period_the_simulator_runs(tmp_path: Path) -> None:
     # Iterations of under a second (a CPU run's trace replayed on GPUs), where the 8B model's
     # weight sync (~0.44 s on H100) is as long as a stage: priced as overlapping the rollout, as

@@ -183,9 +183,10 @@ def test_integer_and_float_columns_of_another_width_still_read(tmp_path: Path) -
     )
     pq.write_table(_retyped("turns", pa.array([0.25, None], pa.float32()), turn_field="latency_s"), path)
     assert read_trace(path)[0].tool_latency_s == (0.25, None)
-    # a value that does not fit is still an error naming the file
+    # a value that does not fit is still an error naming the file, and (since 2026-12-07) its column
     pq.write_table(_retyped("prompt_tokens", pa.array([2**40], pa.int64())), path)
-    with pytest.raises(TraceSchemaError, match=f"^{re.escape(str(path))}: a column has the wrong type"):
+    want = f"^{re.escape(str(path))}: column 'prompt_tokens' does not fit the trace schema's int32"
+    with pytest.raises(TraceSchemaError, match=want):
         read_trace(path)
 
 

@@ -25,6 +25,13 @@ import numpy as np
 from libra_core.planner.rollout_cost import RolloutCostModel
 
 _CTX_GRID = np.geomspace(16, 262_144, 57)
+# ... extended at the same log spacing to the largest context a trajectory can hold (int32 tokens,
+# traces.schema.MAX_TRAJECTORY_TOKENS). The grid ended at 262,144: a longer context was priced as
+# that one (a 1M-token decode step at 55% of the cost model's), though configs and traces allow it.
+_CTX_GRID = np.concatenate(
+    [_CTX_GRID, _CTX_GRID[-1] * np.exp((math.log(_CTX_GRID[1]) - math.log(_CTX_GRID[0])) * np.arange(1, 54))]
+)
+assert _CTX_GRID[-1] >= 2**31 - 1, "the context grid must reach the largest trajectory"
 _DONE_TOLERANCE = 1e-6  # decode steps: a turn this close to its end has ended (float rounding)
 
 

@@ -201,3 +201,19 @@ def test_an_event_that_moves_nothing_forward_stops_the_run(monkeypatch: pytest.M
         AssertionError, match=r"the simulation is stuck at 0.0 s: 1,000 events there in a row"
     ):
         sim.run()
+
+
+@pytest.mark.parametrize("ctx", [300_000.0, 1_000_000.0, 50_000_000.0])
+def test_contexts_past_a_quarter_million_tokens_are_priced_by_the_cost_model(ctx: float) -> None:
+    """The cost tables ended at 262,144 tokens of context and priced any longer one as that one:
+    a 1M-token decode step at about half the cost model's, though configs and traces allow it."""
+    from libra_core.planner.rollout_cost import RolloutCostModel
+    from libra_core.sim.instance import CostTables
+
+    cluster = parse_cluster("8xH100")
+    cost = RolloutCostModel(get_model("qwen3-8b"), cluster.hardware, 16)
+    tables = CostTables(cost, (8,))
+    for batch in (1, 16):
+        want = float(cost.decode_step_s(8, float(batch), ctx))
+        assert tables.itl_s(8, batch, ctx) == pytest.approx(want, rel=0.01)
+    assert tables.prefill_s(8, 1.0, ctx) == pytest.approx(float(cost.prefill_s_per_token(8, ctx)), rel=0.01)

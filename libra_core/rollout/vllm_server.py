@@ -151,7 +151,8 @@ class VllmServer:
             # vLLM's own sampling defaults, not the model folder's generation_config.json: an
             # instruct model's top_k 20 or repetition_penalty 1.05 became every request's default,
             # and the log-probs of that truncated, penalised distribution were trained as the plain
-            # tempered softmax's (0.82 nats apart on a test policy; until 2026-12-06).
+            # tempered softmax's (0.344 nats apart in tests/rollout/test_vllm_agent_loop.py's
+            # log-prob check; until 2026-12-06).
             "--generation-config",
             "vllm",
             *self.cfg.extra_args,

@@ -101,7 +101,7 @@ def append_history(run_dir: str | Path, row: dict[str, Any]) -> Path:
     extra = row.keys() - set(HISTORY_SCHEMA.names)
     if missing or extra:
         raise ValueError(f"history row: missing {sorted(missing)}, unknown {sorted(extra)}")
-    _refuse_unknown_columns(run_dir)
+    refuse_unknown_history_columns(run_dir)
     rows = [r for r in read_history(run_dir) if r["iteration"] != row["iteration"]] + [row]
     rows.sort(key=lambda r: r["iteration"])
     path = history_path(run_dir)
@@ -110,7 +110,7 @@ def append_history(run_dir: str | Path, row: dict[str, Any]) -> Path:
     return path
 
 
-def _refuse_unknown_columns(run_dir: str | Path) -> None:
+def refuse_unknown_history_columns(run_dir: str | Path) -> None:
     """Before a rewrite: a history with columns this schema lacks (written by another version of
     Libra) would lose them for every row. Readers take such a file; writers refuse it."""
     path = history_path(run_dir)
@@ -135,7 +135,7 @@ def drop_history_after(run_dir: str | Path, iteration: int) -> int:
     rows = read_history(run_dir)
     kept = [r for r in rows if r["iteration"] <= iteration]
     if len(kept) < len(rows):
-        _refuse_unknown_columns(run_dir)
+        refuse_unknown_history_columns(run_dir)
         with atomic_path(history_path(run_dir)) as tmp:
             pq.write_table(pa.Table.from_pylist(kept, schema=HISTORY_SCHEMA), tmp)
     return len(rows) - len(kept)

@@ -5,15 +5,18 @@ Who calls it: `libra run --resume` calls `plan_resume` before Prefect starts (a 
 and one line; the plan's `note` is printed), and the create-run task calls `plan_resume` again and
 `apply_resume`, so a run started from the UI gets the same checks. `plan_resume` only reads;
 `apply_resume` writes, after every check has passed, so a refused resume leaves the folder as it
-was. Refused: a damaged `state.json` or resolved config, overrides that change the model or the
+was. Refused: a damaged `state.json` (a value of the wrong type included) or resolved config, a
+missing `state.json` in a folder with checkpoints, overrides that change the model or the
 tokenizer (the policy folder holds that model's weights; a tiny model's fields are also compared
 with the policy folder's config.json, in case config.resolved.yaml was edited by hand; its
 tokenizer was trained for the environment's type and prompt format, which are frozen too) or what the
 C-MLFQ tree is keyed by, fewer
 iterations than the run completed, a checkpoint with a file missing, a history file that cannot be
-read, and turning the KL penalty on in a run that kept no reference policy. A resume forgets what the
-abandoned attempt recorded after the point it continues from: history rows, lake partitions and
-timeline spans of later iterations (the planner's log is trimmed by the plan stage).
+read or has columns this version does not know, and turning the KL penalty on in a run that kept
+no reference policy. The checkpoint resumed from is the newest the run's state covers. A resume
+forgets what the abandoned attempt recorded after the point it continues from: history rows, lake
+partitions, timeline spans and checkpoints of later iterations (the planner's log is trimmed by the
+plan stage).
 """
 
 from __future__ import annotations
@@ -27,15 +30,17 @@ from pathlib import Path
 from libra_core.config import LibraConfig, load_config, write_resolved_config
 from libra_core.config.models import TinyModelConfig
 from libra_core.data.atomic import atomic_path
-from libra_core.data.history import drop_history_after, read_history
+from libra_core.data.history import drop_history_after, read_history, refuse_unknown_history_columns
 from libra_core.data.io import drop_lake_after
 from libra_core.observability.timeline import drop_timeline_after
 from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
+    checkpoint_dirs,
+    checkpoint_iteration,
     copy_tree_atomic,
-    latest_checkpoint,
     load_run_config,
+    parse_state,
     read_state,
     write_state,
 )
@@ -101,9 +106,20 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
             f"{layout.root}: {', '.join(keyed)} cannot change on resume (the run's C-MLFQ tree is "
             "keyed by them); start a new run instead"
         )
+    if not layout.state.exists() and checkpoint_dirs(layout.root):
+        # Read as a fresh run, the resume restarted at iteration 1 beside the old checkpoints, and
+        # the next save's rotation deleted the new one as the oldest.
+        raise ResumeError(
+            f"{layout.root}: state.json is missing but the folder holds checkpoints "
+            f"({', '.join(p.name for p in checkpoint_dirs(layout.root))}); the run's state was lost. "
+            "Start a new run, or restore state.json (a checkpoint's state.json is its state)"
+        )
     state = read_state(layout.root)
     try:  # apply_resume rewrites it, after it has replaced the policy: a damaged one fails here
         read_history(layout.root)
+        # ... as it does when the file has columns this version does not know (a newer Libra's):
+        # the rewrite refused it half-way, the policy already restored
+        refuse_unknown_history_columns(layout.root)
     except ValueError as err:
         raise ResumeError(f"{err}; nothing was changed") from err
     if cfg.experiment.iterations < state.completed_iterations:
@@ -111,7 +127,12 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
             f"{layout.root}: experiment.iterations={cfg.experiment.iterations} is below the "
             f"{state.completed_iterations} iterations the run completed"
         )
-    ckpt = latest_checkpoint(layout.root) if state.completed_iterations else None
+    # The newest checkpoint the run's state covers: one past it is an abandoned attempt's (a state
+    # rewritten by hand, or lost), and resuming from it would continue from that attempt's weights.
+    covered = [
+        c for c in checkpoint_dirs(layout.root) if checkpoint_iteration(c) <= state.completed_iterations
+    ]
+    ckpt = covered[-1] if covered and state.completed_iterations else None
     if ckpt is not None:
         missing = checkpoint_problems(ckpt)
         if missing:
@@ -119,7 +140,12 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
                 f"checkpoint {ckpt} is incomplete ({'; '.join(missing)}); nothing was changed. Delete "
                 "it to resume from the checkpoint before it"
             )
-        resumed = RunState(**json.loads((ckpt / "state.json").read_text()))
+        resumed = parse_state(ckpt / "state.json")
+        if resumed.completed_iterations > state.completed_iterations:
+            raise ResumeError(
+                f"checkpoint {ckpt} says {resumed.completed_iterations} iterations completed, the run's "
+                f"state.json {state.completed_iterations}; nothing was changed"
+            )
     else:
         resumed = RunState()
     if resumed.completed_iterations and cfg.training.grpo.kl_coef > 0 and not layout.reference.is_dir():
@@ -200,9 +226,9 @@ def checkpoint_problems(ckpt: Path) -> list[str]:
     ]
     if (ckpt / "state.json").is_file():
         try:
-            RunState(**json.loads((ckpt / "state.json").read_text()))
-        except (ValueError, TypeError) as err:
-            problems.append(f"state.json is damaged: {err}")
+            parse_state(ckpt / "state.json")
+        except ValueError as err:
+            problems.append(str(err))
     return problems
 
 
@@ -219,6 +245,8 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
         if tree.exists():  # the router's statistics as of the checkpoint, not of the iterations redone
             with atomic_path(layout.scheduler_tree) as tmp:
                 shutil.copyfile(tree, tmp)
+        else:  # none then (a static scheduler at the time): the live one learnt the redone iterations
+            layout.scheduler_tree.unlink(missing_ok=True)
     else:
         # Starting again at iteration 1: the optimizer state and the router's statistics belong to
         # the iterations about to be redone, or to an iteration 1 interrupted after its update (the
@@ -228,6 +256,9 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
     # What the abandoned attempt recorded after the point the run continues from would otherwise
     # be read as this run's past (dynamic sampling, the report, trace exports, the timeline).
     kept = plan.state.completed_iterations
+    for later in checkpoint_dirs(layout.root):  # an abandoned attempt's: rotation would keep them
+        if checkpoint_iteration(later) > kept:
+            shutil.rmtree(later)
     _remove_leftovers(layout)
     drop_history_after(layout.root, kept)
     drop_lake_after(layout.root, kept)
@@ -254,9 +285,11 @@ def _remove_leftovers(layout: RunLayout) -> None:
     """Delete what a process killed mid-write left: `atomic_path`'s `.NAME.tmp-PID-HEX` files, a
     checkpoint's `.iter_N.staging` copy (a whole policy and optimizer state) and a folder
     `replace_dir` had renamed aside, `.NAME.old-HEX` (a whole policy: the folder it replaced is
-    restored from the checkpoint or prepared again). Safe while the resume holds the folder's
+    restored from the checkpoint or prepared again), and `copy_tree_atomic`'s `.NAME.tmp` and
+    `.NAME.old` folders (the latter was never removed). Safe while the resume holds the folder's
     lock: no other process is writing them."""
-    for tmp in [*layout.root.rglob(".*.tmp-*"), *layout.root.rglob(".*.old-*")]:
+    patterns = (".*.tmp-*", ".*.old-*", ".*.tmp", ".*.old")
+    for tmp in [path for pattern in patterns for path in layout.root.rglob(pattern)]:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:

@@ -140,16 +140,41 @@ def load_run_config(run_dir: str | Path) -> LibraConfig:
     return _load_cached(str(path), path.stat().st_mtime_ns)
 
 
-def read_state(run_dir: str | Path) -> RunState:
-    path = RunLayout(Path(run_dir)).state
-    if not path.exists():
-        return RunState()
+RUN_STATUSES = ("created", "running", "finished", "failed", "cancelled")
+
+
+def parse_state(path: Path) -> RunState:
+    """The RunState in the JSON file `path`, its value types checked; a ValueError naming the
+    file otherwise (`"completed_iterations": "3"` failed later in a comparison, with a traceback
+    naming no file, and -4 or 3.0 were taken)."""
     try:
-        return RunState(**json.loads(path.read_text()))
-    except (ValueError, TypeError) as err:  # JSONDecodeError is a ValueError; unknown keys a TypeError
+        data = json.loads(path.read_text())
+    except ValueError as err:  # JSONDecodeError, a file that is not UTF-8
         raise ValueError(f"run state {path} is damaged: {err}") from err
     except OSError as err:  # a folder of that name, no permission
         raise ValueError(f"run state {path} cannot be read: {err.strerror or err}") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"run state {path} is damaged: not a JSON object")
+    unknown = [k for k in data if k not in ("completed_iterations", "policy_version", "status")]
+    if unknown:
+        raise ValueError(f"run state {path} is damaged: unknown keys {unknown}")
+    for key in ("completed_iterations", "policy_version"):
+        value = data.get(key, 0)
+        if type(value) is not int or value < 0:
+            raise ValueError(f"run state {path} is damaged: {key} is {value!r}, not a count >= 0")
+    if data.get("status", "created") not in RUN_STATUSES:
+        raise ValueError(
+            f"run state {path} is damaged: status {data['status']!r} is not one of {RUN_STATUSES}"
+        )
+    return RunState(**data)
+
+
+def read_state(run_dir: str | Path) -> RunState:
+    """The run's state (a fresh RunState when there is no state.json yet)."""
+    path = RunLayout(Path(run_dir)).state
+    if not path.exists():
+        return RunState()
+    return parse_state(path)
 
 
 def write_state(run_dir: str | Path, state: RunState) -> None:
@@ -211,6 +236,13 @@ def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
         if m is not None and path.is_dir():
             found.append((int(m.group(1)), path))
     return [path for _, path in sorted(found)]
+
+
+def checkpoint_iteration(ckpt: Path) -> int:
+    """The iteration a checkpoint folder (`iter_NNNNN`, from `checkpoint_dirs`) was taken after."""
+    m = _CHECKPOINT_NAME.fullmatch(ckpt.name)
+    assert m is not None, f"{ckpt} is not a checkpoint folder"
+    return int(m.group(1))
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:

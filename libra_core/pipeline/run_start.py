@@ -105,6 +105,9 @@ def start_run(
     config_path, overrides, resume = anchor_paths(config_path, overrides, resume, base)
     if resume:  # `config_path` is not read: the run's own resolved config resumes
         root = Path(resume).resolve()
+        # Checked before the lock, which would name `.lock` for a folder that does not exist and
+        # leave one in a folder that is no run's (`libra run --resume` checks it earlier too).
+        load_run_config(root)
         lock_run(root)
         try:
             plan = plan_resume(root, overrides)

@@ -89,6 +89,15 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
             r"model.num_layers=4 but .* has num_hidden_layers=2; the model cannot change on resume",
         ),
         ("policy_config", [], r"policy/config.json cannot be read"),
+        # value types (a string count failed later with a traceback naming no file; -4 was taken)
+        ("state_string", [], r"state.json is damaged: completed_iterations is '4', not a count >= 0"),
+        ("state_negative", [], r"state.json is damaged: policy_version is -4, not a count >= 0"),
+        ("state_status", [], r"state.json is damaged: status 'paused' is not one of"),
+        ("ckpt_state_type", [], r"iter_00003 is incomplete \(run state .* completed_iterations is 3.0"),
+        # read as a fresh run, the resume restarted at 1 and the next save's rotation deleted it
+        ("no_state", [], r"state.json is missing but the folder holds checkpoints \(iter_00003\)"),
+        # a newer Libra's history: the rewrite refused it half-way, the policy already restored
+        ("history_extra_column", [], r"new_metric.*nothing was changed"),
     ],
 )
 def test_a_refused_resume_changes_nothing(
@@ -108,6 +117,24 @@ def test_a_refused_resume_changes_nothing(
         )
     elif damage == "policy_config":
         (layout.policy / "config.json").write_text('{"hidden_size": ')
+    elif damage == "state_string":
+        layout.state.write_text('{"completed_iterations": "4", "policy_version": 4, "status": "failed"}')
+    elif damage == "state_negative":
+        layout.state.write_text('{"completed_iterations": 4, "policy_version": -4, "status": "failed"}')
+    elif damage == "state_status":
+        layout.state.write_text('{"completed_iterations": 4, "policy_version": 4, "status": "paused"}')
+    elif damage == "ckpt_state_type":
+        (ckpt / "state.json").write_text('{"completed_iterations": 3.0, "policy_version": 3}')
+    elif damage == "no_state":
+        layout.state.unlink()
+    elif damage == "history_extra_column":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        _write_history(layout.root, 4)
+        table = pq.read_table(layout.root / "history.parquet")
+        table = table.append_column("new_metric", pa.array([1.0] * table.num_rows))
+        pq.write_table(table, layout.root / "history.parquet")
     elif damage == "tree":
         layout.scheduler_tree.parent.mkdir(parents=True)
         layout.scheduler_tree.write_text("{}")
@@ -269,12 +296,15 @@ def test_a_resume_removes_what_a_killed_write_left(tmp_path: Path) -> None:
         layout.checkpoints / ".iter_00004.staging" / "policy" / "model.safetensors",
         # replace_dir killed between its two renames: the replaced policy, renamed aside (a disk leak)
         layout.root / ".policy.old-1a2b3c4d" / "model.safetensors",
+        # copy_tree_atomic killed between its renames: the trainer state it replaced, and a copy
+        layout.root / ".trainer.old" / "optimizer.pt",
+        layout.root / ".policy.tmp" / "model.safetensors",
     ]
     for path in leftovers:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("half written")
     apply_resume(layout.root, plan_resume(layout.root))
-    assert [p.exists() for p in leftovers] == [False, False, False, False]
+    assert [p.exists() for p in leftovers] == [False] * 6
     assert not (layout.root / ".policy.old-1a2b3c4d").exists()
     assert not (layout.checkpoints / ".iter_00004.staging").exists()
     assert (layout.checkpoint(3) / "state.json").is_file()  # the checkpoint itself is kept
@@ -294,3 +324,37 @@ def test_a_resume_drops_the_abandoned_iterations_stage_files(tmp_path: Path) -> 
     layout.scheduler_tree.write_text('{"who": "resumed rollout 4"}')  # a sync rollout's tree
     ckpt = save_checkpoint(layout.root, 4, RunState(4, 4, "running"), keep=2)
     assert (ckpt / "scheduler" / "cmlfq_tree.json").read_text() == '{"who": "resumed rollout 4"}'
+
+
+def test_a_checkpoint_past_the_runs_state_is_neither_resumed_from_nor_kept(tmp_path: Path) -> None:
+    """An abandoned attempt's checkpoint beyond what state.json says (a state lost or rewritten):
+    the resume continued from its weights, and rotation kept it as the newest."""
+    layout = _run_with_checkpoint(tmp_path, completed=4, ckpt_at=3)
+    (layout.policy / "model.safetensors").write_text("weights-abandoned-6")
+    save_checkpoint(layout.root, 6, RunState(6, 6, "running"), keep=3)
+    plan = plan_resume(layout.root)
+    assert plan.checkpoint == layout.checkpoint(3) and plan.state == RunState(3, 3, "running")
+    apply_resume(layout.root, plan)
+    assert (layout.policy / "model.safetensors").read_text() == "weights-3"
+    assert not layout.checkpoint(6).exists() and layout.checkpoint(3).is_dir()
+
+
+def test_a_checkpoint_without_a_tree_drops_the_live_one(tmp_path: Path) -> None:
+    """Taken under a static scheduler, then resumed with C-MLFQ: the live tree had learnt the
+    iterations the resume redoes, and was kept."""
+    layout = _run_with_checkpoint(tmp_path, completed=4, ckpt_at=3)
+    layout.scheduler_tree.parent.mkdir(parents=True)
+    layout.scheduler_tree.write_text("tree after abandoned iteration 4")
+    apply_resume(layout.root, plan_resume(layout.root))
+    assert not layout.scheduler_tree.exists()
+
+
+def test_a_resume_of_a_folder_that_is_no_run_names_it_and_leaves_no_lock(tmp_path: Path) -> None:
+    from libra_core.pipeline.run_start import start_run
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for folder in (plain, tmp_path / "missing"):
+        with pytest.raises(FileNotFoundError, match=f"{folder} is not a run folder: config.resolved.yaml"):
+            start_run("stages.yaml", [], str(folder))
+    assert list(plain.iterdir()) == []

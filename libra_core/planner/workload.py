@@ -60,6 +60,14 @@ class Workload:
         for f in ("group_index", "last_call_ctx_tokens"):
             v = getattr(self, f)
             assert v is None or len(v) == n, f"{f} must have one entry per trajectory ({n})"
+        # Values too (a ValueError, not an assert that `-O` removes): an all-zero workload divided by
+        # zero deep in the training price, a negative or NaN one priced nonsense.
+        for f in ("prompt_tokens", "gen_tokens", "payload_tokens", "tool_calls", "tool_latency_s"):
+            values = np.asarray(getattr(self, f), dtype=float)
+            if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
+                raise ValueError(f"workload {self.name!r}: {f} must be finite numbers >= 0")
+        if not float(np.sum(self.prompt_tokens) + np.sum(self.gen_tokens) + np.sum(self.payload_tokens)) > 0:
+            raise ValueError(f"workload {self.name!r} has no tokens: nothing to plan for")
 
     @property
     def num_samples(self) -> int:
@@ -204,8 +212,10 @@ def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str =
         prompt.append(len(r["prompt_ids"]))
         lat.append(r["tool_latency_s"])
     iters = {r["iteration"] for r in cols}
-    prompts = max(1, round(len({(r["iteration"], r["prompt_id"]) for r in cols}) / len(iters)))
     keys = [(r["iteration"], r["group_id"]) for r in cols]
+    # Groups, not prompt ids: an iteration may sample one problem twice (an environment with fewer
+    # problems than prompts per iteration cycles them), and counted by prompt id it looked smaller.
+    prompts = max(1, round(len(set(keys)) / len(iters)))
     group_of = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # spread.py reads the GRPO groups
     groups = np.array([group_of[k] for k in keys])
     return workload_from_turns(

@@ -81,3 +81,30 @@ def test_the_trajectory_table_places_the_last_call_where_it_happened() -> None:
     w = workload_from_trajectory_table(pa.Table.from_pylist([ONE_CALL_ROW]), group_size=1)
     assert w.last_call_ctx_tokens is not None and w.last_call_ctx_tokens.tolist() == [17.0]
     assert w.gen_tokens.tolist() == [24.0] and w.reprefill_ctx_tokens.tolist() == [14.0]
+
+
+def test_an_iteration_that_samples_one_problem_twice_counts_both_groups() -> None:
+    # An environment with fewer problems than prompts per iteration cycles them: two groups of one
+    # prompt id. Counted by prompt id, the iteration looked half its size.
+    rows = [
+        {**ONE_CALL_ROW, "prompt_id": "p", "group_id": f"g{g}", "iteration": it}
+        for it in (1, 2)
+        for g in (0, 1)
+        for _ in range(2)
+    ]
+    w = workload_from_trajectory_table(pa.Table.from_pylist(rows), group_size=2)
+    assert w.prompts_per_iteration == 2 and w.trajectories_per_iteration == 4
+
+
+@pytest.mark.parametrize(
+    ("turns", "message"),
+    [
+        (Turns([0, 0], [[0], [0]], [[0], [0]], [0.0, 0.0]), "has no tokens"),
+        (Turns([10, 5], [[float("nan")], [3]], [[0], [0]], [0.0, 0.0]), "gen_tokens must be finite"),
+        (Turns([10, 5], [[4], [3]], [[0], [0]], [-1.0, 0.0]), "tool_latency_s must be finite"),
+    ],
+)
+def test_a_workload_without_tokens_or_with_bad_values_is_refused(turns: Turns, message: str) -> None:
+    # all zero: a ZeroDivisionError (or numpy's geometric-sequence error) deep in the training price
+    with pytest.raises(ValueError, match=message):
+        workload_from_turns("bad", turns, 1, 2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from prefect import flow
@@ -23,7 +24,7 @@ from prefect.exceptions import TerminationSignal
 from libra_core.observability.timeline import Span, rollout_instance_spans
 from libra_core.pipeline.iteration_row import StageSeconds, iteration_row
 from libra_core.pipeline.rollout_stage import RolloutResult
-from libra_core.pipeline.run_dir import load_run_config
+from libra_core.pipeline.run_dir import RunLayout, load_run_config
 from tasks.artifacts import iteration_artifacts_task
 from tasks.record import record_iteration_task
 from tasks.setup import finish_run_task
@@ -114,6 +115,7 @@ def rl_iteration(
     eval_acc = eval_s = None
     if cfg.eval.every and (iteration % cfg.eval.every == 0 or last):
         eval_acc, eval_s = timed("eval", eval_task, run_dir, pool, iteration, update.new_version)
+        timed.spans += rollout_instance_spans(iteration, RunLayout(Path(run_dir)).eval_requests(iteration))
     seconds = StageSeconds(
         plan_s + pool_s, rollout_s, reward_s, update_s, sync_s, time.perf_counter() - start, eval_s
     )

@@ -189,12 +189,14 @@ def run_rollout(
 def run_greedy_eval(
     run_dir: str, urls: tuple[str, ...], instance_ids: tuple[str, ...], *, iteration: int, version: int
 ) -> float:
-    """Exact-answer accuracy of greedy decoding on a fixed held-out problem set."""
+    """Exact-answer accuracy of greedy decoding on a fixed held-out problem set. Its requests'
+    spans go to `RunLayout.eval_requests` for the timeline's instance lanes (until 2026-12-07 they
+    were dropped, and the engines looked idle during every evaluation)."""
     cfg = load_run_config(run_dir)
     env = build_environment(cfg.environment)
     problems = eval_problems(env, cfg.experiment.seed, cfg.eval.num_prompts)
     requests = make_requests(problems, 1, iteration)
-    rows, _, _, _ = _run_loop(
+    rows, _, served, _ = _run_loop(
         run_dir,
         urls,
         instance_ids,
@@ -205,6 +207,7 @@ def run_greedy_eval(
         greedy=True,
         stage="eval",
     )
+    write_request_spans(RunLayout(Path(run_dir)).eval_requests(iteration), served)
     best = cfg.environment.reward.correct
     correct = [env.reward(r["reference_answer"], r["final_answer"]) >= best for r in rows]
     return sum(correct) / max(len(correct), 1)

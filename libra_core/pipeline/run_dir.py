@@ -7,7 +7,8 @@
   reference/                frozen warm-up policy (only when training.grpo.kl_coef > 0)
   trainer/optimizer.pt      AdamW state of the trainer
   stages/iteration=NNNNN/   Arrow IPC files exchanged between rollout, reward and update, and the
-                            rollout's request spans for the timeline (requests.arrow)
+                            rollout's and the evaluation's request spans for the timeline
+                            (requests.arrow, eval_requests.arrow)
   lake/iteration=NNNNN.parquet   rewarded trajectories (the trajectory lake)
   history.parquet           one row per iteration: stage timings, tokens, rewards
   scheduler/cmlfq_tree.json C-MLFQ statistics carried across iterations (scheduler.type: cmlfq)
@@ -84,6 +85,10 @@ class RunLayout:
         """When each generation request of the rollout of `iteration` ran, on which instance
         (observability/request_spans.py)."""
         return self.stage_dir(iteration) / "requests.arrow"
+
+    def eval_requests(self, iteration: int) -> Path:
+        """The same for the greedy evaluation after the update of `iteration`."""
+        return self.stage_dir(iteration) / "eval_requests.arrow"
 
     def scheduler_tree_at(self, iteration: int) -> Path:
         """The C-MLFQ tree as the rollout of `iteration` left it (async mode only)."""

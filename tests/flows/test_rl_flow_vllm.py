@@ -82,6 +82,19 @@ def test_two_iteration_experiment(
         assert r["max_staleness_seen"] == 0 and r["stale_dropped"] == 0  # synchronous: on-policy
         assert (r["sync_s"] > 0) == (r["tokens_trained"] > 0)
     assert rows[-1]["eval_accuracy"] is not None
+    # The evaluation's requests are in the instance lanes, inside its span (they were dropped, and
+    # the lanes showed the engines idle while they served it).
+    from libra_core.observability.request_spans import read_request_spans
+    from libra_core.observability.timeline import read_timeline
+    from libra_core.pipeline.run_dir import RunLayout
+
+    assert read_request_spans(RunLayout(run_dir).eval_requests(2))
+    spans = [s for s in read_timeline(run_dir) if s.iteration == 2]
+    (evaluation,) = [s for s in spans if s.lane == "eval"]
+    assert any(
+        s.lane.startswith("instance/") and evaluation.start - 0.5 <= s.start and s.end <= evaluation.end + 0.5
+        for s in spans
+    )
     state = read_state(run_dir)
     assert (state.completed_iterations, state.status) == (2, "finished")
     assert (run_dir / "checkpoints" / "iter_00002" / "policy" / "model.safetensors").is_file()

@@ -57,3 +57,27 @@ def test_a_rerun_rollout_replaces_the_spans_of_its_attempt_before(
     again = served_requests(10, seed=2)
     result = rollout_with_served(monkeypatch, tmp_path, 2, again)
     assert read_request_spans(result.requests_path) == again
+
+
+def test_the_greedy_evaluation_records_its_requests_for_the_instance_lanes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The evaluation's spans were dropped: during every `eval` span the instance lanes showed a
+    gap, read as idle engine time, though the engines were serving it."""
+    from libra_core.observability.timeline import rollout_instance_spans
+    from libra_core.pipeline.rollout_stage import run_greedy_eval
+
+    write_resolved_config(load_config(None, TEST_OVERRIDES), tmp_path)
+    served = [("i0", 100.0, 103.0), ("i1", 100.5, 101.0)]
+
+    def loop(*args: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], RoutingStats, list[Any], object]:
+        assert kwargs["greedy"] and kwargs["stage"] == "eval"
+        return [], RoutingStats(0, 0, 0, 0, (0, 0, 0)), list(served), object()
+
+    monkeypatch.setattr(rollout_stage, "_run_loop", loop)
+    run_greedy_eval(str(tmp_path), ("u0", "u1"), ("i0", "i1"), iteration=4, version=3)
+    path = RunLayout(tmp_path).eval_requests(4)
+    assert read_request_spans(path) == served
+    lanes = {(s.lane, s.start, s.end) for s in rollout_instance_spans(4, path)}
+    assert lanes == {("instance/i0", 100.0, 103.0), ("instance/i1", 100.5, 101.0)}
+    assert not RunLayout(tmp_path).rollout_requests(4).exists()  # the rollout's own file is apart

@@ -132,7 +132,7 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
     covered = [
         c for c in checkpoint_dirs(layout.root) if checkpoint_iteration(c) <= state.completed_iterations
     ]
-    ckpt = covered[-1] if covered and state.completed_iterations else None
+    ckpt = covered[-1] if covered else None  # checkpoints start at iter_00001: none at 0 completed
     if ckpt is not None:
         missing = checkpoint_problems(ckpt)
         if missing:

@@ -248,8 +248,3 @@ def checkpoint_iteration(ckpt: Path) -> int:
     m = _CHECKPOINT_NAME.fullmatch(ckpt.name)
     assert m is not None, f"{ckpt} is not a checkpoint folder"
     return int(m.group(1))
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    ckpts = checkpoint_dirs(run_dir)
-    return ckpts[-1] if ckpts else None

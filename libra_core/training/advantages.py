@@ -33,12 +33,14 @@ def _group_index(rewards: np.ndarray, group_ids: Sequence[str]) -> tuple[np.ndar
 REWARD_TOLERANCE = 1e-9
 
 
+def _one_value(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Whether rewards from `lo` to `hi` (elementwise) are one value up to `REWARD_TOLERANCE`."""
+    return hi - lo <= REWARD_TOLERANCE * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi)))
+
+
 def rewards_uniform(values: np.ndarray) -> bool:
     """True when the rewards are one value up to `REWARD_TOLERANCE` (no learning signal)."""
-    if len(values) == 0:
-        return True
-    lo, hi = float(np.min(values)), float(np.max(values))
-    return hi - lo <= REWARD_TOLERANCE * max(1.0, abs(lo), abs(hi))
+    return len(values) == 0 or bool(_one_value(np.min(values), np.max(values)))
 
 
 def _uniform_groups(values: np.ndarray, inverse: np.ndarray, num_groups: int) -> np.ndarray:
@@ -47,7 +49,7 @@ def _uniform_groups(values: np.ndarray, inverse: np.ndarray, num_groups: int) ->
     hi = np.full(num_groups, -np.inf)
     np.minimum.at(lo, inverse, values)
     np.maximum.at(hi, inverse, values)
-    return hi - lo <= REWARD_TOLERANCE * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi)))
+    return _one_value(lo, hi)
 
 
 def group_advantages(

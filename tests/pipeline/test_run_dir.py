@@ -11,7 +11,6 @@ from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
     checkpoint_dirs,
-    latest_checkpoint,
     load_run_config,
     new_run_dir,
     read_state,
@@ -40,7 +39,7 @@ def test_checkpoint_restore_roundtrip_and_retention(tmp_path: Path) -> None:
         write_state(layout.root, state)
         save_checkpoint(layout.root, it, state, keep=2)
     assert [p.name for p in sorted(layout.checkpoints.iterdir())] == ["iter_00002", "iter_00003"]
-    assert latest_checkpoint(layout.root) == layout.checkpoint(3)
+    assert checkpoint_dirs(layout.root)[-1] == layout.checkpoint(3)
 
     # the run went on past the checkpoint and then died
     (layout.policy / "model.safetensors").write_text("weights-4-partial")
@@ -142,7 +141,7 @@ def test_checkpoints_are_ordered_by_iteration_past_five_digits(tmp_path: Path) -
     for it in (99_998, 99_999, 100_000):
         save_checkpoint(layout.root, it, RunState(it, it, "running"), keep=2)
     (layout.checkpoints / "iter_notes.txt").write_text("not a checkpoint")  # left alone, not read
-    assert latest_checkpoint(layout.root) == layout.checkpoint(100_000)
+    assert checkpoint_dirs(layout.root)[-1] == layout.checkpoint(100_000)
     assert [p.name for p in checkpoint_dirs(layout.root)] == ["iter_99999", "iter_100000"]
 
 

@@ -182,7 +182,8 @@ def test_a_running_update_keeps_its_core_through_a_replan_and_is_booked_once() -
 def test_the_books_close_at_the_end_when_late_wakes_are_moot() -> None:
     """Hybrids sent to a rollout that ended before their (long) wake: their ready events, and the
     return to training after them, come after the last weights are ready. They were handled as the
-    last events, and the books closed there: 89 s of GPU time booked for a 41 s run."""
+    last events, and the books closed there: 1,070 GPU-seconds booked for a 41 s run on 12 GPUs
+    (494; this test's assertion on the old code)."""
     settings = SimSettings(max_num_seqs=2, wake_s=60.0)
     spec = {"prompts_per_iteration": 2, "max_turns": 2}
     cluster = parse_cluster("12xA800")

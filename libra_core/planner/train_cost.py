@@ -3,7 +3,9 @@
 FLOPs scale with the model: per optimizer step, `6 N_active T + 6 L q sum(s^2)` (forward + backward,
 2 FLOPs per active parameter per token, causal attention over each packed sequence of length s),
 x 4/3 with full activation recomputation, + `2 N T + 2 L q sum(s^2)` for a reference-model forward.
-Compute runs at `train_mfu` of peak. Each of the `minibatches` optimizer steps is a 1F1B pipeline
+Compute runs at `train_mfu` of peak. A DP rank trains whole sequences: its share of a step is the
+step's FLOPs / DP but at least the longest sequence's, so DP past the sequences per step idles
+ranks instead of shortening the step. Each of the `minibatches` optimizer steps is a 1F1B pipeline
 of m micro-batches over p stages: `(m + p - 1)` slots of one micro-batch's stage time, so the bubble
 is `(p - 1) / (m + p - 1)`. Per micro-batch and stage: TP all-reduces of the activations (4 per
 layer, 6 with recompute) inside the node, MoE all-to-all (dispatch + combine, forward + backward)
@@ -90,6 +92,13 @@ def iteration_flops(model: ModelSpec, shape: TrainShape, recompute: bool) -> flo
     return total
 
 
+def longest_sequence_flops(model: ModelSpec, shape: TrainShape, recompute: bool) -> float:
+    """One optimizer step's FLOPs on the shape's longest sequence alone: the least work of the rank
+    that holds it."""
+    seq = shape.max_seq_len
+    return iteration_flops(model, TrainShape(seq, seq * seq, seq, 1, shape.ref_forward), recompute)
+
+
 def train_lower_bound_s(model: ModelSpec, hw: HardwareSpec, num_gpus: int, shape: TrainShape) -> float:
     """No layout on `num_gpus` trains faster: all FLOPs at train_mfu, no bubble, no communication."""
     return iteration_flops(model, shape, False) / (num_gpus * hw.peak_flops_per_s(model.dtype) * hw.train_mfu)
@@ -101,12 +110,16 @@ def estimate_train(
     tp, pp, dp, ep = layout.tp, layout.pp, layout.dp, layout.ep
     b = 2  # bf16 activations and gradients on the wire
     mb_budget = layout.micro_batch_seqs * shape.max_seq_len
-    step_tokens = shape.tokens / shape.minibatches
-    m = max(1, math.ceil(step_tokens / (dp * mb_budget)))
-    mb_tokens = step_tokens / (dp * m)  # packing spreads the step's tokens over the micro-batches
-    peak = hw.peak_flops_per_s(model.dtype) * hw.train_mfu
+    # A rank trains whole sequences, so the one holding the longest does at least its work: past
+    # as many ranks as sequences per step, more DP no longer shortens the step (its other ranks
+    # idle). Packing spreads the rest of the step's tokens evenly.
+    rank_tokens = max(shape.tokens / shape.minibatches / dp, shape.max_seq_len)
     step_flops = iteration_flops(model, shape, layout.recompute) / shape.minibatches
-    stage_compute = step_flops / (dp * m) / (tp * pp) / peak
+    rank_flops = max(step_flops / dp, longest_sequence_flops(model, shape, layout.recompute))
+    m = max(1, math.ceil(rank_tokens / mb_budget))
+    mb_tokens = rank_tokens / m
+    peak = hw.peak_flops_per_s(model.dtype) * hw.train_mfu
+    stage_compute = rank_flops / m / (tp * pp) / peak
     layers = model.num_layers / pp
     act_bytes = mb_tokens * model.hidden_size * b
     tp_comm = layers * (6 if layout.recompute else 4) * all_reduce_s(hw, act_bytes, tp)

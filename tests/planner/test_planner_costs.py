@@ -80,6 +80,25 @@ def test_estimate_reports_the_1f1b_bubble() -> None:
     assert est.bubble_fraction == pytest.approx(3 / (micro + 3))
 
 
+def test_dp_past_the_sequences_per_step_does_not_shorten_the_step() -> None:
+    # 8 sequences per step (one of 32K, seven of 2K): a rank trains whole sequences, so the rank
+    # holding the 32K one does at least its work, however many ranks share the rest.
+    m = get_model("qwen3-8b")
+    lens = np.array([32768.0] + [2048.0] * 7)
+    shape = TrainShape(float(lens.sum()), float((lens**2).sum()), 32768.0, minibatches=1)
+    est = {
+        dp: estimate_train(m, A800, TrainLayout(1, 1, dp, zero_stage=1), shape) for dp in (1, 2, 8, 16, 32)
+    }
+    longest = TrainShape(32768.0, 32768.0**2, 32768.0, minibatches=1)
+    peak = A800.peak_flops_per_s(m.dtype) * A800.train_mfu
+    floor_s = iteration_flops(m, longest, False) / peak
+    assert est[1].compute_s == pytest.approx(iteration_flops(m, shape, False) / peak)
+    assert est[1].compute_s > floor_s
+    for dp in (2, 8, 16, 32):  # from DP 2 on, the 32K sequence outweighs the rest of a rank's share
+        assert est[dp].compute_s == pytest.approx(floor_s)
+    assert est[32].time_s >= est[8].time_s * 0.99  # only the DP all-reduce and optimizer move
+
+
 def test_tp_is_counted_once_in_rollout() -> None:
     # Weight-bound decode: TP-2 reads half the weights per GPU, so a step takes a bit over half as
     # long (plus all-reduces), never the same or longer (TP counted twice would square the gain).

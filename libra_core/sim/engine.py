@@ -66,6 +66,11 @@ from libra_core.sim.training import Trainer
 from libra_core.sim.trajectory import SimTrajectory
 from libra_core.sim.turns import Flight, SimTurns
 
+# Optimizer steps per simulated update: the update is priced as the planner's Workload, that many
+# steps. The scheduler's clock counts them, one policy version per step as in a live run (C-MLFQ's
+# half-life is in versions); until 2026-12-07 it counted updates, aging 4x slower than a live run.
+STEPS_PER_UPDATE = Workload.minibatches
+
 __all__ = ["Flight", "Simulator"]  # `Flight` lived here before turns.py (benchmarks import it from here)
 
 
@@ -149,6 +154,11 @@ class Simulator(SimTurns):
         self.deploy(deployment or self._first_deployment())
         self.trainer = Trainer(self.dep.train_gpus if self.dep else 1)
         self.stats.mixed_gap = self.dep.mixed_gap if self.dep else None
+
+    @property
+    def policy_clock(self) -> int:
+        """The scheduler's policy version: optimizer steps of the updates on the rollout side."""
+        return self.version * STEPS_PER_UPDATE
 
     # -- first deployment ------------------------------------------------------------------------------
     def _first_deployment(self) -> Deployment:
@@ -253,7 +263,7 @@ class Simulator(SimTurns):
             self.trainer.set_gpus(self.q.now_s, pipeline._train_gpus_now(self))
             pipeline.schedule_train(self)
         assert self.sched is not None
-        self.sched.on_policy_version(self.version)
+        self.sched.on_policy_version(self.policy_clock)
         trajs = self.trajs.pop(j, None) or self.wl.trajectories(j)
         self.trajs[j] = trajs
         self.cur = IterationRecord(
@@ -311,7 +321,7 @@ class Simulator(SimTurns):
         tr = f.traj
         self.sched.on_finish(
             FinishedTrajectory(
-                tr.trajectory_id, tr.prompt_id, tr.prompt_tokens, tr.iteration, self.version, tr.turns
+                tr.trajectory_id, tr.prompt_id, tr.prompt_tokens, tr.iteration, self.policy_clock, tr.turns
             )
         )
         self.stats.latencies_s.append(self.q.now_s - f.admit_s)

@@ -32,6 +32,7 @@ from libra_core.planner.assignment import (
     one_degree,
     solve,
 )
+from libra_core.planner.fixed_counts import solve_counts
 from libra_core.planner.iteration import iteration_time_s, weight_sync_s
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.specs import HardwareSpec, ModelSpec
@@ -449,11 +450,13 @@ def evaluate_plan(
 ) -> Plan:
     """Re-price an existing plan's resources (split, layout, instance multiset) on a new workload.
 
-    Rollout keeps its GPUs and TP degrees; requests are re-assigned by the DP restricted to those
-    degrees (the router adapts for free), or, with `SearchSettings.homogeneous`, the one degree is
-    priced on every length again. Training keeps its TP/PP/DP/EP groups but may change
-    what needs no GPU to move (ZeRO stage, recompute, micro-batch size), e.g. when longer
-    sequences no longer fit; if nothing fits, the plan prices at infinity.
+    Rollout keeps its instances (how many of each TP degree run); the length ranges they serve are
+    chosen again (the router adapts for free: `fixed_counts.solve_counts`), or, with
+    `SearchSettings.homogeneous`, the one degree is priced on every length again. Until 2026-12-07
+    the search's DP re-chose the counts too, so the re-priced plan could be another layout.
+    Training keeps its TP/PP/DP/EP groups but may change what needs no GPU to move (ZeRO stage,
+    recompute, micro-batch size), e.g. when longer sequences no longer fit; if nothing fits, the
+    plan prices at infinity.
     """
     s = settings or SearchSettings()
     if not s.homogeneous and _buckets(plan.rollout) == 1:
@@ -467,7 +470,10 @@ def evaluate_plan(
     cost = RolloutCostModel(model, hw, s.max_num_seqs)
     tps = tuple(sorted(plan.instance_tps))
     table = segment_table(cost, workload, tps, plan.rollout_gpus, s)
-    assignment = _assign(table, plan.rollout_gpus, s)
+    if s.homogeneous or not s.monotone_tp:
+        assignment = _assign(table, plan.rollout_gpus, s)
+    else:  # the running instances: only the length ranges move (fixed_counts.py)
+        assignment = solve_counts(table, plan.instance_tps, s.rel_tol, s.one_range_per_degree)
     shape = TrainShape.from_workload(workload, s.ref_forward)
     est = _best_same_topology(model, hw, plan.train.layout, shape)
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)

@@ -279,6 +279,6 @@ class LibraPlanner:
             # Re-priced on the window, nothing moves; its ZeRO stage, recompute or micro-batch may
             # differ (the old settings may no longer fit in memory): the next update runs with these.
             self._plan = current_now
-        # else: the re-pricing re-chose how many instances of each degree run (evaluate_plan keeps
-        # the degrees, not the counts); keeping means the running instances, so the plan stays.
+        # else: the re-pricing left a degree's instances idle (evaluate_plan keeps every degree's
+        # count but may give one no lengths); keeping means the running instances, so the plan stays.
         return self._plan, decision

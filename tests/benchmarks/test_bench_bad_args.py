@@ -22,6 +22,8 @@ CASES = [
     ("sim_workload_shape.py", ["--scenario", "tiny", "--iterations", "0"], "--iterations"),
     ("sim_table.py", ["--scenarios", "tiny", "--iterations", "0"], "--iterations"),
     ("planner_speed.py", ["--repeats", "0"], "--repeats"),
+    ("planner_reprice.py", ["--staleness", "-1"], "--staleness"),
+    ("planner_reprice.py", ["--windows", "nope"], "nope"),
     ("scheduler_latency.py", ["--trajectories", "0"], "--trajectories"),
     ("gpu_decode_step.py", ["--out", "x.json", "--smoke", "--reps", "0"], "--reps"),
     ("gpu_decode_step.py", ["--compare", "/nonexistent"], "/nonexistent"),

@@ -104,10 +104,20 @@ def _observe(
     lake = read_lake(run_dir, iteration)
     h = history[iteration]
     measured = {"rollout": h["rollout_s"], "update": h["update_s"]}
+    # Rollout sampled every trajectory in the lake; the update trained only those dynamic sampling
+    # and the staleness bound kept (up to twice the prompts it trains are sampled): the training
+    # side is priced on that share of the tokens. Until 2026-12-07 on all of them.
+    generated, trained = h["tokens_generated"], h["tokens_trained"]
+    share = min(1.0, trained / generated) if generated > 0 else 1.0
     # The audit compares tokens per second of iteration, as the simulator's does: in async mode the
     # stages overlap, and their sum would read a move that balances them as a loss.
     planner.observe(
-        lake, cfg.training.grpo.group_size, measured, iteration=iteration, period_s=h["iteration_s"]
+        lake,
+        cfg.training.grpo.group_size,
+        measured,
+        iteration=iteration,
+        period_s=h["iteration_s"],
+        train_share=share,
     )
 
 

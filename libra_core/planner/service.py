@@ -178,11 +178,13 @@ class LibraPlanner:
         measured_s: dict[str, float],
         iteration: int | None = None,
         period_s: float | None = None,
+        train_share: float | None = None,
     ) -> None:
         """Feed one finished iteration: its trajectories and measured seconds per stage. With its
         `iteration` number, its throughput feeds the move audit: tokens over `period_s`, the
         iteration's wall time (in async mode about max(rollout, update), not their sum), or over the
-        stages' seconds summed when no period is given."""
+        stages' seconds summed when no period is given. `train_share`: the share of the sampled
+        tokens the update trained (`Workload.train_share`; None: the workload's own, 1 for a table)."""
         if isinstance(trajectories, Workload):
             w = trajectories
         else:
@@ -192,6 +194,8 @@ class LibraPlanner:
             w = replace(w, minibatches=self._prior.minibatches)
             if self.reprefill_fraction is not None:
                 w = replace(w, reprefill_fraction=self.reprefill_fraction)
+        if train_share is not None:
+            w = replace(w, train_share=train_share)
         self.window.add(w)
         if iteration is not None:
             tokens = float(w.total_tokens.sum()) * w.weight

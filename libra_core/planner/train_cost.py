@@ -58,10 +58,12 @@ class TrainShape:
 
     @classmethod
     def from_workload(cls, w: Workload, ref_forward: bool = False) -> TrainShape:
+        """The update's share of the workload (`Workload.train_share`: the dropped groups' tokens
+        are not trained), its longest sequence the sample's longest (it may be among the kept)."""
         tot = w.total_tokens
         return cls(
-            float(tot.sum() * w.weight),
-            float((tot**2).sum() * w.weight),
+            float(tot.sum() * w.weight * w.train_share),
+            float((tot**2).sum() * w.weight * w.train_share),
             float(tot.max()),
             w.minibatches,
             ref_forward,

@@ -44,6 +44,11 @@ class Workload:
     tool_latency_s: np.ndarray
     reprefill_fraction: float = 1.0  # share of the context prefilled again after a tool return
     minibatches: int = 4  # optimizer steps per iteration (each ends with a pipeline flush)
+    # Share of the iteration's sampled tokens that the update trains: below 1 when dynamic sampling
+    # drops the groups without signal (and over-samples prompts to make up for them), or a
+    # staleness bound drops trajectories. Rollout is priced on every sampled trajectory, training
+    # on this share (TrainShape.from_workload).
+    train_share: float = 1.0
     # GRPO group of each sampled trajectory (any ints; equal = same prompt of the same iteration),
     # from which spread.py estimates how much one iteration's times vary; None when unknown.
     group_index: np.ndarray | None = None
@@ -66,6 +71,8 @@ class Workload:
             values = np.asarray(getattr(self, f), dtype=float)
             if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
                 raise ValueError(f"workload {self.name!r}: {f} must be finite numbers >= 0")
+        if not 0.0 <= self.train_share <= 1.0:  # NaN fails too
+            raise ValueError(f"workload {self.name!r}: train_share must be in [0, 1], got {self.train_share}")
         if not float(np.sum(self.prompt_tokens) + np.sum(self.gen_tokens) + np.sum(self.payload_tokens)) > 0:
             raise ValueError(f"workload {self.name!r} has no tokens: nothing to plan for")
 
@@ -273,4 +280,14 @@ def concat(workloads: Sequence[Workload], name: str) -> Workload:
         groups = np.concatenate(parts)
     ceilings = [w.last_call_ctx_tokens for w in workloads if w.last_call_ctx_tokens is not None]
     last_call = np.concatenate(ceilings) if len(ceilings) == len(workloads) else None
-    return replace(last, name=name, group_index=groups, last_call_ctx_tokens=last_call, **cat)
+    # The trained share of the pooled tokens: each window's share weighed by its sampled tokens.
+    tokens = [float(w.total_tokens.sum()) for w in workloads]
+    share = sum(w.train_share * t for w, t in zip(workloads, tokens, strict=True)) / sum(tokens)
+    return replace(
+        last,
+        name=name,
+        group_index=groups,
+        last_call_ctx_tokens=last_call,
+        train_share=min(1.0, share),
+        **cat,
+    )

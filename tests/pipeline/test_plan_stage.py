@@ -13,10 +13,11 @@ import pytest
 
 from libra_core.config import LibraConfig, load_config, write_resolved_config
 from libra_core.data.history import HISTORY_SCHEMA, append_history
-from libra_core.data.io import write_lake
+from libra_core.data.io import read_lake, write_lake
 from libra_core.data.schema import table_from_rows
 from libra_core.pipeline import plan_stage
 from libra_core.pipeline.plan_stage import decisions_path, make_plan, read_decisions
+from libra_core.planner.workload import workload_from_trajectory_table
 
 GROUP = 4
 
@@ -63,15 +64,41 @@ def trajectory(iteration: int, prompt: int, sample: int) -> dict[str, Any]:
     }
 
 
-def record(run: Path, iteration: int) -> None:
+def record(run: Path, iteration: int, tokens_generated: int = 1, tokens_trained: int = 1) -> None:
     """What the iteration flow leaves behind: the trajectory lake and the history row."""
     rows = [trajectory(iteration, p, s) for p in range(4) for s in range(GROUP)]
     write_lake(table_from_rows(rows), run, iteration)
     row: dict[str, Any] = {
         f.name: None if f.nullable else 1 if pa.types.is_integer(f.type) else 1.0 for f in HISTORY_SCHEMA
     }
-    row.update(iteration=iteration, rollout_s=2.0 + iteration, update_s=1.5)
+    row.update(
+        iteration=iteration,
+        rollout_s=2.0 + iteration,
+        update_s=1.5,
+        tokens_generated=tokens_generated,
+        tokens_trained=tokens_trained,
+    )
     append_history(run, row)
+
+
+def test_the_training_side_is_priced_on_the_trained_share(run: tuple[LibraConfig, Path]) -> None:
+    # Dynamic sampling trained 1,000 of the 4,000 sampled policy tokens: the planner's window
+    # prices rollout on every trajectory and training on a quarter of them (all of them until
+    # 2026-12-07, so an over-sampled iteration looked up to twice as costly to train).
+    cfg, root = run
+    make_plan(cfg, 1, str(root))
+    record(root, 1, tokens_generated=4000, tokens_trained=1000)
+    make_plan(cfg, 2, str(root))  # observes iteration 1
+    record(root, 2, tokens_generated=4000, tokens_trained=3000)
+    make_plan(cfg, 3, str(root))
+    window = plan_stage._PLANNERS[str(root)].window.pooled()
+    lake_tokens = [
+        float(workload_from_trajectory_table(read_lake(str(root), k), GROUP).total_tokens.sum())
+        for k in (1, 2)
+    ]
+    expected = (0.25 * lake_tokens[0] + 0.75 * lake_tokens[1]) / sum(lake_tokens)
+    assert window.train_share == pytest.approx(expected)
+    assert 0.25 < window.train_share < 0.75
 
 
 @pytest.fixture

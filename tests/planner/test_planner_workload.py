@@ -108,3 +108,24 @@ def test_a_workload_without_tokens_or_with_bad_values_is_refused(turns: Turns, m
     # all zero: a ZeroDivisionError (or numpy's geometric-sequence error) deep in the training price
     with pytest.raises(ValueError, match=message):
         workload_from_turns("bad", turns, 1, 2)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
+def test_a_train_share_outside_0_1_is_refused(share: float) -> None:
+    w = workload_from_turns("w", _two(), 1, 2)
+    with pytest.raises(ValueError, match="train_share"):
+        replace(w, train_share=share)
+
+
+def test_training_is_priced_on_the_trained_share_and_pooling_weighs_it_by_tokens() -> None:
+    from libra_core.planner.train_cost import TrainShape
+
+    w = workload_from_turns("w", _two(), 1, 2)
+    full, half = TrainShape.from_workload(w), TrainShape.from_workload(replace(w, train_share=0.5))
+    assert half.tokens == pytest.approx(full.tokens / 2)
+    assert half.sum_sq_len == pytest.approx(full.sum_sq_len / 2)
+    assert half.max_seq_len == full.max_seq_len  # the longest may be among the kept
+    long = replace(w, gen_tokens=w.gen_tokens * 3, train_share=0.2)
+    pooled = concat([replace(w, train_share=1.0), long], "p")
+    a, b = float(w.total_tokens.sum()), float(long.total_tokens.sum())
+    assert pooled.train_share == pytest.approx((1.0 * a + 0.2 * b) / (a + b))

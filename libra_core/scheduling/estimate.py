@@ -4,7 +4,11 @@
 policy version. `Estimate` mixes the back-off chain of nodes (most specific first): a node with aged
 support n takes the share n / (n + k) of the probability mass still unassigned and passes the rest
 on; the last node takes what is left. Ancestor nodes describe an earlier point of the trajectory, so
-their samples are shifted down by the tokens processed since (`shift`, clipped at zero).
+their samples are shifted down by the tokens processed since (`shift`) and conditioned on the
+request still running: of an ancestor's samples only those with more than `shift` remaining can
+be this request's (`conditioned`). Until 2026-12-07 every sample counted, clipped at 0 and with a
+mean of `max(0, mean - shift)`: an ancestor whose samples were 100 and 1,000 remaining tokens, met
+500 tokens later, said 50 tokens remained where 500 do, and put mass at 0 in its CDF.
 
 The mixture is never materialised: the tail quantile is only needed to find its *bucket*, so the
 mixture CDF is evaluated at the bucket bounds (a few bisections), which keeps a decision at
@@ -68,6 +72,44 @@ class NodeStats:
         return self.cum_gen[idx - 1] / self.total_weight if idx else 0.0
 
 
+# (shifted mean, generated-token scale, mean remaining generated, CDF base weight, base generated
+# sum, mass above the base): one back-off part as `conditioned` describes it.
+Conditioned = tuple[float, float, float, float, float, float]
+
+
+def conditioned(stats: NodeStats, shift: int, mean: float, mean_gen: float) -> Conditioned:
+    """One back-off part of the mixture. For `shift > 0` (an ancestor met `shift` tokens ago) only
+    its samples with more than `shift` remaining can be this still-running request's: the part is
+    `remaining - shift` given `remaining > shift`, with mean `E[remaining | > shift] - shift`, the
+    generated part (mean over those samples) scaled as the remaining shrinks, and the CDF
+    `P(remaining - shift <= t | remaining > shift) = (C(t + shift) - base) / mass` (C: cumulative
+    aged weight; base and mass: the weight at and above `shift`). When no sample exceeds `shift` the
+    part says nothing remains. For `shift <= 0` (the exact-path nodes; a request whose context
+    shrank) nothing is conditioned: `mean` and `mean_gen` (the node's exact aged sums) shifted up,
+    base 0 and the whole sample's weight, the floats of the unconditioned mixture."""
+    if shift <= 0:
+        shifted = max(0.0, mean - shift)
+        scale = shifted / mean if mean > 0 else 0.0
+        return shifted, scale, mean_gen, 0.0, 0.0, stats.total_weight
+    values, cum, cum_gen = stats.values, stats.cum_weights, stats.cum_gen
+    idx = bisect.bisect_right(values, shift)
+    if idx == len(values):
+        return 0.0, 0.0, 0.0, 0.0, 0.0, stats.total_weight
+    base_w = cum[idx - 1] if idx else 0.0
+    base_g = cum_gen[idx - 1] if idx else 0.0
+    mass = cum[-1] - base_w
+    if not mass > 0.0:  # weights of 0 (an aging underflow): nothing to condition on
+        return 0.0, 0.0, 0.0, 0.0, 0.0, stats.total_weight
+    rem_sum, prev = 0.0, base_w
+    for i in range(idx, len(values)):
+        rem_sum += (cum[i] - prev) * values[i]
+        prev = cum[i]
+    above = rem_sum / mass
+    shifted = max(0.0, above - shift)
+    scale = shifted / above if above > 0 else 0.0
+    return shifted, scale, (cum_gen[-1] - base_g) / mass, base_w, base_g, mass
+
+
 class SampleWeights(dict[int, float]):
     """Sample weights `policy version u -> 2 ** (-max(0, version - u) / half_life)` at one (tree
     version, half-life), each computed on its first look-up (`__missing__`)."""
@@ -96,19 +138,18 @@ def sample_weights(version: int, half_life: float) -> SampleWeights:
     return found
 
 
+Part = tuple[float, NodeStats, int, float, float, float, float]
+
+
 class Estimate:
     """Distribution of a request's remaining tokens, mixed from the back-off chain."""
 
     __slots__ = ("mean_remaining", "mean_remaining_gen", "parts", "support")
 
-    def __init__(
-        self,
-        parts: list[tuple[float, NodeStats, int, float]],
-        support: float,
-        mean: float,
-        mean_gen: float,
-    ) -> None:
-        self.parts = parts  # (mixture weight, node stats, shift in tokens, generated-token scale)
+    def __init__(self, parts: list[Part], support: float, mean: float, mean_gen: float) -> None:
+        # (mixture weight, node stats, shift in tokens, generated-token scale, CDF base weight,
+        # base generated sum, mass above the base): see `conditioned`
+        self.parts = parts
         self.support = support  # aged support of the nodes that saw this depth and last state
         self.mean_remaining = mean
         self.mean_remaining_gen = mean_gen
@@ -119,19 +160,19 @@ class Estimate:
     ) -> Estimate:
         """`chain` is (aged support, stats, shift) from most to least specific; non-empty."""
         assert chain, "an estimate needs at least one node with samples"
-        parts: list[tuple[float, NodeStats, int, float]] = []
+        parts: list[Part] = []
         left = 1.0
         mean = mean_gen = 0.0
         for i, (n, stats, shift) in enumerate(chain):
             weight = left if i == len(chain) - 1 else left * n / (n + pseudocount)
             left -= weight
             if weight > 1e-9:
-                shifted = max(0.0, stats.mean_remaining - shift)
-                # An ancestor's generated share is assumed to shrink with its total.
-                scale = shifted / stats.mean_remaining if stats.mean_remaining > 0 else 0.0
-                parts.append((weight, stats, shift, scale))
+                shifted, scale, gen, base_w, base_g, mass = conditioned(
+                    stats, shift, stats.mean_remaining, stats.mean_remaining_gen
+                )
+                parts.append((weight, stats, shift, scale, base_w, base_g, mass))
                 mean += weight * shifted
-                mean_gen += weight * stats.mean_remaining_gen * scale
+                mean_gen += weight * gen * scale
             if left <= 1e-9:
                 break
         return cls(parts, support, mean, mean_gen)
@@ -140,13 +181,23 @@ class Estimate:
         """P(remaining <= tokens) under the mixture."""
         if tokens < 0:
             return 0.0
-        return sum(w * stats.cdf(tokens + shift) for w, stats, shift, _ in self.parts)
+        total = 0.0
+        for w, stats, shift, _, base_w, _, mass in self.parts:
+            idx = bisect.bisect_right(stats.values, tokens + shift)
+            if idx:
+                total += w * ((stats.cum_weights[idx - 1] - base_w) / mass)
+        return total
 
     def gen_below(self, tokens: float) -> float:
         """E[remaining generated tokens x (remaining <= tokens)] under the mixture."""
         if tokens < 0:
             return 0.0
-        return sum(w * scale * stats.gen_below(tokens + shift) for w, stats, shift, scale in self.parts)
+        total = 0.0
+        for w, stats, shift, scale, _, base_g, mass in self.parts:
+            idx = bisect.bisect_right(stats.values, tokens + shift)
+            if idx:
+                total += w * scale * ((stats.cum_gen[idx - 1] - base_g) / mass)
+        return total
 
     def mean_bucket(self, bounds: Sequence[int], context_tokens: int) -> int:
         """Bucket of the expected final size: context so far + mean remaining."""

@@ -112,8 +112,10 @@ class SimCMLFQScheduler(CMLFQScheduler):
         """An upper bound on every part's shifted mean remaining tokens, its generated part and its
         sample's generated tokens, with a relative margin of 1e-6: `max_remaining` (a node's mean,
         the ratio of its aged sums, is a weighted mean of what its samples recorded, and a
-        generated part is at most the whole) when no shift is negative (`monotone`: a shifted mean
-        is then at most the mean, and a generated-token scale at most 1), else inf."""
+        generated part is at most the whole) when no shift is negative (`monotone`: a shifted part,
+        conditioned on its samples above the shift (`estimate.conditioned`), then has a mean and
+        generated terms at most its largest sample's, and a generated-token scale at most 1),
+        else inf."""
         return max_remaining_of(self.tree) * (1.0 + 1e-6) if monotone else math.inf
 
     def _gen_outcome(
@@ -155,17 +157,25 @@ class SimCMLFQScheduler(CMLFQScheduler):
         mean_gen = 0.0
         k = 0
         while k < len(picked) or mix.step():
-            w, node, shift, mr, shifted, _ = picked[k]
-            mr_gen, scale = gen_and_scale(node, mr, shifted, version, half_life)
+            part = picked[k]
+            w, node, shift, _, _, _, cond = part
+            mr_gen, scale = gen_and_scale(part, version, half_life)
             mean_gen += w * mr_gen * scale
             stats = stats_of[k] if k < len(stats_of) else node.stats(version, half_life)
             sample, cum_gen, total = stats.values, stats.cum_gen, stats.total_weight
             ws = w * scale
             idx = 0
-            for b in range(first, nb):
-                idx = bisect_right(sample, tokens[b] + shift, idx)  # bounds ascend: search from the last
-                if idx:
-                    below[b] += ws * (cum_gen[idx - 1] / total)
+            if cond is None:
+                for b in range(first, nb):
+                    idx = bisect_right(sample, tokens[b] + shift, idx)  # bounds ascend: from the last
+                    if idx:
+                        below[b] += ws * (cum_gen[idx - 1] / total)
+            else:  # `Estimate.gen_below` of a conditioned part: above its base, over its mass
+                base_g, mass = cond[4], cond[5]
+                for b in range(first, nb):
+                    idx = bisect_right(sample, tokens[b] + shift, idx)
+                    if idx:
+                        below[b] += ws * ((cum_gen[idx - 1] - base_g) / mass)
             k += 1
             if k < len(picked):
                 mass = picked[k][5]
@@ -240,7 +250,7 @@ class SimCMLFQScheduler(CMLFQScheduler):
                     return True
                 if k == len(picked) and not mix.step():
                     return total >= q
-                w, node, shift, _, _, before = picked[k]
+                w, node, shift, _, _, before, cond = picked[k]
                 if total + before + 1e-12 < q:
                     return False
                 if k < len(stats_of):
@@ -250,7 +260,10 @@ class SimCMLFQScheduler(CMLFQScheduler):
                     stats_of.append(stats)
                 idx = bisect_right(stats.values, tokens + shift)
                 if idx:  # adding w * 0.0 would leave the sum as it is
-                    total += w * (stats.cum_weights[idx - 1] / stats.total_weight)
+                    if cond is None:
+                        total += w * (stats.cum_weights[idx - 1] / stats.total_weight)
+                    else:  # a conditioned part (`Estimate.cdf`)
+                        total += w * ((stats.cum_weights[idx - 1] - cond[3]) / cond[5])
                 k += 1
 
         # The tail bucket is the first whose bound's CDF reaches q. The CDF at the bounds is monotone,

@@ -23,18 +23,21 @@ import math
 from collections.abc import Sequence
 
 from libra_core.scheduling.base import Turn
-from libra_core.scheduling.estimate import Estimate
+from libra_core.scheduling.estimate import Conditioned, Estimate, conditioned
 from libra_core.scheduling.prefix_tree import MARKOV_MAX_DEPTH, SIZE_CLASS_MAX_DEPTH, PrefixTree
 from libra_core.scheduling.tree_node import Node
 
-Part = tuple[float, Node, int, float, float, float]  # see `NodeMix.picked`
+Part = tuple[float, Node, int, float, float, float, Conditioned | None]  # see `NodeMix.picked`
 Ancestors = tuple[list[Node], int, list[Node], int]  # (c, lc, g, lg), see `_append_ancestors`
 
 
-def gen_and_scale(
-    node: Node, mr: float, shifted: float, version: int, half_life: float
-) -> tuple[float, float]:
-    """A mixture part's mean remaining generated tokens and its scale (shifted / unshifted mean)."""
+def gen_and_scale(part: Part, version: int, half_life: float) -> tuple[float, float]:
+    """A mixture part's mean remaining generated tokens and its scale (shifted / unshifted mean):
+    the conditioned ones' (`estimate.conditioned`, an ancestor met tokens ago), else from the
+    node's exact aged sums, as `conditioned` gives them for a shift <= 0."""
+    _, node, _, mr, shifted, _, cond = part
+    if cond is not None:
+        return cond[2], cond[1]
     n = node.support
     mr_gen = node.sum_gen / n if n > 0 else node.stats(version, half_life).mean_remaining_gen
     return mr_gen, (shifted / mr if mr > 0 else 0.0)
@@ -124,9 +127,10 @@ class NodeMix:
         self.now = consumed[-1]
         self.support = support
         self.version, self.half_life, self.pseudocount = tree.version, tree.half_life, tree.backoff
-        # (weight, node, shift, node's mean remaining, shifted mean, mass unassigned before it) of each
-        # part so far (weight > 1e-9): the parts of `Estimate.mix`, in order, with node statistics
-        # left to build (`Node.stats`) until a decision reads the CDF.
+        # (weight, node, shift, node's mean remaining, shifted mean, mass unassigned before it,
+        # `conditioned` of a part with a shift > 0 else None) of each part so far (weight > 1e-9): the
+        # parts of `Estimate.mix`, in order, with node statistics left to build (`Node.stats`) until
+        # a decision reads the CDF or a shifted ancestor is conditioned on its sample.
         self.picked: list[Part] = []
         self.pos = 0  # next chain node to weigh
         self.left = 1.0  # mass not yet assigned: the parts still to come weigh at most this in all
@@ -174,10 +178,15 @@ class NodeMix:
                 )
                 j = js[pos - 1]
                 shift = 0 if j < 0 else self.now - self.consumed[j]
-                shifted = mr - shift
-                if not shifted > 0.0:  # max(0.0, mr - shift), NaN included
-                    shifted = 0.0
-                self.picked.append((weight, node, shift, mr, shifted, before))
+                cond = None
+                if shift > 0:  # an ancestor: its samples that outlast the shift (`conditioned`)
+                    cond = conditioned(node.stats(version, half_life), shift, mr, 0.0)
+                    shifted = cond[0]
+                else:
+                    shifted = mr - shift
+                    if not shifted > 0.0:  # max(0.0, mr - shift), NaN included
+                        shifted = 0.0
+                self.picked.append((weight, node, shift, mr, shifted, before, cond))
                 self.mean_remaining += weight * shifted
             if left <= 1e-9 or node is last:
                 self.done = True
@@ -191,24 +200,23 @@ class NodeMix:
             pass
         return self
 
-    def finish(self) -> tuple[list[tuple[float, Node, int, float]], float]:
-        """`(parts, mean_remaining_gen)` after `run`: `Estimate.mix`'s `(weight, node, shift, scale)`
-        parts and its generated-token mean, the same floats added in the same order."""
-        assert self.done, "finish() needs the whole chain weighed (run())"
-        version, half_life = self.version, self.half_life
-        parts: list[tuple[float, Node, int, float]] = []
-        mean_gen = 0.0
-        for weight, node, shift, mr, shifted, _ in self.picked:
-            mr_gen, scale = gen_and_scale(node, mr, shifted, version, half_life)
-            parts.append((weight, node, shift, scale))
-            mean_gen += weight * mr_gen * scale
-        return parts, mean_gen
-
     def estimate(self) -> Estimate:
-        parts, mean_gen = self.run().finish()
+        """`Estimate.mix`'s estimate: its parts and its generated-token mean, the same floats added
+        in the same order."""
+        self.run()
         version, half_life = self.version, self.half_life
-        stats = [(w, node.stats(version, half_life), shift, scale) for w, node, shift, scale in parts]
-        return Estimate(stats, self.support, self.mean_remaining, mean_gen)
+        parts = []
+        mean_gen = 0.0
+        for part in self.picked:
+            weight, node, shift, _, _, _, cond = part
+            mr_gen, scale = gen_and_scale(part, version, half_life)
+            mean_gen += weight * mr_gen * scale
+            stats = node.stats(version, half_life)
+            if cond is None:
+                parts.append((weight, stats, shift, scale, 0.0, 0.0, stats.total_weight))
+            else:
+                parts.append((weight, stats, shift, scale, cond[3], cond[4], cond[5]))
+        return Estimate(parts, self.support, self.mean_remaining, mean_gen)
 
 
 class SimPrefixTree(PrefixTree):

@@ -3,14 +3,16 @@
 `PrefixTree.estimate` builds the aged statistics (`Node.stats`) of every node of the back-off chain
 (prompt, size-class, global, Markov and every shifted ancestor: ~2 x depth + 4 nodes) before
 `Estimate.mix` weighs them; but the mixture gives each node the share `n / (n + pseudocount)` of the
-mass still unassigned and stops once less than 1e-9 is left, and a node's statistics' means are its
-aged sums over its support. `NodeMix` walks the same chain in the same order and computes the same
-weights, shifts and means from those sums, part by part and only as far as a decision needs (the
+mass still unassigned and stops once less than 1e-9 is left, and an exact-path node's means are its
+aged sums over its support (a shifted ancestor's come from its sample's statistics, conditioned on
+outlasting the shift: `estimate.conditioned`). `NodeMix` walks the same chain in the same order and
+computes the same weights, shifts and means, part by part and only as far as a decision needs (the
 shifted ancestors are appended to the chain a depth at a time, as the weighing reaches them): the
 mean test of `SimCMLFQScheduler` (sim/cmlfq.py) stops once the rest of the chain cannot move the
 mean across a bucket bound (most decisions end there: the request stays), and the tail test stops
 at the first parts whenever the rest cannot change its outcome; part statistics (sorted sample,
-cumulative weights) are built only for the parts a CDF reads, so the widest nodes (the global root
+cumulative weights) are built only for the parts a CDF reads and the shifted ancestors weighed, so
+the widest nodes (the global root
 and its shallow children, rebuilt after nearly every insert) are rarely built. Each request's walks
 down the tree are kept between its tool returns (`Paths`). Every estimate, decision and counter is
 the base classes' (`tests/sim` and `tests/scheduling/test_fast_paths.py` check it). Inserts, aging,

@@ -104,6 +104,10 @@ def _observe(
     lake = read_lake(run_dir, iteration)
     h = history[iteration]
     measured = {"rollout": h["rollout_s"], "update": h["update_s"]}
+    if h["optimizer_steps"] == 0 or h["tokens_trained"] == 0:
+        # A skipped update (no group with signal) took a moment and trained nothing: compared with
+        # any training price it would teach the stage correction that updates are 5x cheaper.
+        del measured["update"]
     # Rollout sampled every trajectory in the lake; the update trained only those dynamic sampling
     # and the staleness bound kept (up to twice the prompts it trains are sampled): the training
     # side is priced on that share of the tokens. Until 2026-12-07 on all of them.

@@ -451,9 +451,12 @@ def evaluate_plan(
     """Re-price an existing plan's resources (split, layout, instance multiset) on a new workload.
 
     Rollout keeps its instances (how many of each TP degree run); the length ranges they serve are
-    chosen again (the router adapts for free: `fixed_counts.solve_counts`), or, with
-    `SearchSettings.homogeneous`, the one degree is priced on every length again. Until 2026-12-07
-    the search's DP re-chose the counts too, so the re-priced plan could be another layout.
+    chosen again (`fixed_counts.solve_counts`; a degree that no length needs is left out of the
+    returned assignment, its instances idle), or, with `SearchSettings.homogeneous`, the one degree
+    is priced on every length again. The re-chosen ranges are a bound: a kept plan keeps routing
+    by its old ranges. Until 2026-12-07 the search's DP re-chose the counts too, so the re-priced
+    plan could be another layout (still so with `monotone_tp` off, which the count DP does not
+    cover).
     Training keeps its TP/PP/DP/EP groups but may change what needs no GPU to move (ZeRO stage,
     recompute, micro-batch size), e.g. when longer sequences no longer fit; if nothing fits, the
     plan prices at infinity.

@@ -1,17 +1,19 @@
 """Training cost of one RL iteration for a parallel layout (TP x PP x DP, EP for MoE, ZeRO stage).
 
 FLOPs scale with the model: per optimizer step, `6 N_active T + 6 L q sum(s^2)` (forward + backward,
-2 FLOPs per active parameter per token, causal attention over each packed sequence of length s),
-x 4/3 with full activation recomputation, + `2 N T + 2 L q sum(s^2)` for a reference-model forward.
+2 FLOPs per active parameter per token, causal attention over each packed sequence of length s), x
+4/3 with full activation recomputation, + `2 N T + 2 L q sum(s^2)` for a reference-model forward.
 Compute runs at `train_mfu` of peak. A DP rank trains whole sequences: its share of a step is the
-step's FLOPs / DP but at least the longest sequence's, so DP past the sequences per step idles
-ranks instead of shortening the step. Each of the `minibatches` optimizer steps is a 1F1B pipeline
-of m micro-batches over p stages: `(m + p - 1)` slots of one micro-batch's stage time, so the bubble
-is `(p - 1) / (m + p - 1)`. Per micro-batch and stage: TP all-reduces of the activations (4 per
-layer, 6 with recompute) inside the node, MoE all-to-all (dispatch + combine, forward + backward)
-over the EP group, PP send/recv of activations and gradients. After the last backward, DP gradient
-sync (all-reduce; 1.5x the volume under ZeRO-3) of which only the part longer than one micro-batch
-backward is exposed, then the optimizer step (memory-bound over the local fp32 states).
+step's FLOPs / DP but at least the longest sequence's, so DP past the sequences per step idles ranks
+instead of shortening the step. Every step is charged that floor, though only one step holds the
+longest sequence (the others' longest are shorter): where the floor decides, an over-price by the
+ratio of the longest to the steps' mean longest. Each of the `minibatches` optimizer steps is a 1F1B
+pipeline of m micro-batches over p stages: `(m + p - 1)` slots of one micro-batch's stage time, so
+the bubble is `(p - 1) / (m + p - 1)`. Per micro-batch and stage: TP all-reduces of the activations
+(4 per layer, 6 with recompute) inside the node, MoE all-to-all (dispatch + combine, forward +
+backward) over the EP group, PP send/recv of activations and gradients. After the last backward, DP
+gradient sync (all-reduce; 1.5x the volume under ZeRO-3) of which only the part longer than one
+micro-batch backward is exposed, then the optimizer step (memory-bound over the local fp32 states).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ class NodeStats:
     values: list[int]  # remaining tokens, ascending
     cum_weights: list[float]  # cumulative aged weight in `values` order
     cum_gen: list[float]  # cumulative aged weight x remaining generated tokens, in `values` order
+    cum_rem: list[float]  # cumulative aged weight x remaining tokens, in `values` order
     total_weight: float
     mean_remaining: float
     mean_remaining_gen: float
@@ -50,16 +51,19 @@ class NodeStats:
         order = sorted(range(len(rem)), key=rem.__getitem__)
         cum: list[float] = []
         cum_gen: list[float] = []
-        acc = acc_gen = 0.0
+        cum_rem: list[float] = []
+        acc = acc_gen = acc_rem = 0.0
         for i in order:
             acc += weights[i]
             acc_gen += weights[i] * gen[i]
+            acc_rem += weights[i] * rem[i]
             cum.append(acc)
             cum_gen.append(acc_gen)
+            cum_rem.append(acc_rem)
         total = acc if acc > 0 else 1.0
         if means is None:
             means = (sum(w * r for w, r in zip(weights, rem, strict=True)) / total, acc_gen / total)
-        return NodeStats(version, [rem[i] for i in order], cum, cum_gen, total, *means)
+        return NodeStats(version, [rem[i] for i in order], cum, cum_gen, cum_rem, total, *means)
 
     def cdf(self, tokens: float) -> float:
         """Aged share of samples with remaining <= tokens."""
@@ -91,8 +95,8 @@ def conditioned(stats: NodeStats, shift: int, mean: float, mean_gen: float) -> C
         shifted = max(0.0, mean - shift)
         scale = shifted / mean if mean > 0 else 0.0
         return shifted, scale, mean_gen, 0.0, 0.0, stats.total_weight
-    values, cum, cum_gen = stats.values, stats.cum_weights, stats.cum_gen
-    idx = bisect.bisect_right(values, shift)
+    values, cum, cum_gen, cum_rem = stats.values, stats.cum_weights, stats.cum_gen, stats.cum_rem
+    idx = bisect.bisect_right(values, shift)  # O(log samples): a decision's cost stays as it was
     if idx == len(values):
         return 0.0, 0.0, 0.0, 0.0, 0.0, stats.total_weight
     base_w = cum[idx - 1] if idx else 0.0
@@ -100,11 +104,7 @@ def conditioned(stats: NodeStats, shift: int, mean: float, mean_gen: float) -> C
     mass = cum[-1] - base_w
     if not mass > 0.0:  # weights of 0 (an aging underflow): nothing to condition on
         return 0.0, 0.0, 0.0, 0.0, 0.0, stats.total_weight
-    rem_sum, prev = 0.0, base_w
-    for i in range(idx, len(values)):
-        rem_sum += (cum[i] - prev) * values[i]
-        prev = cum[i]
-    above = rem_sum / mass
+    above = (cum_rem[-1] - (cum_rem[idx - 1] if idx else 0.0)) / mass
     shifted = max(0.0, above - shift)
     scale = shifted / above if above > 0 else 0.0
     return shifted, scale, (cum_gen[-1] - base_g) / mass, base_w, base_g, mass

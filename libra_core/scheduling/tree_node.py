@@ -211,6 +211,7 @@ class Node:
         if start == 0:
             cum = list(accumulate(weights))
             cum_gen = list(accumulate(map(mul, weights, gens)))
+            cum_rem = list(accumulate(map(mul, weights, values)))
         else:
             cum = old.cum_weights[:start]
             cum += islice(accumulate(weights[start:], initial=cum[-1]), 1, None)
@@ -218,9 +219,13 @@ class Node:
             cum_gen += islice(
                 accumulate(map(mul, weights[start:], gens[start:]), initial=cum_gen[-1]), 1, None
             )
+            cum_rem = old.cum_rem[:start]
+            cum_rem += islice(
+                accumulate(map(mul, weights[start:], values[start:]), initial=cum_rem[-1]), 1, None
+            )
         total = cum[-1] if cum and cum[-1] > 0 else 1.0
         means = (self.sum_rem / self.support, self.sum_gen / self.support)
-        stats = NodeStats(version, values, cum, cum_gen, total, *means)
+        stats = NodeStats(version, values, cum, cum_gen, cum_rem, total, *means)
         self._sorted = (stats, gens, weights)
         return stats
 
@@ -244,8 +249,10 @@ class Node:
         gens = list(map(gen.__getitem__, order))
         cum = list(accumulate(weights))
         cum_gen = list(accumulate(map(mul, weights, gens)))
+        values = list(map(rem.__getitem__, order))
+        cum_rem = list(accumulate(map(mul, weights, values)))
         total = cum[-1] if cum and cum[-1] > 0 else 1.0
-        stats = NodeStats(version, list(map(rem.__getitem__, order)), cum, cum_gen, total, *means)
+        stats = NodeStats(version, values, cum, cum_gen, cum_rem, total, *means)
         self._sorted = (stats, gens, weights)
         return stats
 

@@ -133,7 +133,7 @@ class SimCMLFQScheduler(CMLFQScheduler):
         time and stopping once the parts still to come cannot change the outcome.
 
         `Estimate.gen_by_bucket`'s sums with parts outer and bounds inner, each bound's sum (and the
-        generated-token mean, `NodeMix.finish`) still adding the parts in order, so every float is
+        generated-token mean, `NodeMix.estimate`) still adding the parts in order, so every float is
         the one-bound-at-a-time value. Each term is >= 0, so a partial sum is a lower bound of the
         final one (a float sum of terms >= 0 never decreases); the parts still to come weigh at most
         the mass unassigned before the next one, and each of their terms is at most its weight

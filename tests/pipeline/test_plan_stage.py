@@ -64,7 +64,9 @@ def trajectory(iteration: int, prompt: int, sample: int) -> dict[str, Any]:
     }
 
 
-def record(run: Path, iteration: int, tokens_generated: int = 1, tokens_trained: int = 1) -> None:
+def record(
+    run: Path, iteration: int, tokens_generated: int = 1, tokens_trained: int = 1, optimizer_steps: int = 1
+) -> None:
     """What the iteration flow leaves behind: the trajectory lake and the history row."""
     rows = [trajectory(iteration, p, s) for p in range(4) for s in range(GROUP)]
     write_lake(table_from_rows(rows), run, iteration)
@@ -77,8 +79,24 @@ def record(run: Path, iteration: int, tokens_generated: int = 1, tokens_trained:
         update_s=1.5,
         tokens_generated=tokens_generated,
         tokens_trained=tokens_trained,
+        optimizer_steps=optimizer_steps,
     )
     append_history(run, row)
+
+
+def test_a_skipped_update_does_not_teach_the_update_correction(run: tuple[LibraConfig, Path]) -> None:
+    # No group had signal: the update took 1.5 s of bookkeeping and trained nothing. Compared with
+    # a training price it read as updates 5x cheaper than priced (the correction's clamp).
+    cfg, root = run
+    make_plan(cfg, 1, str(root))
+    record(root, 1, tokens_generated=4000, tokens_trained=0, optimizer_steps=0)
+    make_plan(cfg, 2, str(root))  # observes iteration 1
+    corrections = plan_stage._PLANNERS[str(root)].corrections
+    assert corrections.observations("rollout") == 1
+    assert corrections.observations("update") == 0 and corrections.factor("update") == 1.0
+    record(root, 2, tokens_generated=4000, tokens_trained=4000)
+    make_plan(cfg, 3, str(root))
+    assert corrections.observations("update") == 1
 
 
 def test_the_training_side_is_priced_on_the_trained_share(run: tuple[LibraConfig, Path]) -> None:

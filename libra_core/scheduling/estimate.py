@@ -5,14 +5,15 @@ policy version. `Estimate` mixes the back-off chain of nodes (most specific firs
 support n takes the share n / (n + k) of the probability mass still unassigned and passes the rest
 on; the last node takes what is left. Ancestor nodes describe an earlier point of the trajectory, so
 their samples are shifted down by the tokens processed since (`shift`) and conditioned on the
-request still running: of an ancestor's samples only those with more than `shift` remaining can
-be this request's (`conditioned`). Until 2026-12-07 every sample counted, clipped at 0 and with a
-mean of `max(0, mean - shift)`: an ancestor whose samples were 100 and 1,000 remaining tokens, met
-500 tokens later, said 50 tokens remained where 500 do, and put mass at 0 in its CDF.
+request still running: of an ancestor's samples only those with more than `shift` remaining can be
+this request's (`conditioned`), and only those count in its support (`evidence_share`). Until
+2026-12-07 every sample counted, clipped at 0 and with a mean of `max(0, mean - shift)`: an ancestor
+whose samples were 100 and 1,000 remaining tokens, met 500 tokens later, said 50 tokens remained
+where 500 do, and put mass at 0 in its CDF.
 
 The mixture is never materialised: the tail quantile is only needed to find its *bucket*, so the
-mixture CDF is evaluated at the bucket bounds (a few bisections), which keeps a decision at
-O(depth + buckets * log(samples)).
+mixture CDF is evaluated at the bucket bounds (a few bisections), which keeps a decision at O(depth
++ buckets * log(samples)).
 """
 
 from __future__ import annotations
@@ -74,6 +75,20 @@ class NodeStats:
         """Aged mean of `remaining generated tokens x [remaining <= tokens]`."""
         idx = bisect.bisect_right(self.values, tokens)
         return self.cum_gen[idx - 1] / self.total_weight if idx else 0.0
+
+
+def evidence_share(stats: NodeStats, shift: int) -> float:
+    """The share of a back-off node's aged sample that can be the request asking: those with more
+    than `shift` remaining for an ancestor met `shift` tokens ago (the request is still running),
+    all of them for `shift <= 0`. It scales the node's support where the mixture weighs it."""
+    if shift <= 0:
+        return 1.0
+    idx = bisect.bisect_right(stats.values, shift)
+    if idx == len(stats.values):
+        return 0.0
+    cum = stats.cum_weights
+    mass = cum[-1] - (cum[idx - 1] if idx else 0.0)
+    return mass / cum[-1] if mass > 0.0 else 0.0
 
 
 # (shifted mean, generated-token scale, mean remaining generated, CDF base weight, base generated
@@ -164,7 +179,11 @@ class Estimate:
         left = 1.0
         mean = mean_gen = 0.0
         for i, (n, stats, shift) in enumerate(chain):
-            weight = left if i == len(chain) - 1 else left * n / (n + pseudocount)
+            if i == len(chain) - 1:
+                weight = left
+            else:  # an ancestor counts only the samples that outlast its shift (`evidence_share`)
+                n = n * evidence_share(stats, shift) if shift > 0 else n
+                weight = left * n / (n + pseudocount)
             left -= weight
             if weight > 1e-9:
                 shifted, scale, gen, base_w, base_g, mass = conditioned(

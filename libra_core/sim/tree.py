@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 
 from libra_core.scheduling.base import Turn
-from libra_core.scheduling.estimate import Conditioned, Estimate, conditioned
+from libra_core.scheduling.estimate import Conditioned, Estimate, conditioned, evidence_share
 from libra_core.scheduling.prefix_tree import MARKOV_MAX_DEPTH, SIZE_CLASS_MAX_DEPTH, PrefixTree
 from libra_core.scheduling.tree_node import Node
 
@@ -163,10 +163,14 @@ class NodeMix:
             if not node.samples:
                 continue
             n_support = node.support
+            j = js[pos - 1]
+            shift = 0 if j < 0 else self.now - self.consumed[j]
             if node is last:
                 weight = left
             else:
                 n = n_support * 2.0 ** (-(version - node.support_version) / half_life)
+                if shift > 0:  # `Estimate.mix`: an ancestor's support counts its outlasting samples
+                    n = n * evidence_share(node.stats(version, half_life), shift)
                 weight = left * n / (n + self.pseudocount)
             before = left
             left -= weight
@@ -178,8 +182,6 @@ class NodeMix:
                     if n_support > 0
                     else node.stats(version, half_life).mean_remaining
                 )
-                j = js[pos - 1]
-                shift = 0 if j < 0 else self.now - self.consumed[j]
                 cond = None
                 if shift > 0:  # an ancestor: its samples that outlast the shift (`conditioned`)
                     cond = conditioned(node.stats(version, half_life), shift, mr, 0.0)

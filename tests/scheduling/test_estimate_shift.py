@@ -42,3 +42,18 @@ def test_a_mixture_weighs_the_conditioned_part_by_its_share() -> None:
     assert est.mean_remaining == pytest.approx(0.5 * 300 + 0.5 * 500)
     assert est.cdf(300) == pytest.approx(0.5)
     assert est.cdf(500) == pytest.approx(1.0)
+
+
+def test_an_ancestor_counts_only_its_samples_that_outlast_the_shift() -> None:
+    # An ancestor with support 100 whose samples all ended within the 2,000 tokens since: none can
+    # be this request, so it takes no share and the mass passes on (before 2026-12-07 it took
+    # 0.5 x 100/101 and said 0 remained: mean ~154 instead of 550).
+    near = _stats([300], [300])
+    outlived = _stats([100, 1000], [80, 800])
+    last = _stats([800], [800])
+    est = Estimate.mix([(1.0, near, 0), (100.0, outlived, 2000), (1.0, last, 0)], 1.0, 1.0)
+    assert est.mean_remaining == pytest.approx(0.5 * 300 + 0.5 * 800)
+    assert [round(p[0], 9) for p in est.parts] == [0.5, 0.5]
+    # Half of an ancestor's samples outlasting: its support counts half (50 of 100).
+    half = Estimate.mix([(1.0, near, 0), (100.0, outlived, 500), (1.0, last, 0)], 1.0, 1.0)
+    assert half.parts[1][0] == pytest.approx(0.5 * 50 / 51)

@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from libra_core.planner import workload_preset  # noqa: E402
 from libra_core.planner.replan import ReplanPolicy  # noqa: E402
+from libra_core.planner.reprice import evaluate_plan  # noqa: E402
 from libra_core.planner.search import (  # noqa: E402
     DEFAULT_MIXED_MARGIN,
     SearchSettings,
-    evaluate_plan,
     search_plans,
 )
 from libra_core.planner.specs import get_model, parse_cluster  # noqa: E402

@@ -19,11 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from libra_core.planner import workload_preset  # noqa: E402
 from libra_core.planner.assignment import solve  # noqa: E402
+from libra_core.planner.reprice import evaluate_plan  # noqa: E402
 from libra_core.planner.rollout_cost import RolloutCostModel  # noqa: E402
 from libra_core.planner.search import (  # noqa: E402
     DEFAULT_MIXED_MARGIN,
     SearchSettings,
-    evaluate_plan,
     search_plans,
     segment_table,
 )

@@ -16,7 +16,8 @@ from libra_core.planner.report import (
     plan_to_dict,
     render_rich,
 )
-from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.reprice import evaluate_plan
+from libra_core.planner.search import Plan, SearchSettings, search_plans
 from libra_core.planner.service import LibraPlanner
 from libra_core.planner.specs import get_hardware, get_model, parse_cluster
 from libra_core.planner.workload import Workload, read_trace

@@ -120,7 +120,7 @@ def _beyond(table: SegmentTable, ti: int, j: int | None, targets: np.ndarray) ->
         return np.where(c <= targets, n, np.inf)
 
 
-def _instances(table: SegmentTable, ti: int, target_s: float) -> np.ndarray:
+def fewest_instances(table: SegmentTable, ti: int, target_s: float) -> np.ndarray:
     """(K+1, K+1) fewest instances of TP `tps[ti]` serving each range within `target_s` (inf if none)."""
     ok = table.group_times_s(ti) <= target_s  # (N, K+1, K+1)
     beyond = _beyond(table, ti, None, np.array([target_s]))[:, :, 0]
@@ -149,7 +149,7 @@ def min_gpus(
     gets a larger degree, so each degree serves one range (one router bucket per degree: the
     simulator deploys a plan so, merging neighbouring groups of one degree)."""
     k, nt = table.num_bins, len(table.tps)
-    need = [_instances(table, ti, target_s) for ti in range(nt)]
+    need = [fewest_instances(table, ti, target_s) for ti in range(nt)]
     f = np.full((k + 1, nt), np.inf)
     f[0] = 0.0
     choice = np.zeros((k + 1, nt, 2), dtype=int)  # (start bin, instances) of the last group

@@ -6,12 +6,12 @@ search's DP (assignment.py) chooses the counts; this one takes them from the run
 the best ranges for them: degrees ascending along the length-sorted bins (monotone, as the routers
 promote), each degree serving one contiguous block of bins that it may cut into ranges whose
 instance counts sum to at most its count (`strict`: one range per degree), as the search prices
-ranges. `evaluate_plan` (search.py) calls it once per re-pricing of a heterogeneous plan; until
+ranges. `evaluate_plan` (reprice.py) calls it once per re-pricing of a heterogeneous plan; until
 2026-12-07 it ran the search's DP on the plan's degrees, which re-chose the counts (48xA800
 swe-longtail's 14xTP1 2xTP2 3xTP4 re-priced on search-medium as 3xTP1 7xTP4), so the "running plan"
 a replan compared with, and the prediction the stage correction learnt from, were another plan.
 
-Bisection on the makespan T, as `assignment.solve`: for a target, `_instances` gives the fewest
+Bisection on the makespan T, as `assignment.solve`: for a target, `fewest_instances` gives the fewest
 instances of each degree meeting T on every range, `_block_need` the fewest covering a block of
 bins with ranges, and a pass over the degrees checks that some boundaries keep every degree within
 its count. Instances a degree does not need join its slowest range (the router spreads a bucket
@@ -20,11 +20,12 @@ over all of its instances), which is then priced with them.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
-from libra_core.planner.assignment import Assignment, Group, SegmentTable, _instances
+from libra_core.planner.assignment import Assignment, Group, SegmentTable, fewest_instances
 
 
 def _block_need(need: np.ndarray, strict: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -58,7 +59,7 @@ def _feasible(
     reach[0] = True
     came = []  # per degree: the block start chosen for each end bin
     for ti, count in counts:
-        need = _instances(table, ti, target_s)
+        need = fewest_instances(table, ti, target_s)
         h, last = _block_need(need, strict)
         ok = reach[:, None] & (h <= count)  # (start a, end b): degree covers [a, b)
         came.append(np.argmax(ok, axis=0))
@@ -122,8 +123,6 @@ def brute_force_counts(table: SegmentTable, instances: dict[int, int], strict: b
     """Best makespan over every contiguous partition and every (degree, instance count) per range
     with TP non-decreasing along the ranges (increasing when `strict`) and at most each degree's
     count in all; for tests (a handful of bins)."""
-    import itertools
-
     k = table.num_bins
     best = math.inf
     degrees = sorted(instances)

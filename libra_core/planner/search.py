@@ -32,7 +32,6 @@ from libra_core.planner.assignment import (
     one_degree,
     solve,
 )
-from libra_core.planner.fixed_counts import solve_counts
 from libra_core.planner.iteration import iteration_time_s, weight_sync_s
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table, instance_tp_degrees
 from libra_core.planner.specs import HardwareSpec, ModelSpec
@@ -194,7 +193,7 @@ def search_plans(
     tps = instance_tp_degrees(model, hw)
     table = segment_table(cost, workload, tps, num_gpus, s)
     shape = TrainShape.from_workload(workload, s.ref_forward)
-    spread = _spread(cost, workload, tps, s)
+    spread = rollout_spread(cost, workload, tps, s)
     colocated = num_gpus == 1
     t_sync = weight_sync_s(model, hw, colocated)
     if colocated:
@@ -209,11 +208,11 @@ def search_plans(
         # layout may be expected faster; the split ranking by the DP's price need not surface its
         # best split, so search the one-degree layouts too (same spread). The margin needs them
         # too: it compares the mixed layouts with the best one-bucket one.
-        one = _one_bucket(s)
+        one = one_bucket_settings(s)
         # A one-bucket layout is priced by the one-bucket search alone: the DP's several ranges on
         # one degree run as one least-load bucket (the router merges them), and priced it cheaper
         # (until 2026-12-06; evaluate_plan re-prices such a plan as one range too).
-        plans = [p for p in plans if _buckets(p.rollout) > 1]
+        plans = [p for p in plans if bucket_count(p.rollout) > 1]
         if s.promote:
             # A one-bucket layout has no longer bucket to promote to: it runs as admission by
             # final length does, so price it (and only the one-bucket search) without promotion.
@@ -242,14 +241,14 @@ def segment_table(
     )
 
 
-def _one_bucket(s: SearchSettings) -> SearchSettings:
+def one_bucket_settings(s: SearchSettings) -> SearchSettings:
     """The settings a heterogeneous search prices its one-bucket (one TP degree) layouts with."""
     return replace(s, homogeneous=True, promote=False)
 
 
 def _margin_rank(plan: Plan, mixed_margin: float) -> float:
     """`plan_rank`, with a layout of several buckets ranked as if `mixed_margin` slower."""
-    return plan_rank(plan) / (1.0 - mixed_margin) if _buckets(plan.rollout) > 1 else plan_rank(plan)
+    return plan_rank(plan) / (1.0 - mixed_margin) if bucket_count(plan.rollout) > 1 else plan_rank(plan)
 
 
 def _search_splits(
@@ -262,7 +261,7 @@ def _search_splits(
     t_sync: float,
     spread: Spread | None,
 ) -> list[Plan]:
-    """The `s.top_k` best splits' plans (unsorted), rollout priced by `_assign` on `table`."""
+    """The `s.top_k` best splits' plans (unsorted), rollout priced by `assign_rollout` on `table`."""
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
     rollout_s = _rollout_frontier(table, s)
     candidates: list[tuple[float, int, TrainEstimate, float]] = []
@@ -290,10 +289,10 @@ def _search_splits(
         best_obj = candidates[min(len(candidates), s.top_k) - 1][0]
     plans = []
     for _, n_train, est, _ in candidates[: s.top_k]:
-        assignment = _assign(table, num_gpus - n_train, s)
+        assignment = assign_rollout(table, num_gpus - n_train, s)
         if assignment is None:
             continue
-        t_r = assignment.makespan_s * f_r * balanced_groups_factor(_buckets(assignment), spread)
+        t_r = assignment.makespan_s * f_r * balanced_groups_factor(bucket_count(assignment), spread)
         t_t = est.time_s * f_t
         plans.append(_plan(num_gpus, n_train, est, assignment, t_r, t_t, t_sync, spread, s, shape, table))
     log.debug("searched %d splits for %d GPUs", len(candidates), num_gpus)
@@ -304,12 +303,12 @@ def mixed_gap(plans: list[Plan]) -> float | None:
     """How much slower the best mixed-TP plan in `plans` is priced than the best one-degree plan
     (`plan_rank`, before the mixed margin): 0.02 = 2% slower, -0.01 = 1% faster. None when `plans`
     lacks either kind. Why a heterogeneous search kept one degree, as `libra simulate` reports it."""
-    mixed = [plan_rank(p) for p in plans if _buckets(p.rollout) > 1]
-    one = [plan_rank(p) for p in plans if _buckets(p.rollout) == 1]
+    mixed = [plan_rank(p) for p in plans if bucket_count(p.rollout) > 1]
+    one = [plan_rank(p) for p in plans if bucket_count(p.rollout) == 1]
     return min(mixed) / min(one) - 1.0 if mixed and one and min(one) > 0 else None
 
 
-def _buckets(a: Assignment) -> int:
+def bucket_count(a: Assignment) -> int:
     """Router buckets the assignment deploys: runs of groups with one TP degree merge into one."""
     return 1 + sum(1 for x, y in zip(a.groups, a.groups[1:], strict=False) if x.tp != y.tp)
 
@@ -346,15 +345,17 @@ def _plan(
 
 def iteration_spread(model: ModelSpec, hw: HardwareSpec, w: Workload, s: SearchSettings) -> Spread | None:
     """The spread `search_plans` prices `w` with (None when the settings plan for the mean)."""
-    return _spread(RolloutCostModel(model, hw, s.max_num_seqs), w, instance_tp_degrees(model, hw), s)
+    return rollout_spread(RolloutCostModel(model, hw, s.max_num_seqs), w, instance_tp_degrees(model, hw), s)
 
 
-def _spread(cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], s: SearchSettings) -> Spread | None:
+def rollout_spread(
+    cost: RolloutCostModel, w: Workload, tps: tuple[int, ...], s: SearchSettings
+) -> Spread | None:
     """The workload's iteration spread when the settings plan for it (None: plan for the mean)."""
     return estimate_spread(w, cost, tps) if s.plan_for_spread else None
 
 
-def _assign(table: SegmentTable, gpus: int, s: SearchSettings) -> Assignment | None:
+def assign_rollout(table: SegmentTable, gpus: int, s: SearchSettings) -> Assignment | None:
     """The rollout layout on `gpus` GPUs: the DP's (heterogeneous) or one TP degree's."""
     if s.homogeneous:
         return homogeneous_dp(table, gpus, s.rel_tol) if s.one_degree_dp else homogeneous(table, gpus)
@@ -397,20 +398,6 @@ def _rollout_frontier(table: SegmentTable, s: SearchSettings) -> Callable[[int],
     return dp
 
 
-def _best_same_topology(
-    model: ModelSpec, hw: HardwareSpec, layout: TrainLayout, shape: TrainShape
-) -> TrainEstimate:
-    groups = (layout.tp, layout.pp, layout.dp, layout.ep)
-    best = estimate_train(model, hw, layout, shape)
-    for cand in enumerate_layouts(model, hw, layout.num_gpus):
-        if (cand.tp, cand.pp, cand.dp, cand.ep) != groups:
-            continue
-        est = estimate_train(model, hw, cand, shape)
-        if est.feasible and (not best.feasible or est.time_s < best.time_s):
-            best = est
-    return best
-
-
 def _colocated_plan(
     model: ModelSpec,
     hw: HardwareSpec,
@@ -422,7 +409,7 @@ def _colocated_plan(
     f_t: float,
     s: SearchSettings,
 ) -> Plan | None:
-    assignment = _assign(table, 1, s)
+    assignment = assign_rollout(table, 1, s)
     est = best_train(model, hw, 1, shape)
     if assignment is None or est is None:
         return None
@@ -445,64 +432,4 @@ def _colocated_plan(
     )
 
 
-def evaluate_plan(
-    plan: Plan, model: ModelSpec, hw: HardwareSpec, workload: Workload, settings: SearchSettings | None = None
-) -> Plan:
-    """Re-price an existing plan's resources (split, layout, instance multiset) on a new workload.
-
-    Rollout keeps its instances (how many of each TP degree run); the length ranges they serve are
-    chosen again (`fixed_counts.solve_counts`; a degree that no length needs is left out of the
-    returned assignment, its instances idle), or, with `SearchSettings.homogeneous`, the one degree
-    is priced on every length again. The re-chosen ranges are a bound: a kept plan keeps routing
-    by its old ranges. Until 2026-12-07 the search's DP re-chose the counts too, so the re-priced
-    plan could be another layout (still so with `monotone_tp` off, which the count DP does not
-    cover).
-    Training keeps its TP/PP/DP/EP groups but may change what needs no GPU to move (ZeRO stage,
-    recompute, micro-batch size), e.g. when longer sequences no longer fit; if nothing fits, the
-    plan prices at infinity.
-    """
-    s = settings or SearchSettings()
-    if not s.homogeneous and _buckets(plan.rollout) == 1:
-        # Priced as search_plans prices a one-bucket layout: one range, no promotion (what the
-        # router runs: groups of one degree merge into one bucket). The DP's several ranges on one
-        # degree priced it cheaper than the search had (search-medium, 9xTP4: 137.9 s, not 167.0 s;
-        # until 2026-12-06, unless `promote`), so a run measuring exactly the predicted time taught
-        # the correction a factor of 1.135 (tests/planner/test_planner_reprice.py on the old code),
-        # and replan decisions compared a proposal with a current plan priced too cheaply.
-        s = _one_bucket(s)
-    cost = RolloutCostModel(model, hw, s.max_num_seqs)
-    tps = tuple(sorted(plan.instance_tps))
-    table = segment_table(cost, workload, tps, plan.rollout_gpus, s)
-    if s.homogeneous or not s.monotone_tp:
-        assignment = _assign(table, plan.rollout_gpus, s)
-    else:  # the running instances: only the length ranges move (fixed_counts.py)
-        assignment = solve_counts(table, plan.instance_tps, s.rel_tol, s.one_range_per_degree)
-    shape = TrainShape.from_workload(workload, s.ref_forward)
-    est = _best_same_topology(model, hw, plan.train.layout, shape)
-    f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
-    spread = _spread(cost, workload, instance_tp_degrees(model, hw), s)  # as search_plans prices it
-    t_r = (
-        assignment.makespan_s * balanced_groups_factor(_buckets(assignment), spread)
-        if assignment
-        else math.inf
-    ) * f_r
-    t_t = est.time_s * f_t if est.feasible else math.inf
-    t_iter = iteration_time_s(t_r, t_t, plan.t_sync_s, s.staleness, plan.colocated, spread, s.sync_overlaps)
-    return Plan(
-        plan.num_gpus,
-        plan.train_gpus,
-        plan.rollout_gpus,
-        est,
-        assignment or plan.rollout,
-        t_t,
-        t_r,
-        plan.t_sync_s,
-        t_iter,
-        s.staleness,
-        shape.tokens,
-        plan.colocated,
-        tuple(float(x) for x in table.bin_max_len),
-    )
-
-
-__all__ = ["Plan", "SearchSettings", "TrainLayout", "evaluate_plan", "iteration_time_s", "search_plans"]
+__all__ = ["Plan", "SearchSettings", "TrainLayout", "iteration_time_s", "search_plans"]

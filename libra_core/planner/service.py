@@ -33,7 +33,8 @@ from libra_core.planner.replan import (
     audit_decision,
     initial_decision,
 )
-from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.reprice import evaluate_plan
+from libra_core.planner.search import Plan, SearchSettings, search_plans
 from libra_core.planner.specs import ClusterSpec, ModelSpec, get_model, model_spec_from_tiny, parse_cluster
 from libra_core.planner.workload import Workload, workload_from_trajectory_table
 

@@ -11,7 +11,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from libra_core.planner.replan import audit_decision
-from libra_core.planner.search import Plan, evaluate_plan, search_plans
+from libra_core.planner.reprice import evaluate_plan
+from libra_core.planner.search import Plan, search_plans
 from libra_core.planner.train_cost import TrainShape
 from libra_core.planner.workload import concat
 from libra_core.sim.events import Kind

@@ -8,7 +8,8 @@ from libra_core.config import LibraConfig
 from libra_core.planner.audit import AuditPolicy, MoveAudit
 from libra_core.planner.presets import workload_preset
 from libra_core.planner.replan import ReplanPolicy, audit_decision
-from libra_core.planner.search import Plan, SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.reprice import evaluate_plan
+from libra_core.planner.search import Plan, SearchSettings, search_plans
 from libra_core.planner.service import LibraPlanner
 from libra_core.planner.specs import get_hardware, get_model
 

@@ -11,8 +11,9 @@ import pytest
 from libra_core.planner.assignment import solve
 from libra_core.planner.fixed_counts import brute_force_counts, solve_counts
 from libra_core.planner.presets import workload_preset
+from libra_core.planner.reprice import evaluate_plan
 from libra_core.planner.rollout_cost import RolloutCostModel
-from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans, segment_table
+from libra_core.planner.search import SearchSettings, search_plans, segment_table
 from libra_core.planner.specs import get_hardware, get_model
 from tests.planner.test_planner_assignment import random_table
 

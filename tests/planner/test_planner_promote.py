@@ -13,8 +13,9 @@ import pytest
 
 from libra_core.planner.assignment import homogeneous, solve
 from libra_core.planner.presets import workload_preset
+from libra_core.planner.reprice import evaluate_plan
 from libra_core.planner.rollout_cost import RolloutCostModel, _band_shares, build_segment_table
-from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.search import SearchSettings, search_plans
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.planner.workload import Turns, workload_from_turns
 

@@ -8,7 +8,8 @@ import pytest
 
 from libra_core.planner.presets import workload_preset
 from libra_core.planner.replan import ReplanPolicy
-from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.reprice import evaluate_plan
+from libra_core.planner.search import SearchSettings, search_plans
 from libra_core.planner.service import LibraPlanner
 from libra_core.planner.specs import get_hardware, get_model, parse_cluster
 

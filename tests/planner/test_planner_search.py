@@ -13,7 +13,8 @@ import pytest
 
 from libra_core.planner import format_plain, iteration_time_s, plan_cluster, read_trace
 from libra_core.planner.presets import workload_preset
-from libra_core.planner.search import SearchSettings, evaluate_plan, mixed_gap, plan_rank, search_plans
+from libra_core.planner.reprice import evaluate_plan
+from libra_core.planner.search import SearchSettings, mixed_gap, plan_rank, search_plans
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.scheduling.base import Turn
 from libra_core.sim.trace_replay import TraceSpec, TraceWorkload

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from libra_core.planner.iteration import iteration_time_s
+from libra_core.planner.reprice import evaluate_plan
 from libra_core.planner.rollout_cost import RolloutCostModel
-from libra_core.planner.search import SearchSettings, evaluate_plan, search_plans
+from libra_core.planner.search import SearchSettings, search_plans
 from libra_core.planner.specs import get_hardware, get_model
 from libra_core.planner.spread import (
     Spread,

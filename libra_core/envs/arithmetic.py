@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from libra_core.config.models import ArithmeticEnvConfig
 from libra_core.envs.base import Problem, Segment, ToolResult, TurnAction, call_with_deadline, unknown_tool
 from libra_core.envs.calculator import Calculator
+from libra_core.envs.splits import demonstration_texts
 
 USER, ASSISTANT = "<|user|>", "<|assistant|>"
 CALL, END_CALL = "<|call|>", "<|/call|>"
@@ -175,6 +176,6 @@ class ArithmeticEnv:
         return segments
 
     def corpus(self, n: int, seed: int) -> list[str]:
-        texts = ["".join(s.text for s in self.demonstration(p)) for p in self.sample_problems(n, seed)]
+        texts = demonstration_texts(self, n, seed)
         texts.append(self.format_observation(self.calculator("bad call")))
         return texts

@@ -31,6 +31,7 @@ from libra_core.envs.datasets import CodeRecord, load_code, sample_records
 from libra_core.envs.protocol import extract_code, python_source, text_format
 from libra_core.envs.python_tool import PythonTool
 from libra_core.envs.sandbox import ExecutionResult
+from libra_core.envs.splits import demonstration_texts
 
 SYSTEM_PROMPT = (
     "Write a Python function that solves the task. You may test code with the python tool, e.g. "
@@ -108,7 +109,7 @@ class CodeEnv:
         ]
 
     def corpus(self, n: int, seed: int) -> list[str]:
-        texts = ["".join(s.text for s in self.demonstration(p)) for p in self.sample_problems(n, seed)]
+        texts = demonstration_texts(self, n, seed)
         texts.append(
             self.format.observation(
                 'Traceback (most recent call last):\n  File "main.py", line 3, in <module>\nAssertionError\n'

@@ -19,6 +19,7 @@ from libra_core.envs.datasets import MathRecord, load_math, sample_records
 from libra_core.envs.math_calculator import CalculatorError, MathCalculator, evaluate
 from libra_core.envs.protocol import python_source, text_format
 from libra_core.envs.python_tool import PythonTool
+from libra_core.envs.splits import demonstration_texts
 
 SYSTEM_PROMPT = (
     "Solve the math problem. You may call tools: calculator (one arithmetic expression) and python "
@@ -100,7 +101,7 @@ class MathToolsEnv:
         return segments
 
     def corpus(self, n: int, seed: int) -> list[str]:
-        texts = ["".join(s.text for s in self.demonstration(p)) for p in self.sample_problems(n, seed)]
+        texts = demonstration_texts(self, n, seed)
         # Tool errors the model will read (their characters must be in the tokenizer's alphabet).
         texts.append(self.format_observation(self.calculator("bad call")))
         texts.append(self.format.observation('Traceback (most recent call last):\n  File "main.py", line 1'))

@@ -41,6 +41,7 @@ from libra_core.envs.datasets import (
 )
 from libra_core.envs.protocol import text_format
 from libra_core.envs.search_service import cut_at_sentence, shared_service
+from libra_core.envs.splits import demonstration_texts
 
 SYSTEM_PROMPT = (
     "Answer the question. You may search a Wikipedia sample with the search tool, e.g. <tool_call>\n"
@@ -248,7 +249,7 @@ class SearchEnv:
         ]
 
     def corpus(self, n: int, seed: int) -> list[str]:
-        texts = ["".join(s.text for s in self.demonstration(p)) for p in self.sample_problems(n, seed)]
+        texts = demonstration_texts(self, n, seed)
         texts += [self.format.observation(f"{p.title}: {p.text}") for p in self.passages]
         texts.append(self.format.observation("error: search timed out\nerror: empty query\nno results"))
         return texts

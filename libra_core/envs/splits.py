@@ -1,8 +1,9 @@
 """Train and held-out problems: every problem belongs to one split, fixed by a hash of its id.
 
 The SFT warm-up and the RL rollouts draw from the `train` split; the greedy accuracy measured
-after the warm-up and every `eval.every` iterations draws from `eval`. (The tokenizer's corpus is
-drawn by the environment itself: held-out text may shape the vocabulary, never a training target.) Different
+after the warm-up and every `eval.every` iterations draws from `eval`; so does the tokenizer's
+corpus (`demonstration_texts`: a held-out problem's text shapes neither the vocabulary nor a training
+target). Different
 seeds alone do not hold a set out: GSM8K's 7,473 problems are nearly all seen by a 350-step warm-up
 of 64 demonstrations, and the arithmetic task has only 243 one-operation problems.
 
@@ -79,6 +80,11 @@ def sample_split(
 
 def _cycled(problems: list[Problem], n: int) -> list[Problem]:
     return [problems[i % len(problems)] for i in range(n)]
+
+
+def demonstration_texts(env: Environment, n: int, seed: int) -> list[str]:
+    """The worked demonstrations of `n` train-split problems: the body of an environment's `corpus`."""
+    return ["".join(s.text for s in env.demonstration(p)) for p in sample_split(env, n, seed, "train")]
 
 
 def eval_problems(env: Environment, seed: int, n: int) -> list[Problem]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from libra_core.config.environments import MathToolsEnvConfig
+from libra_core.config.environments import CodeEnvConfig, MathToolsEnvConfig, SearchEnvConfig
 from libra_core.config.models import ArithmeticEnvConfig
 from libra_core.config.training import WarmupConfig
 from libra_core.envs.arithmetic import ArithmeticEnv
@@ -18,6 +18,12 @@ from libra_core.envs.splits import EVAL_SHARE, eval_problems, sample_split, spli
 from libra_core.model.sft import warmup_batch
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+_ENV_CONFIGS = {
+    "arithmetic": ArithmeticEnvConfig(),
+    "math_tools": MathToolsEnvConfig(type="math_tools"),
+    "search": SearchEnvConfig(type="search"),
+    "code": CodeEnvConfig(type="code"),
+}
 
 
 def test_a_problem_has_one_split_and_one_in_eight_is_held_out() -> None:
@@ -37,6 +43,25 @@ def test_the_warm_up_never_sees_an_arithmetic_eval_problem() -> None:
     seen = {p.question for step in range(steps) for p in _questions(warmup_batch(env, 0, step, 64))}
     assert len(seen) > 5000  # the warm-up covers the small problems many times over
     assert not seen & {p.question for p in held_out}
+
+
+@pytest.mark.parametrize("env_type", ["arithmetic", "math_tools", "search", "code"])
+def test_the_tokenizer_corpus_holds_no_eval_problem(env_type: str) -> None:
+    # The corpus is the environment's demonstrations: drawn from the train split, a held-out
+    # problem's text never shapes the vocabulary.
+    if env_type != "arithmetic" and not DATA.is_dir():
+        pytest.skip(f"shared data folder {DATA} is absent")
+    env = build_environment(_ENV_CONFIGS[env_type])
+    corpus = set(env.corpus(200, 0))
+    drawn = env.sample_problems(400, 7)
+    held_out = {_demo_text(env, p) for p in drawn if split_of(p.prompt_id) == "eval"}
+    trained = {_demo_text(env, p) for p in drawn if split_of(p.prompt_id) == "train"}
+    assert len(held_out) >= 10 and not corpus & held_out
+    assert corpus & trained  # the same comparison finds the train split's demonstrations
+
+
+def _demo_text(env, problem: Problem) -> str:  # noqa: ANN001
+    return "".join(s.text for s in env.demonstration(problem))
 
 
 def _questions(demos: list) -> list[Problem]:

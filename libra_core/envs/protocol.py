@@ -24,6 +24,7 @@ which is how small instruct models tend to ask for computation.
 
 from __future__ import annotations
 
+import ast
 import json
 import keyword
 import re
@@ -76,9 +77,9 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
 
     A `name:arguments` body whose name is a word no tool has (`shell:ls`) keeps that name, so the
     environment answers it as an unknown tool (a `failure` keyed `unknown`, docs/environments.md).
-    A body with no recognisable name (bad JSON, bare code) goes to the first tool, so a malformed
-    call still reaches a tool and comes back as a `failure` observation (a real tool return, as
-    C-MLFQ expects).
+    A body with no recognisable name (bad JSON, bare code, `x: int = 5`) goes to the first tool, so
+    a malformed call still reaches a tool and comes back as a `failure` observation (a real tool
+    return, as C-MLFQ expects).
     """
     text = body.strip()
     if text.startswith(("{", "[")):
@@ -104,9 +105,22 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
             # `python: print(1)`: the space after the colon is no indentation of the program
             return name.strip(), rest.removeprefix(" ").strip("\n") if sep == ":" else rest
     name = text.partition(":")[0].strip()
-    if _TOOL_NAME.fullmatch(name) and not keyword.iskeyword(name):
+    if _TOOL_NAME.fullmatch(name) and not keyword.iskeyword(name) and not _is_annotated_program(text):
         return name, text.partition(":")[2].strip("\n")
     return tools[0], text
+
+
+def _is_annotated_program(text: str) -> bool:
+    """Whether `name:rest` is a Python program rather than a call of tool `name`: it parses, and it
+    is more than one bare annotation (`x: int = 5`, or `x: int` followed by more statements). A lone
+    `shell:ls` parses too (an annotation), but does nothing as code: it stays an unknown tool. Until
+    2026-12-07 `x: int = 5` was answered as a call of an unknown tool `x`."""
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # not Python, a NUL, too deep
+        return False
+    first = body[0] if body else None
+    return len(body) > 1 or (isinstance(first, ast.AnnAssign) and first.value is not None)
 
 
 def _looks_like_call(obj: object) -> bool:

@@ -118,6 +118,9 @@ def test_bodies_without_a_name_still_go_to_the_first_tool() -> None:
         "x = {1: 2}\nprint(x)",
         "for i in range(3):\n    print(i)",
         "try:\n    pass\nexcept: pass",
+        "x: int = 5",  # an annotated assignment, not a call of a tool `x`
+        "total: float = 0.0\nprint(total)",
+        "x: int\nx = 5\nprint(x)",
     ):
         assert split_call(body, TOOLS) == ("python", body)
     assert split_call("calculator:48/2", TOOLS) == ("calculator", "48/2")

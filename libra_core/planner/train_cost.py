@@ -4,10 +4,10 @@ FLOPs scale with the model: per optimizer step, `6 N_active T + 6 L q sum(s^2)` 
 2 FLOPs per active parameter per token, causal attention over each packed sequence of length s), x
 4/3 with full activation recomputation, + `2 N T + 2 L q sum(s^2)` for a reference-model forward.
 Compute runs at `train_mfu` of peak. A DP rank trains whole sequences: its share of a step is the
-step's FLOPs / DP but at least the longest sequence's, so DP past the sequences per step idles ranks
-instead of shortening the step. Every step is charged that floor, though only one step holds the
-longest sequence (the others' longest are shorter): where the floor decides, an over-price by the
-ratio of the longest to the steps' mean longest. Each of the `minibatches` optimizer steps is a 1F1B
+step's FLOPs / DP but at least the longest sequence's in that step, so DP past the sequences per
+step idles ranks instead of shortening the step; each step's longest is drawn from the workload's
+lengths (`step_longest.StepLongest`: only one step holds the iteration's longest). The micro-batch
+budget and memory still use the iteration's longest. Each of the `minibatches` optimizer steps is a 1F1B
 pipeline of m micro-batches over p stages: `(m + p - 1)` slots of one micro-batch's stage time, so
 the bubble is `(p - 1) / (m + p - 1)`. Per micro-batch and stage: TP all-reduces of the activations
 (4 per layer, 6 with recompute) inside the node, MoE all-to-all (dispatch + combine, forward +
@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from libra_core.planner.memory import TrainMemory, params_per_gpu, train_memory
 from libra_core.planner.ops import all_reduce_s, all_to_all_s, send_recv_s
 from libra_core.planner.specs import HardwareSpec, ModelSpec
+from libra_core.planner.step_longest import StepLongest
 from libra_core.planner.workload import Workload
 
 
@@ -50,25 +51,30 @@ class TrainLayout:
 
 @dataclass(frozen=True)
 class TrainShape:
-    """What training sees of a workload: token counts and sequence lengths per iteration."""
+    """What training sees of a workload: token counts and sequence lengths per iteration.
+    `step_longest` is the distribution of one optimizer step's longest sequence; without it every
+    step is floored at `max_seq_len` (an upper bound)."""
 
     tokens: float
     sum_sq_len: float
     max_seq_len: float
     minibatches: int = 4
     ref_forward: bool = False
+    step_longest: StepLongest | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_workload(cls, w: Workload, ref_forward: bool = False) -> TrainShape:
         """The update's share of the workload (`Workload.train_share`: the dropped groups' tokens
         are not trained), its longest sequence the sample's longest (it may be among the kept)."""
         tot = w.total_tokens
+        trained = len(tot) * w.weight * w.train_share
         return cls(
             float(tot.sum() * w.weight * w.train_share),
             float((tot**2).sum() * w.weight * w.train_share),
             float(tot.max()),
             w.minibatches,
             ref_forward,
+            StepLongest.of(tot, trained, w.minibatches),
         )
 
 
@@ -103,6 +109,19 @@ def longest_sequence_flops(model: ModelSpec, shape: TrainShape, recompute: bool)
     return iteration_flops(model, TrainShape(seq, seq * seq, seq, 1, shape.ref_forward), recompute)
 
 
+def rank_step_flops(model: ModelSpec, shape: TrainShape, layout: TrainLayout) -> float:
+    """A DP rank's FLOPs in one optimizer step: an even share of the step, but at least the work of
+    the step's longest sequence (in expectation over how sequences fall into steps)."""
+    step_flops = iteration_flops(model, shape, layout.recompute) / shape.minibatches
+    share = step_flops / layout.dp
+    if shape.step_longest is None:
+        return max(share, longest_sequence_flops(model, shape, layout.recompute))
+    # one sequence of length s costs a s + b s^2 FLOPs
+    per_token = iteration_flops(model, TrainShape(1.0, 0.0, 1.0, 1, shape.ref_forward), layout.recompute)
+    per_sq = iteration_flops(model, TrainShape(0.0, 1.0, 1.0, 1, shape.ref_forward), layout.recompute)
+    return shape.step_longest.expected_floored(share, per_token, per_sq)
+
+
 def train_lower_bound_s(model: ModelSpec, hw: HardwareSpec, num_gpus: int, shape: TrainShape) -> float:
     """No layout on `num_gpus` trains faster: all FLOPs at train_mfu, no bubble, no communication."""
     return iteration_flops(model, shape, False) / (num_gpus * hw.peak_flops_per_s(model.dtype) * hw.train_mfu)
@@ -118,8 +137,7 @@ def estimate_train(
     # as many ranks as sequences per step, more DP no longer shortens the step (its other ranks
     # idle). Packing spreads the rest of the step's tokens evenly.
     rank_tokens = max(shape.tokens / shape.minibatches / dp, shape.max_seq_len)
-    step_flops = iteration_flops(model, shape, layout.recompute) / shape.minibatches
-    rank_flops = max(step_flops / dp, longest_sequence_flops(model, shape, layout.recompute))
+    rank_flops = rank_step_flops(model, shape, layout)
     m = max(1, math.ceil(rank_tokens / mb_budget))
     mb_tokens = rank_tokens / m
     peak = hw.peak_flops_per_s(model.dtype) * hw.train_mfu

@@ -57,7 +57,7 @@ GOLDEN_HEAD = [
     (0.314029, "DECODE_DONE:0"),
 ]
 GOLDEN_EVENTS = 257
-GOLDEN_SHA = "055cbfa703cc4bce"
+GOLDEN_SHA = "effcee83c87c2dd4"
 
 
 def _trace_digest(log: list[tuple[float, str]]) -> str:
@@ -71,7 +71,10 @@ def test_golden_trace() -> None:
     when the segment table began pricing each instance's share of a range: greedy's homogeneous
     TP for `tiny` went from 1xTP4 to 4xTP1; the digest changed when a DP rank came to do at least its
     longest sequence's work (`train_cost.longest_sequence_flops`): the last update ends 9 ms later
-    (TRAIN_DONE:1 29.877479 -> 29.886593 s, WEIGHTS_READY:1 after it), every other event the same."""
+    (TRAIN_DONE:1 29.877479 -> 29.886593 s, WEIGHTS_READY:1 after it), every other event the same;
+    and again when each optimizer step came to be floored at its own longest sequence, not the
+    iteration's (`step_longest.StepLongest`): TRAIN_DONE:1 29.886593 -> 29.879993 s, WEIGHTS_READY:1
+    after it, every other event the same."""
     sim = _sim("greedy", record=True)
     sim.run()
     log = sim.q.log

@@ -1,0 +1,66 @@
+"""The distribution of an optimizer step's longest sequence, checked against random deals of the
+sequences into steps, and the training price it floors."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from libra_core.planner.presets import workload_preset
+from libra_core.planner.specs import get_hardware, get_model
+from libra_core.planner.step_longest import StepLongest
+from libra_core.planner.train_cost import TrainLayout, TrainShape, estimate_train, rank_step_flops
+
+A, B = 3.0, 0.002  # a sequence of length s costs A s + B s^2
+
+
+def _dealt(lengths: list[float], steps: int, share: float, rng: random.Random) -> float:
+    """A rank's mean floored work over the steps of one random deal."""
+    order = lengths[:]
+    rng.shuffle(order)
+    per = len(order) // steps
+    return float(
+        np.mean(
+            [
+                max(share, A * s + B * s * s)
+                for s in (max(order[i * per : (i + 1) * per]) for i in range(steps))
+            ]
+        )
+    )
+
+
+@pytest.mark.parametrize("share", [0.0, 5_000.0, 60_000.0, 1e9])
+def test_the_expected_floor_matches_random_deals_into_steps(share: float) -> None:
+    rng = random.Random(0)
+    lengths = [rng.lognormvariate(7.0, 1.0) for _ in range(64)]
+    dist = StepLongest.of(np.array(lengths), population=64, minibatches=4)
+    assert dist.prob.sum() == pytest.approx(1.0) and (dist.prob >= 0).all()
+    deals = np.mean([_dealt(lengths, 4, share, rng) for _ in range(20_000)])
+    assert dist.expected_floored(share, A, B) == pytest.approx(deals, rel=0.01)
+    longest = max(lengths)
+    if share < A * longest + B * longest**2:  # every step floored at the iteration's longest: above
+        assert dist.expected_floored(share, A, B) < max(share, A * longest + B * longest**2) * 0.95
+
+
+def test_a_step_of_the_whole_population_holds_the_longest() -> None:
+    lengths = np.array([100.0, 200.0, 5_000.0])
+    one_step = StepLongest.of(lengths, population=3, minibatches=1)
+    assert one_step.prob.tolist() == pytest.approx([0.0, 0.0, 1.0])
+    # a sample that stands for many sequences: a step of thousands almost surely meets the longest
+    many = StepLongest.of(lengths, population=30_000, minibatches=4)
+    assert many.prob[-1] == pytest.approx(1.0)
+
+
+def test_the_update_is_priced_below_the_old_every_step_floor_only_where_the_floor_decides() -> None:
+    m, hw = get_model("qwen3-8b"), get_hardware("A800")
+    shape = TrainShape.from_workload(workload_preset("math-short", seed=0))
+    bound = TrainShape(
+        shape.tokens, shape.sum_sq_len, shape.max_seq_len, shape.minibatches
+    )  # no distribution
+    few = TrainLayout(1, 1, 8, zero_stage=1)  # an even share far above any one sequence
+    assert rank_step_flops(m, shape, few) == pytest.approx(rank_step_flops(m, bound, few))
+    wide = TrainLayout(1, 1, 1024, zero_stage=1)  # more ranks than sequences per step
+    assert rank_step_flops(m, shape, wide) < 0.9 * rank_step_flops(m, bound, wide)
+    assert estimate_train(m, hw, wide, shape).time_s < estimate_train(m, hw, wide, bound).time_s

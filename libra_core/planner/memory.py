@@ -18,6 +18,15 @@ only each layer's input (2h bytes) plus one layer's activations while it is reco
 the first pipeline stage holds min(m, p) micro-batches in flight. The last stage also holds the
 fp32 logits of a micro-batch (vocab-parallel, / t).
 
+ZeRO-3 shards the weights, but computes on whole ones: each layer's (model-parallel shard of its)
+parameters are all-gathered before its forward and backward, the next one's prefetched meanwhile,
+and its full gradients exist until they are reduce-scattered. So a ZeRO-3 GPU also holds two units'
+bf16 weights and one unit's bf16 gradients, a unit being the largest module gathered at once (a
+transformer layer, or the vocab x hidden embedding / LM head); the live weights are capped at
+DeepSpeed's `stage3_max_live_parameters` (1e9) and FSDP's unit is one layer, so the cap rarely bites.
+Until 2026-12-07 this buffer was not counted: 1.17 GB for Qwen3-14B at TP4, 2.33 GB for Qwen3-32B
+at TP2, 3.24 GB for Qwen3-8B at TP1 (capped; the embedding is the largest unit of all three).
+
 A frozen reference model (GRPO with a KL penalty) adds its bf16 weights, the same model-parallel
 shard as the policy's, replicated over data parallelism except under ZeRO-3, which shards it like
 the policy's weights (FSDP-style, as verl places its reference worker).
@@ -32,6 +41,7 @@ from libra_core.planner.specs import ModelSpec
 WEIGHT_BYTES, GRAD_BYTES, OPTIM_BYTES = 2, 2, 12  # bf16 weight, bf16 grad, fp32 master + m + v
 LOGIT_BYTES = 4  # fp32 logits for the log-softmax of the loss
 TRAIN_RESERVED_BYTES = 3e9  # CUDA context, NCCL buffers, allocator fragmentation
+ZERO3_MAX_LIVE_PARAMS = 1e9  # DeepSpeed's stage3_max_live_parameters default
 
 
 def model_state_bytes_per_param(zero_stage: int, dp: int) -> float:
@@ -79,6 +89,7 @@ class TrainMemory:
     logits_bytes: float
     reserved_bytes: float
     reference_bytes: float = 0.0  # frozen reference weights (KL penalty), 0 without one
+    gathered_bytes: float = 0.0  # ZeRO-3's all-gathered weights and unsharded gradients, 0 below ZeRO-3
 
     @property
     def total_bytes(self) -> float:
@@ -90,6 +101,7 @@ class TrainMemory:
             + self.logits_bytes
             + self.reserved_bytes
             + self.reference_bytes
+            + self.gathered_bytes
         )
 
 
@@ -135,4 +147,18 @@ def train_memory(
     if reference:
         shard = (dp, expert_dp) if zero_stage == 3 else (1, 1)
         ref = (dense / shard[0] + expert / shard[1]) * WEIGHT_BYTES
-    return TrainMemory(wd + we, gd + ge, od + oe, act, logits, TRAIN_RESERVED_BYTES, ref)
+    gathered = zero3_gathered_bytes(model, tp, ep) if zero_stage == 3 else 0.0
+    return TrainMemory(wd + we, gd + ge, od + oe, act, logits, TRAIN_RESERVED_BYTES, ref, gathered)
+
+
+def zero3_gathered_bytes(model: ModelSpec, tp: int, ep: int) -> float:
+    """ZeRO-3's working set beyond the shards: two units' bf16 weights (the one computing and the one
+    prefetched; live weights capped at `ZERO3_MAX_LIVE_PARAMS`) and one unit's bf16 gradients, a unit
+    being a layer's or the embedding's model-parallel shard (see the module docstring)."""
+    layer = model.attn_params_per_layer / tp
+    if model.is_moe:
+        layer += (model.hidden_size * model.num_experts + model.num_experts * model.expert_params / ep) / tp
+    else:
+        layer += model.mlp_params_per_layer / tp
+    unit = max(layer, model.vocab_size * model.hidden_size / tp)
+    return min(2.0 * unit, ZERO3_MAX_LIVE_PARAMS) * WEIGHT_BYTES + unit * GRAD_BYTES

@@ -46,6 +46,22 @@ def test_recompute_cuts_activation_memory() -> None:
     assert rec.activations_bytes < full.activations_bytes / 5
 
 
+def test_zero3_holds_the_gathered_unit_beyond_its_shards() -> None:
+    # Qwen3-14B at TP4: the largest unit is the 151,936 x 5,120 embedding shard (a layer's is 82.6M
+    # parameters): two of its bf16 weights (computing, prefetched) and its bf16 gradients.
+    m = get_model("qwen3-14b")
+    unit = 151936 * 5120 / 4
+    z3 = train_memory(m, 4, 1, 4, 1, 3, True, 8192, 4)
+    z2 = train_memory(m, 4, 1, 4, 1, 2, True, 8192, 4)
+    assert z3.gathered_bytes == pytest.approx(3 * unit * 2) and z2.gathered_bytes == 0.0
+    shards = z3.weights_bytes + z3.grads_bytes + z3.optimizer_bytes
+    rest = z3.activations_bytes + z3.logits_bytes + z3.reserved_bytes
+    assert z3.total_bytes == pytest.approx(shards + rest + 3 * unit * 2)
+    # Qwen3-8B at TP1: two embedding units (2 x 622M) pass DeepSpeed's 1e9 live parameters: capped
+    z3_8b = train_memory(get_model("qwen3-8b"), 1, 1, 8, 1, 3, True, 8192, 4)
+    assert z3_8b.gathered_bytes == pytest.approx(1e9 * 2 + 151936 * 4096 * 2)
+
+
 @pytest.mark.parametrize("zero_stage,shards", [(1, 1), (2, 1), (3, 8)])
 def test_reference_model_weights_counted(zero_stage: int, shards: int) -> None:
     # A KL reference keeps bf16 weights of the policy's shard: replicated over DP, sharded by ZeRO-3.

@@ -69,6 +69,7 @@ def _python_blocks(text: str) -> list[str]:
 # Names no tool has, so the environment answers these calls as unknown tools (a `failure`). Until
 # 2026-12-06 they reached the python tool as a literal, which printed nothing and reported success.
 SEVERAL_CALLS = "(several calls in one; make one call per turn)"
+CODE_TOOL = "python"  # the tool that runs a program (envs/python_tool.py)
 MALFORMED_CALL = "(call arguments that are neither text nor an object)"
 
 
@@ -77,9 +78,10 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
 
     A `name:arguments` body whose name is a word no tool has (`shell:ls`) keeps that name, so the
     environment answers it as an unknown tool (a `failure` keyed `unknown`, docs/environments.md).
-    A body with no recognisable name (bad JSON, bare code, `x: int = 5`) goes to the first tool, so
-    a malformed call still reaches a tool and comes back as a `failure` observation (a real tool
-    return, as C-MLFQ expects).
+    A body that is a Python program beginning with an annotation (`x: int = 5`) goes to the python
+    tool where there is one. A body with no recognisable name (bad JSON, bare code) goes to the
+    first tool, so a malformed call still reaches a tool and comes back as a tool return (a real
+    one, as C-MLFQ expects).
     """
     text = body.strip()
     if text.startswith(("{", "[")):
@@ -105,7 +107,9 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
             # `python: print(1)`: the space after the colon is no indentation of the program
             return name.strip(), rest.removeprefix(" ").strip("\n") if sep == ":" else rest
     name = text.partition(":")[0].strip()
-    if _TOOL_NAME.fullmatch(name) and not keyword.iskeyword(name) and not _is_annotated_program(text):
+    if _TOOL_NAME.fullmatch(name) and not keyword.iskeyword(name):
+        if CODE_TOOL in tools and _is_annotated_program(text):
+            return CODE_TOOL, text  # `x: int = 5` is code for the python tool, not a call of `x`
         return name, text.partition(":")[2].strip("\n")
     return tools[0], text
 
@@ -113,8 +117,10 @@ def split_call(body: str, tools: tuple[str, ...]) -> tuple[str, str]:
 def _is_annotated_program(text: str) -> bool:
     """Whether `name:rest` is a Python program rather than a call of tool `name`: it parses, and it
     is more than one bare annotation (`x: int = 5`, or `x: int` followed by more statements). A lone
-    `shell:ls` parses too (an annotation), but does nothing as code: it stays an unknown tool. Until
-    2026-12-07 `x: int = 5` was answered as a call of an unknown tool `x`."""
+    `shell:ls` parses too (an annotation), but does nothing as code: it stays an unknown tool. Only
+    asked where a python tool exists (elsewhere the call stays unknown: the search tool would have
+    searched for the program's text). Until 2026-12-07 `x: int = 5` was answered as a call of an
+    unknown tool `x`."""
     try:
         body = ast.parse(text).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # not Python, a NUL, too deep

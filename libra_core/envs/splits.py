@@ -1,11 +1,11 @@
 """Train and held-out problems: every problem belongs to one split, fixed by a hash of its id.
 
 The SFT warm-up and the RL rollouts draw from the `train` split; the greedy accuracy measured
-after the warm-up and every `eval.every` iterations draws from `eval`; so does the tokenizer's
-corpus (`demonstration_texts`: a held-out problem's text shapes neither the vocabulary nor a training
-target). Different
-seeds alone do not hold a set out: GSM8K's 7,473 problems are nearly all seen by a 350-step warm-up
-of 64 demonstrations, and the arithmetic task has only 243 one-operation problems.
+after the warm-up and every `eval.every` iterations draws from `eval`. The tokenizer's corpus draws
+from `train` too (`demonstration_texts`): a held-out problem's text shapes neither the vocabulary nor
+a training target (until 2026-12-07 the corpus drew from both splits). Different seeds alone do
+not hold a set out: GSM8K's 7,473 problems are nearly all seen by a 350-step warm-up of 64
+demonstrations, and the arithmetic task has only 243 one-operation problems.
 
 The split is a property of the problem (its `prompt_id`), not of the seed or the environment's
 sampler, so it holds for every environment without changing how each one samples: problems are
@@ -83,8 +83,21 @@ def _cycled(problems: list[Problem], n: int) -> list[Problem]:
 
 
 def demonstration_texts(env: Environment, n: int, seed: int) -> list[str]:
-    """The worked demonstrations of `n` train-split problems: the body of an environment's `corpus`."""
-    return ["".join(s.text for s in env.demonstration(p)) for p in sample_split(env, n, seed, "train")]
+    """The worked demonstrations of `n` train-split problems: the body of an environment's `corpus`.
+
+    Drawn as the environment samples (its difficulty mix and its repeats kept; a dataset smaller
+    than `n` repeats, as it always did), with the eval split's problems dropped. `sample_split`
+    would ask for distinct problems, which skews the arithmetic mix towards the larger difficulties
+    and warns for every small dataset. An environment with no train problem at all falls back to
+    `sample_split`, which says so."""
+    kept: list[Problem] = []
+    for round_ in range(MAX_ROUNDS):
+        round_seed = seed if round_ == 0 else random.Random(f"corpus:{seed}:{round_}").getrandbits(63)
+        kept += [p for p in env.sample_problems(n, round_seed) if split_of(p.prompt_id) == "train"]
+        if len(kept) >= n:
+            break
+    problems = kept[:n] if kept else sample_split(env, n, seed, "train")
+    return ["".join(s.text for s in env.demonstration(p)) for p in _cycled(problems, n)]
 
 
 def eval_problems(env: Environment, seed: int, n: int) -> list[Problem]:

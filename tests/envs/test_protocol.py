@@ -118,11 +118,14 @@ def test_bodies_without_a_name_still_go_to_the_first_tool() -> None:
         "x = {1: 2}\nprint(x)",
         "for i in range(3):\n    print(i)",
         "try:\n    pass\nexcept: pass",
-        "x: int = 5",  # an annotated assignment, not a call of a tool `x`
-        "total: float = 0.0\nprint(total)",
-        "x: int\nx = 5\nprint(x)",
     ):
         assert split_call(body, TOOLS) == ("python", body)
+    # A program that begins with an annotation is code for the python tool, not a call of a tool `x`
+    for body in ("x: int = 5", "total: float = 0.0\nprint(total)", "x: int\nx = 5\nprint(x)"):
+        assert split_call(body, TOOLS) == ("python", body)
+        assert split_call(body, ("calculator", "python")) == ("python", body)  # math_tools' order
+    # Without a python tool such a body stays a call of an unknown tool (it would have searched)
+    assert split_call("lookup: q = 'Eiffel Tower'", ("search",))[0] == "lookup"
     assert split_call("calculator:48/2", TOOLS) == ("calculator", "48/2")
 
 

@@ -12,9 +12,9 @@ from libra_core.config.environments import CodeEnvConfig, MathToolsEnvConfig, Se
 from libra_core.config.models import ArithmeticEnvConfig
 from libra_core.config.training import WarmupConfig
 from libra_core.envs.arithmetic import ArithmeticEnv
-from libra_core.envs.base import Problem
+from libra_core.envs.base import Problem, Segment
 from libra_core.envs.registry import build_environment
-from libra_core.envs.splits import EVAL_SHARE, eval_problems, sample_split, split_of
+from libra_core.envs.splits import EVAL_SHARE, demonstration_texts, eval_problems, sample_split, split_of
 from libra_core.model.sft import warmup_batch
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -143,3 +143,23 @@ def test_a_split_too_small_for_the_set_repeats_its_own_problems(caplog: pytest.L
     assert len(held_out) == 2 * len(eval_ids)
     assert {p.prompt_id for p in held_out} == eval_ids  # every one, and nothing of the train split
     assert "the set repeats them" in caplog.text
+
+
+class _DemoEnv(_ListEnv):
+    def demonstration(self, problem: Problem) -> list[Segment]:
+        return [Segment(problem.question, trainable=True)]
+
+
+def test_the_corpus_keeps_the_environments_draws_less_the_eval_split(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Repeats and the environment's order are kept (a small dataset repeats, as its own draws do);
+    # asking for distinct problems skewed the arithmetic mix and warned for every small dataset.
+    env = _DemoEnv(size=40)
+    with caplog.at_level(logging.WARNING, logger="libra_core.envs.splits"):
+        texts = demonstration_texts(env, 100, 0)
+    assert len(texts) == 100 and not caplog.text
+    own = [p.question for p in env.sample_problems(100, 0) if split_of(p.prompt_id) == "train"]
+    assert 80 <= len(own) < 100 and texts[: len(own)] == own
+    held_out = {p.question for p in env.problems if split_of(p.prompt_id) == "eval"}
+    assert held_out and not held_out & set(texts)

@@ -22,8 +22,8 @@ ZeRO-3 shards the weights, but computes on whole ones: each layer's (model-paral
 parameters are all-gathered before its forward and backward, the next one's prefetched meanwhile,
 and its full gradients exist until they are reduce-scattered. So a ZeRO-3 GPU also holds two units'
 bf16 weights and one unit's bf16 gradients, a unit being the largest module gathered at once (a
-transformer layer, or the vocab x hidden embedding / LM head); the live weights are capped at
-DeepSpeed's `stage3_max_live_parameters` (1e9) and FSDP's unit is one layer, so the cap rarely bites.
+transformer layer, or the vocab x hidden embedding / LM head). The prefetch stops at DeepSpeed's
+`stage3_max_live_parameters` (1e9 live), but the unit computing is always whole.
 Until 2026-12-07 this buffer was not counted: 1.17 GB for Qwen3-14B at TP4, 2.33 GB for Qwen3-32B
 at TP2, 3.24 GB for Qwen3-8B at TP1 (capped; the embedding is the largest unit of all three).
 
@@ -153,7 +153,7 @@ def train_memory(
 
 def zero3_gathered_bytes(model: ModelSpec, tp: int, ep: int) -> float:
     """ZeRO-3's working set beyond the shards: two units' bf16 weights (the one computing and the one
-    prefetched; live weights capped at `ZERO3_MAX_LIVE_PARAMS`) and one unit's bf16 gradients, a unit
+    prefetched; the prefetch is dropped past `ZERO3_MAX_LIVE_PARAMS`) and one unit's bf16 gradients, a unit
     being a layer's or the embedding's model-parallel shard (see the module docstring)."""
     layer = model.attn_params_per_layer / tp
     if model.is_moe:
@@ -161,4 +161,6 @@ def zero3_gathered_bytes(model: ModelSpec, tp: int, ep: int) -> float:
     else:
         layer += model.mlp_params_per_layer / tp
     unit = max(layer, model.vocab_size * model.hidden_size / tp)
-    return min(2.0 * unit, ZERO3_MAX_LIVE_PARAMS) * WEIGHT_BYTES + unit * GRAD_BYTES
+    # The cap bounds the prefetch, never the unit computing: a module is gathered whole.
+    live = max(unit, min(2.0 * unit, ZERO3_MAX_LIVE_PARAMS))
+    return live * WEIGHT_BYTES + unit * GRAD_BYTES

@@ -8,9 +8,11 @@ iteration's longest over-priced the update by up to the ratio of that longest to
 longest, wherever the floor decided (many DP ranks, few sequences per step: until 2026-12-07).
 
 `StepLongest` is the distribution of one step's longest sequence. The sample's lengths
-`s_1 <= ... <= s_n` stand for a population of `N` trained sequences (each sample for `N / n` of
-them); a step draws `g = N / minibatches` of them without replacement, so its longest is at most
-`s_i` with probability `C(N i / n, g) / C(N, g)`. One sequence of length `s` costs `a s + b s^2`
+`s_1 <= ... <= s_n` stand for a pool of `N` sampled sequences (each sample for `N / n` of them; at
+least the sample itself), of which the update trains a random share; a step trains `g` of them,
+which is `g` drawn from the pool without replacement, so its longest is at most `s_i` with
+probability `C(N i / n, g) / C(N, g)`. (Taking the trained count as the pool, as the first version
+did, priced a step 5-9% high at train shares of 0.5-0.1.) One sequence of length `s` costs `a s + b s^2`
 FLOPs (dense and attention terms), so a step's expected floored share `E[max(c, a S + b S^2)]` is
 one bisection over suffix sums, cheap enough for every layout the planner prices.
 """
@@ -34,14 +36,14 @@ class StepLongest:
     tail_s2: np.ndarray  # the same with lens squared
 
     @classmethod
-    def of(cls, lengths: np.ndarray, population: float, minibatches: int) -> StepLongest:
-        """The longest of a step's `population / minibatches` sequences drawn from a population of
-        `population` sequences whose lengths the sample `lengths` stands for."""
+    def of(cls, lengths: np.ndarray, pool: float, per_step: float) -> StepLongest:
+        """The longest of a step's `per_step` sequences, drawn without replacement from a pool of
+        `pool` sequences (at least the sample) whose lengths the sample `lengths` stands for."""
         lens = np.sort(np.asarray(lengths, dtype=float))
         n = len(lens)
         assert n > 0, "no sequence lengths"
-        total = max(float(population), float(n) * 1e-9, 1.0)
-        g = max(1.0, total / max(1, minibatches))
+        total = max(float(pool), float(n))
+        g = min(total, max(1.0, float(per_step)))
         # P(step's longest <= lens[i]) = C(N_i, g) / C(N, g), N_i = N (i+1) / n sequences at most lens[i]
         log_all = _log_choose(total, g)
         cdf = np.array(

@@ -67,14 +67,14 @@ class TrainShape:
         """The update's share of the workload (`Workload.train_share`: the dropped groups' tokens
         are not trained), its longest sequence the sample's longest (it may be among the kept)."""
         tot = w.total_tokens
-        trained = len(tot) * w.weight * w.train_share
+        sampled = len(tot) * w.weight  # the iteration's trajectories; the update trains a random share
         return cls(
             float(tot.sum() * w.weight * w.train_share),
             float((tot**2).sum() * w.weight * w.train_share),
             float(tot.max()),
             w.minibatches,
             ref_forward,
-            StepLongest.of(tot, trained, w.minibatches),
+            StepLongest.of(tot, sampled, sampled * w.train_share / w.minibatches),
         )
 
 

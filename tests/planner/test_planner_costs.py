@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from libra_core.planner.memory import model_state_bytes_per_param, train_memory
+from libra_core.planner.memory import model_state_bytes_per_param, train_memory, zero3_gathered_bytes
 from libra_core.planner.presets import workload_preset
 from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table
 from libra_core.planner.specs import get_hardware, get_model
@@ -60,6 +60,22 @@ def test_zero3_holds_the_gathered_unit_beyond_its_shards() -> None:
     # Qwen3-8B at TP1: two embedding units (2 x 622M) pass DeepSpeed's 1e9 live parameters: capped
     z3_8b = train_memory(get_model("qwen3-8b"), 1, 1, 8, 1, 3, True, 8192, 4)
     assert z3_8b.gathered_bytes == pytest.approx(1e9 * 2 + 151936 * 4096 * 2)
+    # a unit past the cap is still gathered whole (the cap drops the prefetch, not the unit)
+    wide = get_model("qwen3-8b").model_copy(update={"vocab_size": 400_000})
+    assert zero3_gathered_bytes(wide, 1, 1) == pytest.approx(400_000 * 4096 * (2 + 2))
+
+
+def test_zero3_moe_unit_is_a_layers_experts_of_its_ep_rank() -> None:
+    # Qwen3-30B-A3B at TP1: a layer holds 128 experts (623M parameters, more than the 311M
+    # embedding); EP8 leaves 16 of them per rank, and the embedding becomes the largest unit.
+    m = get_model("qwen3-30b-a3b")
+    layer = m.attn_params_per_layer + m.hidden_size * m.num_experts + m.num_experts * m.expert_params
+    emb = m.vocab_size * m.hidden_size
+    assert layer > 6e8 > 3.5e8 > emb
+    assert zero3_gathered_bytes(m, 1, 1) == pytest.approx(1e9 * 2 + layer * 2)
+    layer8 = m.attn_params_per_layer + m.hidden_size * m.num_experts + m.num_experts * m.expert_params / 8
+    assert layer8 < emb
+    assert zero3_gathered_bytes(m, 1, 8) == pytest.approx(2 * emb * 2 + emb * 2)
 
 
 @pytest.mark.parametrize("zero_stage,shards", [(1, 1), (2, 1), (3, 8)])

@@ -35,7 +35,7 @@ def _dealt(lengths: list[float], steps: int, share: float, rng: random.Random) -
 def test_the_expected_floor_matches_random_deals_into_steps(share: float) -> None:
     rng = random.Random(0)
     lengths = [rng.lognormvariate(7.0, 1.0) for _ in range(64)]
-    dist = StepLongest.of(np.array(lengths), population=64, minibatches=4)
+    dist = StepLongest.of(np.array(lengths), pool=64, per_step=16)
     assert dist.prob.sum() == pytest.approx(1.0) and (dist.prob >= 0).all()
     deals = np.mean([_dealt(lengths, 4, share, rng) for _ in range(20_000)])
     assert dist.expected_floored(share, A, B) == pytest.approx(deals, rel=0.01)
@@ -44,12 +44,28 @@ def test_the_expected_floor_matches_random_deals_into_steps(share: float) -> Non
         assert dist.expected_floored(share, A, B) < max(share, A * longest + B * longest**2) * 0.95
 
 
+@pytest.mark.parametrize("share", [0.5, 0.25])
+def test_a_trained_share_is_a_random_subset_of_the_pool(share: float) -> None:
+    # Dynamic sampling trains a share of the sampled trajectories: a step's sequences are then a
+    # random subset of the whole pool, not of a pool the size of the trained count.
+    rng = random.Random(1)
+    lengths = [rng.lognormvariate(7.0, 1.0) for _ in range(64)]
+    trained, steps = int(64 * share), 2
+    dist = StepLongest.of(np.array(lengths), pool=64, per_step=trained / steps)
+
+    def deal() -> float:
+        return _dealt(rng.sample(lengths, trained), steps, 0.0, rng)
+
+    deals = np.mean([deal() for _ in range(20_000)])
+    assert dist.expected_floored(0.0, A, B) == pytest.approx(deals, rel=0.01)
+
+
 def test_a_step_of_the_whole_population_holds_the_longest() -> None:
     lengths = np.array([100.0, 200.0, 5_000.0])
-    one_step = StepLongest.of(lengths, population=3, minibatches=1)
+    one_step = StepLongest.of(lengths, pool=3, per_step=3)
     assert one_step.prob.tolist() == pytest.approx([0.0, 0.0, 1.0])
     # a sample that stands for many sequences: a step of thousands almost surely meets the longest
-    many = StepLongest.of(lengths, population=30_000, minibatches=4)
+    many = StepLongest.of(lengths, pool=30_000, per_step=7_500)
     assert many.prob[-1] == pytest.approx(1.0)
 
 

@@ -134,17 +134,22 @@ class Turns:
     gen: list[list[int]]
     payload: list[list[int]]
     tool_latency_s: list[float]
+    # Whether each turn ends in a tool call; None: a turn with a payload does (the presets, whose
+    # budget cut drops a call with its payload). A trace or a run's table says which turns called,
+    # and a call whose observation is 0 tokens still counts (until 2026-12-07 it did not).
+    calls: list[list[bool]] | None = None
 
 
 def workload_from_turns(name: str, turns: Turns, prompts: int, group: int, **kw: Any) -> Workload:
     """Fold turn lists into per-trajectory arrays, summing the context at every tool return and
     keeping the one after the last."""
     reprefill, calls, last_call = [], [], []
-    for p, gen, pay in zip(turns.prompt_tokens, turns.gen, turns.payload, strict=True):
+    flags = turns.calls or [[y > 0 for y in pay] for pay in turns.payload]
+    for p, gen, pay, called in zip(turns.prompt_tokens, turns.gen, turns.payload, flags, strict=True):
         ctx, acc, c, last = p, 0, 0, p
-        for g, y in zip(gen, pay, strict=True):
+        for g, y, call in zip(gen, pay, called, strict=True):
             ctx += g
-            if y > 0:
+            if call:
                 acc += ctx  # context the engine must hold (or rebuild) when the tool returns
                 c += 1
                 last = ctx + y
@@ -196,8 +201,9 @@ def read_trace(
     turns = Turns(
         prompt_tokens=[t.prompt_tokens for t in trajs],
         gen=[[u.gen_tokens for u in t.turns] for t in trajs],
-        payload=[[u.payload_tokens if u.tool else 0 for u in t.turns] for t in trajs],
+        payload=[[u.payload_tokens if u.tool is not None else 0 for u in t.turns] for t in trajs],
         tool_latency_s=[sum(t.priced_latencies_s(tool_latency_s)) for t in trajs],
+        calls=[[u.tool is not None for u in t.turns] for t in trajs],
     )
     log.info("trace %s: %d trajectories, %d iterations", path, len(trajs), len(per_iter))
     return workload_from_turns(Path(path).stem, turns, prompts, group)
@@ -226,7 +232,11 @@ def workload_from_trajectory_table(table: pa.Table, group_size: int, name: str =
     group_of = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # spread.py reads the GRPO groups
     groups = np.array([group_of[k] for k in keys])
     return workload_from_turns(
-        name, Turns(prompt, gen, payload, lat), prompts, group_size, group_index=groups
+        name,
+        Turns(prompt, gen, payload, lat, calls=[[True] * (len(p) - 1) + [False] for p in payload]),
+        prompts,
+        group_size,
+        group_index=groups,
     )
 
 

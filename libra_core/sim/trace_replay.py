@@ -55,7 +55,7 @@ class TraceWorkload:
         by_iter: dict[int, list[SimTrajectory]] = {}
         longest_s = 0.0  # the longest recorded call
         for r in rows:
-            calls = [x for u, x in zip(r.turns, r.turn_latencies_s(), strict=True) if u.tool]
+            calls = [x for u, x in zip(r.turns, r.turn_latencies_s(), strict=True) if u.tool is not None]
             recorded = [x for x in calls if x is not None]
             longest_s = max(longest_s, *recorded) if recorded else longest_s
             self.timed_calls += len(recorded)
@@ -78,23 +78,21 @@ class TraceWorkload:
         """One line for the report: what is replayed and where its tool latencies come from."""
         n = sum(len(ts) for ts in self._iters)
         calls = self.timed_calls + self.untimed_calls
+        scaled = self.spec.latency_scale != 1.0 and self.timed_calls > 0
+        recorded = f"their recorded latency{f' x{self.spec.latency_scale:g}' if scaled else ''}"
+        untimed = f"{self.spec.tool_latency_s:g} s (x{UNTIMED_TIMEOUT_FACTOR:g} on a timeout)"
         if calls == 0:
             source = "no tool calls"
         elif self.untimed_calls == 0:
-            source = f"all {calls:,} tool calls at their recorded latency"
+            source = f"all {calls:,} tool calls at {recorded}"
         elif self.timed_calls == 0:
-            each = f"{self.spec.tool_latency_s:g} s (x{UNTIMED_TIMEOUT_FACTOR:g} on a timeout)"
-            source = f"no tool call timed: each costs {each}"
+            source = f"no tool call timed: each costs {untimed}"
         else:
-            source = (
-                f"{self.timed_calls:,} of {calls:,} tool calls at their recorded latency, the rest "
-                f"{self.spec.tool_latency_s:g} s each"
-            )
-        scaled = self.spec.latency_scale != 1.0 and self.timed_calls > 0
-        scale = f" x{self.spec.latency_scale:g}" if scaled else ""
+            # the untimed ones' timeout factor was not said here until 2026-12-07
+            source = f"{self.timed_calls:,} of {calls:,} tool calls at {recorded}, the rest {untimed} each"
         return (
             f"trace replay of {self.name}: {n:,} trajectories in {len(self._iters)} recorded iterations; "
-            f"{source}{scale}"
+            f"{source}"
         )
 
     def trajectories(self, iteration: int) -> list[SimTrajectory]:

@@ -179,6 +179,16 @@ def _check(row: dict[str, Any], i: int) -> TraceTrajectory:
             )
         if not last and (turn["tool"] is None or turn["status"] not in TOOL_STATUSES):
             raise fail(f"turn {k} needs a tool and a status in {TOOL_STATUSES}, got {turn['status']!r}")
+        if not last and not turn["tool"].strip():
+            # Consumers told "no tool" by truthiness or by None: an empty name was a call to some
+            # and none to others (until 2026-12-07).
+            raise fail(f"turn {k} calls a tool with an empty name {turn['tool']!r}")
+        if not last and turn["gen_tokens"] == 0:
+            # A call is generated text. A 0-token call turn also made the evaluator and the
+            # simulator's replay ask the scheduler at different returns (until 2026-12-07).
+            raise fail(
+                f"turn {k} calls tool {turn['tool']!r} but generated 0 tokens; a call is generated text"
+            )
         latency = turn.get("latency_s")
         if latency is not None and (
             last or not (math.isfinite(latency) and 0.0 <= latency <= MAX_TOOL_LATENCY_S)
@@ -210,6 +220,16 @@ def validate_trace(table: pa.Table) -> list[TraceTrajectory]:
     """Check schema and invariants; return the rows as TraceTrajectory (raises TraceSchemaError)."""
     if not table.schema.equals(TRACE_SCHEMA, check_metadata=False):
         raise TraceSchemaError(f"trace schema mismatch:\n got {table.schema}\n expected {TRACE_SCHEMA}")
+    for f in TRACE_SCHEMA:
+        # Arrow does not enforce a top-level field's `nullable=False` (a file written with nullable
+        # columns, as pandas writes them, casts through): until 2026-12-07 a null iteration or
+        # prompt_tokens failed with a TypeError, a null id was accepted.
+        column = table.column(f.name)
+        if not f.nullable and column.null_count:
+            first = next(i for i, v in enumerate(column.is_null().to_pylist()) if v)
+            raise TraceSchemaError(
+                f"column {f.name!r} is null at row {first}; it must hold a value in every row"
+            )
     out = [_check(row, i) for i, row in enumerate(table.to_pylist())]
     dup = [i for i, n in Counter(t.trajectory_id for t in out).items() if n > 1]
     if dup:

@@ -151,6 +151,19 @@ def test_a_trace_prices_its_recorded_tool_latencies(tmp_path: Path) -> None:
     assert [sum(t.tool_latency_s) for t in replay] == list(w.tool_latency_s)
 
 
+def test_a_call_whose_observation_is_empty_still_counts(tmp_path: Path) -> None:
+    # A cut or empty observation (0 payload tokens) is still a tool call: its latency was charged
+    # while the call, its context at the return and the context after the last call were not.
+    turns = (Turn(10, "calc", 0, "success"), Turn(6, "calc", 0, "timeout"), Turn(3, None, 0, None))
+    path = write_trace(
+        trace_table([TraceTrajectory("a", "p", 0, 20, turns, (30.0, 2.0, None))]), tmp_path / "t.parquet"
+    )
+    w = read_trace(path)
+    assert list(w.tool_calls) == [2.0] and list(w.tool_latency_s) == [32.0]
+    assert list(w.reprefill_ctx_tokens) == [(20 + 10) + (20 + 10 + 6)]
+    assert w.last_call_ctx_tokens is not None and list(w.last_call_ctx_tokens) == [36.0]
+
+
 def test_a_trace_that_breaks_an_invariant_is_a_clear_error(tmp_path: Path) -> None:
     turns = [{"gen_tokens": -5, "tool": None, "payload_tokens": 0, "status": None}]
     row = {"trajectory_id": "t", "prompt_id": "p", "iteration": 0, "prompt_tokens": 10, "turns": turns}

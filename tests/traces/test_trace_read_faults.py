@@ -84,8 +84,32 @@ def test_a_missing_file_is_still_file_not_found(tmp_path: Path) -> None:
             ],
             "trajectory_id 't0' appears more than once",
         ),
+        (
+            [
+                {
+                    "trajectory_id": "t0",
+                    "prompt_id": "p",
+                    "iteration": 0,
+                    "prompt_tokens": 12,
+                    "turns": [{**_turns(0.1)[0], "tool": " "}, _turns(0.1)[1]],
+                }
+            ],
+            "trace row 0 (trajectory 't0'): turn 0 calls a tool with an empty name ' '",
+        ),
+        (
+            [
+                {
+                    "trajectory_id": "t0",
+                    "prompt_id": "p",
+                    "iteration": 0,
+                    "prompt_tokens": 12,
+                    "turns": [{**_turns(0.1)[0], "gen_tokens": 0}, _turns(0.1)[1]],
+                }
+            ],
+            "trace row 0 (trajectory 't0'): turn 0 calls tool 'calc' but generated 0 tokens",
+        ),
     ],
-    ids=["nan-latency", "duplicate-id"],
+    ids=["nan-latency", "duplicate-id", "empty-tool-name", "call-of-no-tokens"],
 )
 def test_a_bad_row_names_the_file(tmp_path: Path, rows: list[dict[str, object]], problem: str) -> None:
     path = tmp_path / "t.parquet"
@@ -197,3 +221,26 @@ def test_a_null_turn_names_the_row(tmp_path: Path) -> None:
     with pytest.raises(TraceSchemaError) as err:  # was a TypeError from inside the row check
         read_trace(path)
     assert str(err.value) == f"{path}: trace row 0 (trajectory 't0'): turn 0 is null"
+
+
+@pytest.mark.parametrize("column", ["iteration", "prompt_tokens", "trajectory_id", "prompt_id"])
+def test_a_null_in_a_required_column_names_it(tmp_path: Path, column: str) -> None:
+    # A file written with nullable columns (as pandas writes them) casts through; Arrow does not
+    # enforce a top-level `nullable=False`. A null iteration was a TypeError, a null id accepted.
+    rows = [
+        {
+            "trajectory_id": f"t{i}",
+            "prompt_id": "p",
+            "iteration": 0,
+            "prompt_tokens": 12,
+            "turns": _turns(0.1),
+        }
+        for i in range(3)
+    ]
+    rows[1][column] = None
+    loose = pa.schema([f.with_nullable(True) for f in TRACE_SCHEMA])
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=loose), path)
+    with pytest.raises(TraceSchemaError) as err:
+        read_trace(path)
+    assert str(err.value) == f"{path}: column {column!r} is null at row 1; it must hold a value in every row"

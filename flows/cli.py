@@ -25,10 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from flows.cli_common import input_path, raise_interrupted
+from flows.cli_common import EXIT_INTERRUPTED, input_path, raise_interrupted
 
 EXIT_CONFIG_ERROR = 2
-EXIT_INTERRUPTED = 130  # like a shell after Ctrl-C
 DEFAULT_CONFIG = "stages.yaml"
 
 

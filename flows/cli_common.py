@@ -15,6 +15,9 @@ from pathlib import Path
 EXIT_INPUT_ERROR = 2
 
 
+EXIT_INTERRUPTED = 130  # like a shell after Ctrl-C
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised where Ctrl-C raises KeyboardInterrupt, and caught wherever it is.
 

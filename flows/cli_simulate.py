@@ -14,12 +14,13 @@ table is printed first).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from flows.cli_common import fail, output_path, output_problem
+from flows.cli_common import EXIT_INTERRUPTED, fail, output_path, output_problem, raise_interrupted
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -124,6 +125,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         return fail(problem)
     if is_trace(args.scenario) and args.seed != 0:  # replays what the trace recorded: nothing is drawn
         print(f"libra: --seed {args.seed} has no effect on a trace replay ({args.scenario})", file=sys.stderr)
+    # SIGTERM and SIGHUP end a simulation as Ctrl-C does: with --jobs its worker processes are
+    # stopped too (until 2026-12-07 the default handler killed this process alone, and the workers
+    # ran on, orphaned), and nothing is written.
+    signal.signal(signal.SIGTERM, raise_interrupted)
+    signal.signal(signal.SIGHUP, raise_interrupted)
     try:
         settings = SimSettings(**parse_overrides(args.setting, SimSettings, "--setting"))
         flag = "--spec (for a trace replay)" if is_trace(args.scenario) else "--spec"
@@ -143,6 +149,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             )
     except (ValueError, FileNotFoundError, KeyError) as err:
         return fail(str(err))
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM / SIGHUP (`Interrupted`): one line, not a traceback
+        print("libra: simulation interrupted; nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     # The table first: an output folder that fails now (a full disk) loses the files, not the run.
     print(format_table(report))
     for line in format_verdicts(report):

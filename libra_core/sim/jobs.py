@@ -90,6 +90,12 @@ def run_in_processes(
                 relay.drain(ticks)
             for f in finished:
                 results[futures.pop(f)] = f.result()  # the first failure raises here
+    except KeyboardInterrupt:
+        # Ctrl-C reaches the workers too (one process group), SIGTERM only this process: stop them
+        # here, or they run their policies to the end, orphaned (until 2026-12-07).
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.terminate()
+        raise
     except BrokenProcessPool as err:
         raise BrokenProcessPool(
             f"{err} A simulation worker died: out of memory (each of the {workers} jobs holds one"

@@ -72,3 +72,58 @@ def test_a_script_without_the_main_guard_is_told_why_its_workers_died(tmp_path: 
     )
     assert out.returncode != 0
     assert "BrokenProcessPool" in out.stderr and "if __name__ == '__main__':" in out.stderr
+
+
+def test_sigterm_stops_the_workers_and_writes_nothing(tmp_path: Path) -> None:
+    # SIGTERM reached only the parent: it died at once and the --jobs workers ran on, orphaned
+    # (until 2026-12-07). Now the command ends as after Ctrl-C, with its whole process group.
+    import contextlib
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "flows.cli", "simulate", "--scenario", "r2e-gym", "--hardware", "48xA800"]
+    cmd += ["--iterations", "60", "--policies", "greedy,static-uniform", "--jobs", "2", "--out", str(out)]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    group = proc.pid
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(_members(group)) < 3:  # the parent and 2 workers
+            time.sleep(0.2)
+        assert len(_members(group)) >= 3, "the workers did not start"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "simulation interrupted; nothing was written" in err and "Traceback" not in err
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _members(group):
+            time.sleep(0.2)
+        assert not _members(group), f"worker processes still running: {_members(group)}"
+        assert not out.exists()
+    finally:  # never leave them running, whatever failed above
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
+        proc.kill()
+
+
+def _members(group: int) -> list[int]:
+    """Live processes of process group `group` (from /proc; zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == group:
+            found.append(int(entry.name))
+    return found

@@ -78,6 +78,8 @@ def output_problem(
     if not text.strip():
         return "the output path is empty"
     out = Path(text).expanduser()
+    if out.is_symlink() and not out.exists():  # `mkdir` fails on it after the work is done
+        return f"{text}: is a link to {os.readlink(out)}, which does not exist"
     if folder:
         if out.exists() and not out.is_dir():
             return f"{text}: exists and is not a folder"

@@ -51,7 +51,9 @@ def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.add_subplot()
     for r in report.results:
-        ax.plot(range(len(r.iteration_s)), r.iteration_s, label=r.policy, linewidth=1.2)
+        # one iteration is one point: a line without a marker drew nothing (until 2026-12-07)
+        marker = "o" if len(r.iteration_s) < 2 else None
+        ax.plot(range(len(r.iteration_s)), r.iteration_s, label=r.policy, linewidth=1.2, marker=marker)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("iteration")
     ax.set_ylabel("iteration makespan (s)")

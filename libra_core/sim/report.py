@@ -325,31 +325,3 @@ def _ablation_gains(report: SimReport) -> list[str]:
             f"{b} {rb.tokens_per_s / ra.tokens_per_s - 1:+.1%} over {a} ({sooner:,.1f} s sooner: {where})"
         )
     return out
-
-
-def render_rich(report: SimReport) -> Any:
-    from rich.table import Table
-
-    t = Table(title=f"{report.scenario} on {report.hardware} ({report.model})")
-    for c in ("policy", "tok/s", "makespan s", "rollout idle", "train idle", "request moves", "plan moves"):
-        t.add_column(c, justify="left" if c == "policy" else "right")
-    for r in report.results:
-        t.add_row(
-            r.policy,
-            f"{r.tokens_per_s:,.0f}",
-            f"{r.makespan_s:,.0f}",
-            f"{r.rollout_idle_share:.0%}",
-            f"{r.train_idle_share:.0%}",
-            str(r.moves),
-            str(r.replans_applied),
-        )
-    t.add_row(
-        "lower bound",
-        f"{report.lower_bound_tokens_per_s:,.0f}",
-        f"{report.lower_bound_s:,.0f}",
-        "",
-        "",
-        "",
-        "",
-    )
-    return t

@@ -112,9 +112,12 @@ class ScenarioSpec:
         for name, limit in limits.items():
             value = getattr(self, name)
             if value > limit:
-                low = "[1" if isinstance(value, int) else "[0" if name in _MAY_BE_ZERO else "(0"
+                # by the field's type, not the value's (a gen_median given as 10000001 read "[1")
+                whole = _FIELD_TYPES.get(name) in ("int", int)
+                low = "[1" if whole else "[0" if name in _MAY_BE_ZERO else "(0"
                 raise ValueError(
-                    f"scenario {self.name!r}: {name} must be in {low}, {limit:g}], got {value:g}"
+                    # the value as given: `:g` rounded 10000001 to 1e+07, inside the range it broke
+                    f"scenario {self.name!r}: {name} must be in {low}, {_limit(limit)}], got {value!r}"
                 )
         subtasks = self.mean_subtasks * max(1.0, self.turn_drift)
         if subtasks > MAX_MEAN_SUBTASKS:
@@ -244,3 +247,11 @@ SCENARIOS: dict[str, ScenarioSpec] = {
         1.5,
     ),
 }
+
+
+def _limit(x: float) -> str:
+    """A range's end as written: 10,000,000, not 1e+07 (beside a value of 10000001)."""
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:g}"
+
+
+_FIELD_TYPES = {f.name: f.type for f in fields(ScenarioSpec)}

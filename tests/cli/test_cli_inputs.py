@@ -45,6 +45,12 @@ def test_outputs_are_checked_before_the_work(tmp_path: Path) -> None:
     assert "the output path is empty" in _error(libra("trace", "synth", "-o", ""))
     # a folder nothing can be created in (sysfs refuses even root): one line, exit 2, no traceback
     assert "cannot write in /sys" in _error(libra("trace", "synth", "-o", "/sys/t.parquet"))
+    # a dangling link passed the check, and the run failed after its work (`File exists`)
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    out = libra("simulate", "--scenario", "tiny", "--hardware", "8xA800", "--iterations", "1",
+                "--policies", "greedy", "--out", str(tmp_path / "dangling"))  # fmt: skip
+    assert f"is a link to {tmp_path / 'gone'}, which does not exist" in _error(out)
+    assert "| policy" not in out.stdout  # refused before the run
 
 
 def test_a_run_folders_files_are_not_replaced(tmp_path: Path) -> None:

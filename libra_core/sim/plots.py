@@ -24,17 +24,26 @@ def _title(report: SimReport) -> str:
     return f"{report.scenario} on {report.hardware} ({report.model}), {report.iterations} iterations"
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_png(fig: Figure, path: Path) -> None:
+    """Render `fig` as a PNG at `path` (the caller makes the write atomic: `SimReport.write`)."""
     FigureCanvasAgg(fig)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    return path
+    fig.savefig(path, dpi=110, format="png")
 
 
 def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
-    """Write `throughput.png` and `iterations.png` (`report.PLOT_FILES`) into `out_dir`; return
-    their paths."""
+    """Write `throughput.png` and `iterations.png` (`report.PLOT_FILES`) into `out_dir`, each whole
+    or not at all; return their paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figures(report).items():
+        with atomic_path(out_dir / name) as tmp:
+            save_png(fig, tmp)
+        paths.append(out_dir / name)
+    return paths
+
+
+def figures(report: SimReport) -> dict[str, Figure]:
+    """The plots by file name (`report.PLOT_FILES`), drawn, not yet saved."""
     names = [r.policy for r in report.results]
 
     fig = Figure(figsize=(8, 4.5), layout="constrained")
@@ -46,7 +55,7 @@ def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
     ax.set_title(_title(report), fontsize=10)
     ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     ax.legend(loc="upper left", fontsize=8)
-    paths = [_save(fig, out_dir / PLOT_FILES[0])]
+    throughput = fig
 
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -59,5 +68,4 @@ def write_plots(report: SimReport, out_dir: Path) -> list[Path]:
     ax.set_ylabel("iteration makespan (s)")
     ax.set_title(_title(report), fontsize=10)
     ax.legend(fontsize=8, ncol=2)
-    paths.append(_save(fig, out_dir / PLOT_FILES[1]))
-    return paths
+    return {PLOT_FILES[0]: throughput, PLOT_FILES[1]: fig}

@@ -14,8 +14,10 @@ plus the last update.
 from __future__ import annotations
 
 import csv
+import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from libra_core.sim.policies import ABLATION
 from libra_core.sim.trajectory import SimTrajectory
 from libra_core.sim.workloads import long_tail_share
 
-# `plots.write_plots`'s files (named here: plots.py imports matplotlib, this module stays light).
+# `plots.figures`'s files (named here: plots.py imports matplotlib, this module stays light).
 PLOT_FILES = ("throughput.png", "iterations.png")
 
 PAPER = {
@@ -99,33 +101,56 @@ class SimReport:
 
     def write(self, out_dir: Path) -> list[Path]:
         """summary.json (`to_dict`), iterations.csv (makespan per iteration and policy), policies.csv
-        and the PNG plots (`plots.write_plots`): `OUTPUT_FILES`. An OSError (a full disk, a folder
-        in a file's place) propagates; `write_problem` tells the causes that show beforehand."""
-        # Each file whole or not at all: benchmarks and notebooks read summary.json back.
+        and the PNG plots (`plots.figures`): `OUTPUT_FILES`, all or none. An OSError (a full disk, a
+        folder in a file's place) propagates naming the file; `write_problem` tells the causes that
+        show beforehand."""
+        from libra_core.sim.plots import figures, save_png
+
+        # Every file is written to a temporary name first, and the names are replaced only once all
+        # are written: benchmarks and notebooks read summary.json back, and a failed write left the
+        # new files next to an earlier run's plots (each file was atomic, not the set; 2026-12-07).
         out_dir.mkdir(parents=True, exist_ok=True)
-        paths = [out_dir / name for name in OUTPUT_FILES[:3]]
-        with atomic_path(paths[0]) as tmp:
-            tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str))
-        with atomic_path(paths[1]) as tmp, tmp.open("w", newline="") as fh:
+        plots = figures(self)
+        writers: dict[str, Callable[[Path], object]] = {
+            OUTPUT_FILES[0]: lambda tmp: tmp.write_text(json.dumps(self.to_dict(), indent=1, default=str)),
+            OUTPUT_FILES[1]: self._write_iterations,
+            OUTPUT_FILES[2]: self._write_policies,
+            **{name: functools.partial(save_png, fig) for name, fig in plots.items()},
+        }
+        assert tuple(writers) == OUTPUT_FILES, "every output file has a writer"
+        with ExitStack() as stack:
+            temps = {name: stack.enter_context(atomic_path(out_dir / name)) for name in OUTPUT_FILES}
+            for name, write in writers.items():
+                try:
+                    write(temps[name])
+                except OSError as err:
+                    if err.filename:
+                        raise
+                    # a full disk names no file: name the one being written (OSError maps the errno
+                    # to its subclass, ENOSPC and EACCES alike)
+                    raise OSError(err.errno, err.strerror or str(err), str(out_dir / name)) from err
+        return [out_dir / name for name in OUTPUT_FILES]
+
+    def _write_iterations(self, path: Path) -> None:
+        with path.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["iteration", *[r.policy for r in self.results]])
             for i in range(self.iterations):
                 w.writerow(
                     [i, *[f"{r.iteration_s[i]:.3f}" if i < len(r.iteration_s) else "" for r in self.results]]
                 )
-        with atomic_path(paths[2]) as tmp, tmp.open("w", newline="") as fh:
+
+    def _write_policies(self, path: Path) -> None:
+        with path.open("w", newline="") as fh:
             w = csv.writer(fh)
             cols = [k for k in asdict(self.results[0]) if k not in ("iteration_s", "replans")]
             w.writerow(cols)
             for r in self.results:
                 d = asdict(r)
                 w.writerow([d[c] for c in cols])
-        from libra_core.sim.plots import write_plots
-
-        return paths + write_plots(self, out_dir)
 
 
-# What `SimReport.write` writes into its folder, the last two by `plots.write_plots`.
+# What `SimReport.write` writes into its folder, the last two drawn by `plots.figures`.
 OUTPUT_FILES = ("summary.json", "iterations.csv", "policies.csv", *PLOT_FILES)
 
 

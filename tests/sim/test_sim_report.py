@@ -203,3 +203,18 @@ def test_a_failed_rewrite_leaves_the_earlier_files_whole(tmp_path: Path, monkeyp
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     assert after.keys() == before.keys()  # no temp file left
     assert after["policies.csv"] == before["policies.csv"]  # not truncated to a header
+    # all or none: the new summary and CSVs are not left beside the earlier run's plots
+    assert after == before
+
+
+def test_a_full_disk_names_the_file_it_was_writing(tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    def full(self, *args, **kwargs) -> None:  # noqa: ANN001
+        raise OSError(errno.ENOSPC, "No space left on device")  # as the kernel says it: no file
+
+    monkeypatch.setattr("libra_core.sim.report.SimReport._write_policies", full)
+    with pytest.raises(OSError) as err:
+        _report(PAPER_LIKE).write(tmp_path)
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "policies.csv")
+    assert not list(tmp_path.iterdir())  # nothing written, no temp file left

@@ -20,8 +20,10 @@ from flows.cli_common import output_problem
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim import SimReport, SimSettings, format_table, resolve_policies, simulate
 from libra_core.sim.overrides import parse_overrides
+from libra_core.sim.policies import check_cluster_size
 from libra_core.sim.report import format_verdicts, write_problem
 from libra_core.sim.workloads import is_trace, scenario_spec, spec_class
+from libra_core.traces.schema import read_trace
 from tasks.common import TASK_OPTIONS
 
 
@@ -133,8 +135,9 @@ def simulate_flow(
     for name, value, least in (("iterations", iterations, 1), ("jobs", jobs, 1), ("seed", seed, 0)):
         if value < least:
             raise ValueError(f"{name} must be >= {least}, got {value}")
-    resolve_policies(names)
-    parse_cluster(hardware)  # an unknown GPU, or a bad spec file, fails here too
+    # an unknown GPU, a bad spec file, or a cluster too small for a policy (every one but colocated
+    # needs 2 GPUs; until 2026-12-07 that failed inside the task) fails here too
+    check_cluster_size(resolve_policies(names), parse_cluster(hardware).num_gpus)
     if model is not None:
         get_model(model)
     knobs = parse_overrides(settings or [], SimSettings, "settings")
@@ -143,6 +146,8 @@ def simulate_flow(
     scenario_spec(scenario, model, shape)  # the name, and the spec's ranges
     if is_trace(scenario) and not Path(scenario).is_file():
         raise ValueError(f"scenario {scenario!r}: no such trace file")
+    if is_trace(scenario):
+        read_trace(scenario)  # a TraceSchemaError (a ValueError) naming the problem, before the task
     if is_trace(scenario) and seed != 0:  # as `libra simulate --seed` says it
         get_run_logger().warning("seed %d has no effect on a trace replay (%s)", seed, scenario)
     base = Path(base_dir) if base_dir is not None else Path.cwd()

@@ -161,6 +161,8 @@ def test_the_flow_strips_policy_names_as_the_cli_does(
         ({"settings": ["num_bins=100000"]}, r"num_bins must be in \[1, 128\], got 100000"),
         ({"settings": ["cmlfq_cost_ratio=1e308"]}, r"cmlfq_cost_ratio must be in \[0, 100\]"),
         ({"policies": " , "}, "names no policy"),
+        ({"hardware": "1xA800"}, "greedy: each splits the cluster into training and rollout GPUs"),
+        ({"scenario": "junk.parquet"}, "cannot be read as a Parquet trace"),
     ],
 )
 def test_the_flow_checks_its_inputs_before_the_task(
@@ -173,6 +175,10 @@ def test_the_flow_checks_its_inputs_before_the_task(
         "iterations": 1,
         "policies": "greedy",
     }
+    if kwargs.get("scenario") == "junk.parquet":  # no trace (read only in the task until 2026-12-07)
+        junk = tmp_path / "junk.parquet"
+        junk.write_text("not parquet")
+        kwargs = {"scenario": str(junk)}
     with pytest.raises(ValueError, match=message):
         simulate_flow.fn(**{**args, "base_dir": str(tmp_path), **kwargs})
     assert calls == [] and not (tmp_path / "runs").exists()

@@ -218,3 +218,18 @@ def test_a_full_disk_names_the_file_it_was_writing(tmp_path: Path, monkeypatch) 
         _report(PAPER_LIKE).write(tmp_path)
     assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "policies.csv")
     assert not list(tmp_path.iterdir())  # nothing written, no temp file left
+
+
+def test_a_one_iteration_run_plots_its_points() -> None:
+    # A one-point line drawn without a marker showed nothing but the legend (until 2026-12-07).
+    from libra_core.sim.plots import figures
+
+    report = _report(PAPER_LIKE)
+    for r in report.results:
+        r.iteration_s = [100.0]
+    lines = figures(report)["iterations.png"].axes[0].lines
+    assert len(lines) == len(report.results) and all(line.get_marker() == "o" for line in lines)
+    for r in report.results:
+        r.iteration_s = [100.0, 90.0]
+    lines = figures(report)["iterations.png"].axes[0].lines
+    assert all(line.get_marker() in (None, "None", "") for line in lines)  # lines alone, as before

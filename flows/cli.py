@@ -132,6 +132,13 @@ def _cmd_config(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.config_command == "validate":
         _check_machine(cfg, _config_arg(args.config))
+        from flows.cli_common import fail, folder_write_problem
+
+        # as `libra run` and `libra serve` check it (until 2026-12-07 validate passed an output
+        # folder under a file, which both then refused)
+        problem = folder_write_problem(cfg.experiment.output_path)
+        if problem:
+            return fail(f"experiment.output_dir: {problem}")
         from rich.console import Console
         from rich.text import Text
 

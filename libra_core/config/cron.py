@@ -10,6 +10,9 @@ by tests/config/test_cron_parity.py, which does import it):
   any other use of `L` there is refused;
 - `?` (no specific value, Quartz's spelling) as the whole day or weekday field means `*` to
   Prefect; cronsim refuses it;
+- a range that wraps around (`SAT-SUN`, `5-1`, `NOV-FEB`: Prefect fires on Sat and Sun) is
+  spelt as two for cronsim, which refuses it (until 2026-12-07 a weekend-only schedule could not be
+  configured); one with a step (`5-1/2`) is still refused;
 - time zone: one of `zoneinfo.available_timezones()`, which is Prefect's list; `ZoneInfo()` alone
   also opens files such as `posixrules` or `right/UTC` that Prefect refuses.
 """
@@ -49,11 +52,51 @@ def cron_problem(cron: str) -> str | None:
     for i in (2, 4):
         if fields[i] == "?":
             fields[i] = "*"
+    fields = [_unwrapped(field, i) for i, field in enumerate(fields)]
     try:
         CronSim(" ".join(fields), datetime.datetime(2026, 1, 1))
     except CronSimError as err:
         return f"{cron!r} is not a valid cron expression: {err}"
     return None
+
+
+_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))  # minute hour day month weekday
+_NAMES: tuple[dict[str, int], ...] = (
+    {},
+    {},
+    {},
+    {
+        m: i + 1
+        for i, m in enumerate(
+            ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"]
+        )
+    },
+    {d: i for i, d in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"])},
+)
+_RANGE = re.compile(r"([0-9A-Za-z]+)-([0-9A-Za-z]+)")
+
+
+def _unwrapped(field: str, index: int) -> str:
+    """`field` with each wrap-around range `a-b` (a > b, no step) as `a-max,min-b`, the way
+    Prefect's croniter reads it; anything else as it was (cronsim judges it)."""
+    lo, hi = _BOUNDS[index]
+    names = _NAMES[index]
+
+    def value(text: str) -> int | None:
+        v = names.get(text.upper()) if not text.isdigit() else int(text)
+        return 0 if index == 4 and v == 7 else v  # weekday 7 is Sunday
+
+    parts = []
+    for part in field.split(","):
+        match = _RANGE.fullmatch(part)
+        a, b = (value(match.group(1)), value(match.group(2))) if match else (None, None)
+        if a is None or b is None or not (lo <= min(a, b) and max(a, b) <= hi):
+            parts.append(part)
+        elif a > b:
+            parts += [f"{a}-{hi}", f"{lo}-{b}"]
+        else:  # in order once weekday 7 reads as 0 (`7-1`: Sunday and Monday)
+            parts.append(f"{a}-{b}" if index == 4 else part)
+    return ",".join(parts)
 
 
 @functools.cache

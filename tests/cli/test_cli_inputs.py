@@ -173,6 +173,11 @@ def test_validate_and_run_refuse_what_this_machine_cannot_run(tmp_path: Path) ->
     # folder and failed in prepare-policy with a Prefect traceback
     out = libra("config", "validate", "--set", f"model={{type: hf_local, path: {tmp_path / 'nope'}}}")
     assert f"model.path '{tmp_path / 'nope'}' is not a Hugging Face model folder" in _error(out)
+    # an output folder under a file: validate said ok, run and serve refused it
+    (tmp_path / "afile").write_text("x")
+    out = libra("config", "validate", "--set", f"experiment.output_dir={tmp_path / 'afile' / 'runs'}")
+    assert f"experiment.output_dir: {tmp_path / 'afile' / 'runs'}:" in _error(out)
+    assert "is a file" in out.stderr
     # `libra serve` runs the config on this machine too: refused before any server is contacted
     out = libra("serve", "--api-url", "http://127.0.0.1:9/api", *missing)
     assert "dataset file 'code/nope.jsonl' not found under data_dir" in _error(out)

@@ -34,8 +34,11 @@ WEEKDAYS = (
     "L5,1",
     "1,5L",
     "?",
+    "SAT-SUN",  # wraps around: Sat and Sun (refused until 2026-12-07)
+    "5-1",
+    "7-1",
 )
-MONTHS = ("*", "JAN", "1-12/2")
+MONTHS = ("*", "JAN", "1-12/2", "NOV-FEB")
 
 
 def _prefect_accepts(cron: str | None = "0 2 * * *", timezone: str = "UTC") -> bool:
@@ -72,3 +75,42 @@ def test_a_refused_cron_names_the_part_and_prefects_spelling(cron: str, message:
 )
 def test_the_config_accepts_a_time_zone_exactly_when_prefect_does(timezone: str) -> None:
     assert (timezone_problem(timezone) is None) == _prefect_accepts(timezone=timezone)
+
+
+def test_where_the_check_is_stricter_than_prefect() -> None:
+    # Prefect registers these; a wrapping range with a step, and a date no month has (it would
+    # never fire), are refused here instead.
+    for cron in ("0 2 * * 5-1/2", "0 2 31 2 *"):
+        assert _prefect_accepts(cron) and cron_problem(cron) is not None
+
+
+@pytest.mark.parametrize(
+    ("cron", "fires_on"),
+    [
+        ("0 2 * * SAT-SUN", {5, 6}),
+        ("0 2 * * 5-1", {4, 5, 6, 0}),
+        ("0 2 * * 7-1", {6, 0}),
+        ("0 2 1 NOV-FEB *", None),
+    ],
+)
+def test_a_wrapping_range_fires_where_prefect_fires(cron: str, fires_on: set[int] | None) -> None:
+    # Prefect's server-side schedule is the reference; cronsim reads the range as two (`_unwrapped`).
+    import asyncio
+    import datetime
+    import inspect
+
+    from cronsim import CronSim
+    from prefect.server.schemas.schedules import CronSchedule as ServerCronSchedule
+
+    from libra_core.config.cron import _unwrapped
+
+    assert cron_problem(cron) is None
+    start = datetime.datetime(2026, 12, 7, tzinfo=datetime.UTC)  # a Monday
+    dates = ServerCronSchedule(cron=cron, timezone="UTC").get_dates(n=12, start=start)
+    if inspect.isawaitable(dates):  # sync-compatible: a coroutine where an event loop may run
+        dates = asyncio.run(dates)
+    prefect = [d.replace(tzinfo=None) for d in dates]
+    ours = CronSim(" ".join(_unwrapped(f, i) for i, f in enumerate(cron.split())), start.replace(tzinfo=None))
+    assert [next(ours) for _ in prefect] == prefect
+    if fires_on is not None:  # Python's weekday(): Monday 0 .. Sunday 6
+        assert {d.weekday() for d in prefect} == fires_on

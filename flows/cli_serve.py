@@ -56,7 +56,7 @@ def cmd_serve(
         user_ui_api_url,
     )
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # one line each, however narrow (logs, grep)
     cfg = load(args)  # exits 2 with one line per problem
     if args.limit < 1:
         return fail(f"--limit must be >= 1, got {args.limit}", EXIT_CONFIG_ERROR)

@@ -25,7 +25,8 @@ bf16 weights and one unit's bf16 gradients, a unit being the largest module gath
 transformer layer, or the vocab x hidden embedding / LM head). The prefetch stops at DeepSpeed's
 `stage3_max_live_parameters` (1e9 live), but the unit computing is always whole.
 Until 2026-12-07 this buffer was not counted: 1.17 GB for Qwen3-14B at TP4, 2.33 GB for Qwen3-32B
-at TP2, 3.24 GB for Qwen3-8B at TP1 (capped; the embedding is the largest unit of all three).
+at TP2, 3.24 GB for Qwen3-8B at TP1 (its prefetch capped; the embedding is the largest unit of all
+three); `benchmarks/zero3_memory.py` prints them for every built-in model.
 
 A frozen reference model (GRPO with a KL penalty) adds its bf16 weights, the same model-parallel
 shard as the policy's, replicated over data parallelism except under ZeRO-3, which shards it like

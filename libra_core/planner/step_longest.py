@@ -11,10 +11,11 @@ longest, wherever the floor decided (many DP ranks, few sequences per step: unti
 `s_1 <= ... <= s_n` stand for a pool of `N` sampled sequences (each sample for `N / n` of them; at
 least the sample itself), of which the update trains a random share; a step trains `g` of them,
 which is `g` drawn from the pool without replacement, so its longest is at most `s_i` with
-probability `C(N i / n, g) / C(N, g)`. (Taking the trained count as the pool, as the first version
-did, priced a step 5-9% high at train shares of 0.5-0.1.) One sequence of length `s` costs `a s + b s^2`
-FLOPs (dense and attention terms), so a step's expected floored share `E[max(c, a S + b S^2)]` is
-one bisection over suffix sums, cheap enough for every layout the planner prices.
+probability `C(N i / n, g) / C(N, g)`. (A first version took the trained count as the pool, which
+weighs the longest lengths too much when the update trains only a share.) One sequence of length
+`s` costs `a s + b s^2` FLOPs (dense and attention terms), so a step's expected floored share
+`E[max(c, a S + b S^2)]` is one bisection over suffix sums, cheap enough for every layout the
+planner prices.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class StepLongest:
         )
         cdf[-1] = 1.0
         prob = np.diff(cdf, prepend=0.0)
-        below = np.concatenate(([0.0], np.cumsum(prob)))[:-1]
+        below = np.concatenate(([0.0], cdf[:-1]))
         tail_s = np.concatenate((np.cumsum((prob * lens)[::-1])[::-1], [0.0]))
         tail_s2 = np.concatenate((np.cumsum((prob * lens * lens)[::-1])[::-1], [0.0]))
         return cls(lens, prob, below, tail_s, tail_s2)

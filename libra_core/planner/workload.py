@@ -201,7 +201,7 @@ def read_trace(
     turns = Turns(
         prompt_tokens=[t.prompt_tokens for t in trajs],
         gen=[[u.gen_tokens for u in t.turns] for t in trajs],
-        payload=[[u.payload_tokens if u.tool is not None else 0 for u in t.turns] for t in trajs],
+        payload=[[u.payload_tokens if u.tool else 0 for u in t.turns] for t in trajs],
         tool_latency_s=[sum(t.priced_latencies_s(tool_latency_s)) for t in trajs],
         calls=[[u.tool is not None for u in t.turns] for t in trajs],
     )

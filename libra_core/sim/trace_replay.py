@@ -55,7 +55,7 @@ class TraceWorkload:
         by_iter: dict[int, list[SimTrajectory]] = {}
         longest_s = 0.0  # the longest recorded call
         for r in rows:
-            calls = [x for u, x in zip(r.turns, r.turn_latencies_s(), strict=True) if u.tool is not None]
+            calls = [x for u, x in zip(r.turns, r.turn_latencies_s(), strict=True) if u.tool]
             recorded = [x for x in calls if x is not None]
             longest_s = max(longest_s, *recorded) if recorded else longest_s
             self.timed_calls += len(recorded)

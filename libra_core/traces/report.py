@@ -54,12 +54,7 @@ def format_rich(records: Sequence[Mapping[str, Any]], title: str | None = None) 
 
 def trace_summary(trace: Sequence[TraceTrajectory]) -> str:
     """Trajectories, mean tokens, tool calls by status, and the recorded latencies' range and median."""
-    calls = [
-        (u, x)
-        for t in trace
-        for u, x in zip(t.turns, t.turn_latencies_s(), strict=True)
-        if u.tool is not None
-    ]
+    calls = [(u, x) for t in trace for u, x in zip(t.turns, t.turn_latencies_s(), strict=True) if u.tool]
     statuses: Counter[str | None] = Counter(u.status for u, _ in calls)
     timed = sorted(x for _, x in calls if x is not None)
     mean = statistics.fmean(t.size for t in trace) if trace else 0.0

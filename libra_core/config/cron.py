@@ -56,8 +56,25 @@ def cron_problem(cron: str) -> str | None:
     try:
         CronSim(" ".join(fields), datetime.datetime(2026, 1, 1))
     except CronSimError as err:
+        if _never_fires(fields):
+            return f"{cron!r} never fires: no month in the month field ({fields[3]!r}) has day {fields[2]!r}"
         return f"{cron!r} is not a valid cron expression: {err}"
     return None
+
+
+def _never_fires(fields: list[str]) -> bool:
+    """Whether cronsim refused only because no listed month has the listed days (`0 2 31 2 *`):
+    the same expression over every month parses. It says "Bad day-of-month" for both this and a
+    day that is not a day (`32`), so the message could not tell them apart."""
+    from cronsim import CronSim, CronSimError
+
+    if fields[3] == "*":
+        return False
+    try:
+        CronSim(" ".join([*fields[:3], "*", fields[4]]), datetime.datetime(2026, 1, 1))
+    except CronSimError:
+        return False
+    return True
 
 
 _BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))  # minute hour day month weekday

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from libra_core.config.base import Frozen
 from libra_core.config.cron import cron_problem, timezone_problem
@@ -339,15 +339,23 @@ class ScheduleConfig(Frozen):
     timezone: str = Field("UTC", min_length=1, description="IANA time zone the cron is read in.")
     active: bool = Field(True, description="false registers the schedule paused (visible, not run).")
 
-    @model_validator(mode="after")
-    def _valid(self) -> ScheduleConfig:
-        problem = cron_problem(self.cron) if self.cron is not None else None
+    # Field validators, so the error's location is `schedule.cron` once (a model validator's
+    # message had to name the key, and the loader added the location: "schedule: schedule.cron").
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, cron: str | None) -> str | None:
+        problem = cron_problem(cron) if cron is not None else None
         if problem:
-            raise ValueError(f"schedule.cron {problem}")
-        problem = timezone_problem(self.timezone)
+            raise ValueError(problem)
+        return cron
+
+    @field_validator("timezone")
+    @classmethod
+    def _valid_timezone(cls, timezone: str) -> str:
+        problem = timezone_problem(timezone)
         if problem:
-            raise ValueError(f"schedule.timezone {problem}")
-        return self
+            raise ValueError(problem)
+        return timezone
 
 
 class LibraConfig(Frozen):

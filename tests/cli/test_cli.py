@@ -132,7 +132,7 @@ def test_serve_with_a_bad_config_or_an_unreachable_server_exits_cleanly() -> Non
 
     out = libra("serve", "--set", "schedule.cron=every night")
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "schedule.cron must have 5 fields" in out.stderr
+    assert "schedule.cron: must have 5 fields" in out.stderr
 
     dead = f"http://127.0.0.1:{free_port()}/api"
     out = libra("serve", "--api-url", dead)

@@ -390,6 +390,28 @@ def test_schedule_cron_and_timezone_are_checked() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(None, ["schedule.timezone=Mars/Base"])
     assert "'Mars/Base' is not a known IANA time zone" in info.value.problems[0]
+
+
+def test_schedule_errors_name_their_key_once_and_each_is_reported() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["schedule.cron=61 2 * * *", "schedule.timezone=Mars/Base"])
+    problems = info.value.problems
+    assert len(problems) == 2, problems  # a model validator stopped at the cron
+    cron, timezone = sorted(problems)
+    assert cron.startswith("schedule.cron: '61 2 * * *'") and cron.count("schedule") == 1
+    assert timezone.startswith("schedule.timezone: 'Mars/Base'")
+
+
+@pytest.mark.parametrize(
+    ("cron", "never"),
+    [("0 2 31 2 *", True), ("0 2 30,31 FEB *", True), ("0 2 31 4,6 *", True), ("0 2 32 * *", False)],
+)
+def test_a_date_no_month_has_is_said_to_never_fire(cron: str, never: bool) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [f"schedule.cron={cron}"])
+    (problem,) = info.value.problems
+    assert ("never fires: no month in the month field" in problem) is never, problem
+    assert ("is not a valid cron expression" in problem) is not never, problem
     cfg = load_config(None, ["schedule.cron=30 4 * * 1", "schedule.timezone=Europe/Berlin"])
     assert (cfg.schedule.cron, cfg.schedule.timezone) == ("30 4 * * 1", "Europe/Berlin")
     assert load_config(None, ["schedule.cron=null"]).schedule.cron is None

@@ -123,7 +123,7 @@ def test_serve_refuses_a_cron_prefect_cannot_schedule_with_exit_2(tmp_path) -> N
         check=False,
     )
     assert done.returncode == 2, done.stderr[-2000:]
-    assert "schedule.cron '0 2 * * 5L'" in done.stderr and "'L5' for the last Friday" in done.stderr
+    assert "schedule.cron: '0 2 * * 5L'" in done.stderr and "'L5' for the last Friday" in done.stderr
     assert "no Prefect server" not in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
 

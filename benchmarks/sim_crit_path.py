@@ -18,7 +18,6 @@ batch for its whole life, the price before then.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from pathlib import Path
 
@@ -64,9 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     sims = {}
     for name in ("+planning", "oracle-routing"):
-        sim = Simulator(
-            resolve_policies([name])[0], wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0)
-        )
+        sim = Simulator(resolve_policies([name])[0], wl, model, cluster.hardware, cluster.num_gpus, 1)
         rec = sim.run().records[0]
         sims[name] = sim
         print(

@@ -5,7 +5,7 @@ then every replan and audit decision (iteration, action, the two priced or measu
 splits, the reason). Flags: `--per-iteration` also prints each iteration's rollout seconds, update
 seconds and period (train end to train end); `--candidates` the planner's 8 best plans for
 iteration 0 under the policy's search settings, with their rollout groups (degree, instances, bins);
-`--seed=N` the workload's and the simulator's seed (0 by default, as `libra simulate`);
+`--seed=N` the workload's seed (0 by default, as `libra simulate`; the simulator draws nothing of its own);
 `--slowest=N` iteration 0's N last trajectories to finish (latency, the TP degree of the instance
 that served their last turn, turns, generated tokens, tool seconds, context at the last tool return);
 `--hardware=COUNTxGPU` the cluster (48xA800 by default).
@@ -23,7 +23,6 @@ scenario's generator, or for a trace its replay, as `libra simulate --spec`.)
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from dataclasses import replace
@@ -77,7 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--per-iteration", action="store_true", help="each iteration's rollout, update, period")
     ap.add_argument("--candidates", action="store_true", help="the planner's 8 best plans for iteration 0")
-    ap.add_argument("--seed", type=_count_flag("--seed"), default=0, help="workload and simulator seed")
+    ap.add_argument("--seed", type=_count_flag("--seed"), default=0, help="the workload's seed")
     ap.add_argument(
         "--slowest", type=_count_flag("--slowest"), default=0, help="iteration 0's N last finishers"
     )
@@ -106,8 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    iters, seed, slowest, settings, cluster, wl = (
-        args.iterations, args.seed, args.slowest, args.settings, args.cluster, args.workload
+    iters, slowest, settings, cluster, wl = (
+        args.iterations, args.slowest, args.settings, args.cluster, args.workload
     )  # fmt: skip
     model = get_model(wl.model)
     for policy in args.policy_specs:
@@ -120,7 +119,6 @@ def main(argv: list[str] | None = None) -> None:
             cluster.hardware,
             cluster.num_gpus,
             iters,
-            random.Random(seed),
             settings=settings,
         )
         first_dep = sim.dep

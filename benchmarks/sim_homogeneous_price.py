@@ -21,7 +21,6 @@ life, the price before then. `--two-phase` is accepted for older commands and ch
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -95,9 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         # greedy builds its layout with homogeneous_tp: force the degree under test.
         with mock.patch.object(policies, "homogeneous_tp", lambda *a, tp=tp, **k: tp):
             # greedy gives rollout half the cluster: a cluster of twice `rollout_gpus` gives it those.
-            sim = Simulator(
-                greedy, wl, model, cluster.hardware, 2 * args.rollout_gpus, 1, random.Random(0), settings
-            )
+            sim = Simulator(greedy, wl, model, cluster.hardware, 2 * args.rollout_gpus, 1, settings)
         rec = sim.run().records[0]
         simulated = rec.rollout_end_s - rec.rollout_start_s
         cost = RolloutCostModel(model, sim.hw, sim.search.max_num_seqs)  # with the settings' overheads

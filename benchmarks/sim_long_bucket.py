@@ -16,7 +16,6 @@ path bound (no policy can beat it: the slowest trajectories alone on an empty cl
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def run(policy: PolicySpec, dep: Deployment | None) -> Simulator:
         sim = Simulator(
-            policy, wl, model, cluster.hardware, cluster.num_gpus, args.iterations, random.Random(0),
+            policy, wl, model, cluster.hardware, cluster.num_gpus, args.iterations,
             deployment=dep,
         )  # fmt: skip
         st = sim.run()

@@ -19,7 +19,6 @@ faster run.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from pathlib import Path
 
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     model, hw, n = get_model(wl.model), settings.hardware(cluster.hardware), cluster.num_gpus
     policy = POLICIES[args.policy]
     # a ValueError when the model does not train on the cluster
-    probe = or_stop(Simulator, policy, wl, model, hw, n, args.iterations, random.Random(0), settings)
+    probe = or_stop(Simulator, policy, wl, model, hw, n, args.iterations, settings)
     search = probe.search
     plans = sorted(search_plans(model, hw, n, probe.workload_of(0), search), key=plan_rank)
     one = [p for p in plans if len({g.tp for g in p.rollout.groups}) == 1][:1]
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     for kind, plan in [("one degree", one[0]), *((f"mixed {i + 1}", p) for i, p in enumerate(mixed))]:
         run_as = ONE_DEGREE if kind == "one degree" else static
         dep = deployment_from_plan(run_as, plan, model, hw, search)
-        sim = Simulator(run_as, wl, model, hw, n, args.iterations, random.Random(0), settings, deployment=dep)
+        sim = Simulator(run_as, wl, model, hw, n, args.iterations, settings, deployment=dep)
         stats = sim.run()
         rec = stats.records[0]
         simulated = rec.rollout_end_s - rec.rollout_start_s

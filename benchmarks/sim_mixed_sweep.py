@@ -25,7 +25,6 @@ routing only. The last line says how far the best mixed layout is from the best 
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
@@ -105,9 +104,7 @@ def simulate_case(job: Job, case: Case) -> float:
         if case.scheduler == "least_load"
         else PolicySpec(f"mixed-{case.scheduler}", hetero=True, scheduler=case.scheduler)
     )
-    sim = Simulator(
-        policy, wl, model, hw, num_gpus, job.iterations, random.Random(0), settings, deployment=case.dep
-    )
+    sim = Simulator(policy, wl, model, hw, num_gpus, job.iterations, settings, deployment=case.dep)
     return sim.run().tokens_per_s
 
 
@@ -117,7 +114,7 @@ def cases(job: Job, rollout_counts: list[int], shares: list[float], schedulers: 
     lengths = [t.total_tokens for t in trajs]  # what the oracle admits by
     # The planner's view of iteration 0 (for the training shape) comes from a simulator; building one
     # plans its first layout, once per sweep.
-    probe = Simulator(ONE_DEGREE, wl, model, hw, num_gpus, 1, random.Random(0), settings, deployment=None)
+    probe = Simulator(ONE_DEGREE, wl, model, hw, num_gpus, 1, settings, deployment=None)
     shape = TrainShape.from_workload(probe.workload_of_trajectories(trajs))
     degrees = instance_tp_degrees(model, hw)
     out = []

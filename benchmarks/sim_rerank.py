@@ -14,7 +14,6 @@ best-priced plan at each rollout-GPU count (the plans the re-ranking's grid draw
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from pathlib import Path
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     policy = resolved[0]
     model = get_model(wl.model)
     settings = SimSettings(rerank_plans=4)
-    sim = Simulator(policy, wl, model, cluster.hardware, cluster.num_gpus, 1, random.Random(0), settings)
+    sim = Simulator(policy, wl, model, cluster.hardware, cluster.num_gpus, 1, settings)
     sample = sim.trajs[0]
     plans = sim.rerank_candidates(sim.workload_of(0))
     spread = sample_spread(sim, sample)

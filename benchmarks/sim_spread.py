@@ -10,7 +10,6 @@ measured relative std of the total tokens of the first N iterations around their
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from pathlib import Path
 
@@ -65,7 +64,6 @@ def main(argv: list[str] | None = None) -> None:
             cluster.hardware,
             cluster.num_gpus,
             1,
-            random.Random(0),
         )
         cost = RolloutCostModel(model, cluster.hardware)
         est = estimate_spread(sim.workload_of(0), cost, instance_tp_degrees(model, cluster.hardware))

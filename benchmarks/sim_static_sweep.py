@@ -16,7 +16,6 @@ load). The last rows put `colocated` (every GPU time-shared) beside them. Seed 0
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from pathlib import Path
 
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     policy, colocated = resolve_policies(["static-optimal", "colocated"])
 
     def sim(deployment: Deployment | None = None, run_policy: PolicySpec = policy) -> Simulator:
-        gpus, rng = cluster.num_gpus, random.Random(0)
+        gpus = cluster.num_gpus
         return Simulator(
             run_policy,
             wl,
@@ -69,7 +68,6 @@ def main(argv: list[str] | None = None) -> None:
             cluster.hardware,
             gpus,
             args.iterations,
-            rng,
             settings,
             deployment=deployment,
         )

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gc
 import math
-import random
 from collections.abc import Callable
 from typing import Any
 
@@ -85,7 +84,6 @@ class Simulator(SimTurns):
         hw: HardwareSpec,
         num_gpus: int,
         iterations: int,
-        rng: random.Random,
         settings: SimSettings | None = None,
         record_events: bool = False,
         deployment: Deployment | None = None,
@@ -98,7 +96,7 @@ class Simulator(SimTurns):
         self.on_iteration = on_iteration
         hw = self.s.hardware(hw)
         self.p, self.wl, self.model, self.hw, self.G = policy, workload, model, hw, num_gpus
-        self.iterations, self.rng = iterations, rng
+        self.iterations = iterations
         self.staleness = 0 if policy.colocated else 1
         self.search = SearchSettings(
             staleness=self.staleness,

@@ -31,12 +31,10 @@ def _start_worker(ticks: Any) -> None:
     _ticks = ticks
 
 
-def _simulate_one(
-    run: SimRun, spec: PolicySpec, index: int, deployment: tuple[Deployment, float] | None
-) -> PolicyResult:
+def _simulate_one(run: SimRun, spec: PolicySpec, deployment: tuple[Deployment, float] | None) -> PolicyResult:
     ticks = _ticks
     report = None if ticks is None else (lambda stage, done, total: ticks.put((stage, done, total)))
-    return run_policy(run, run.load(), spec, index, report, deployment)
+    return run_policy(run, run.load(), spec, report, deployment)
 
 
 class _Relay:
@@ -84,7 +82,7 @@ def run_in_processes(
             while queued and len(futures) < workers:
                 i, spec = queued.pop(0)
                 dep = deployments[i] if deployments is not None else None
-                futures[pool.submit(_simulate_one, run, spec, i, dep)] = i
+                futures[pool.submit(_simulate_one, run, spec, dep)] = i
             finished, _ = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
             if relay is not None:
                 relay.drain(ticks)

@@ -21,7 +21,6 @@ behaves at the run's first iteration, not with the tree the run has grown.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -56,9 +55,7 @@ def simulated_rollout_s(sim: Simulator, dep: Deployment, trajectories: list[SimT
     policy = replace(sim.p, replan=False, elastic=False)
     settings = replace(sim.s, rerank_plans=0)
     wl = _OneIteration(trajectories, getattr(sim.wl, "spec", None))
-    probe = Simulator(
-        policy, wl, sim.model, sim.hw, sim.G, 1, random.Random(0), settings=settings, deployment=dep
-    )
+    probe = Simulator(policy, wl, sim.model, sim.hw, sim.G, 1, settings=settings, deployment=dep)
     rec = probe.run().records[0]
     return rec.rollout_end_s - rec.rollout_start_s
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -128,7 +127,7 @@ def first_deployment(
     cluster, wl, mspec, hw = loaded
     t0 = time.perf_counter()
     try:
-        sim = Simulator(spec, wl, mspec, hw, cluster.num_gpus, run.iterations, random.Random(0), run.settings)
+        sim = Simulator(spec, wl, mspec, hw, cluster.num_gpus, run.iterations, run.settings)
     except ValueError as err:  # the planner's and the layouts' messages do not know the policy
         raise ValueError(f"policy {spec.name} cannot deploy: {err}") from err
     assert sim.dep is not None, "a Simulator deploys as it is built"
@@ -139,16 +138,14 @@ def run_policy(
     run: SimRun,
     loaded: tuple[ClusterSpec, Any, ModelSpec, HardwareSpec],
     spec: PolicySpec,
-    index: int,
     progress: Callable[[str, int, int], None] | None = None,
     deployment: tuple[Deployment, float] | None = None,
 ) -> PolicyResult:
-    """Simulate `spec`, the run's `index`-th policy (which picks its RNG stream), on `run.load()`,
+    """Simulate `spec` on `run.load()` (every random draw is the workload's, seeded by the run),
     from `deployment` (`first_deployment`'s, whose seconds count in the wall time) if given."""
     cluster, wl, mspec, hw = loaded
     t0 = time.perf_counter()
     tick = None if progress is None else _ticker(progress, spec.name, run.iterations)
-    rng = random.Random(run.seed * 1000 + index)
     dep, setup_s = deployment or (None, 0.0)
     sim = Simulator(
         spec,
@@ -157,7 +154,6 @@ def run_policy(
         hw,
         cluster.num_gpus,
         run.iterations,
-        rng,
         run.settings,
         deployment=dep,
         on_iteration=tick,
@@ -215,8 +211,7 @@ def simulate(
         # One at a time, each run freed (its C-MLFQ tree is the largest live structure) before the
         # next and before the lower bound's pass, whose garbage collections would rescan it.
         results = [
-            run_policy(run, loaded, spec, i, progress, dep)
-            for i, (spec, dep) in enumerate(zip(specs, deployments, strict=True))
+            run_policy(run, loaded, spec, progress, dep) for spec, dep in zip(specs, deployments, strict=True)
         ]
     lb_s, tokens, work_s, path_s = scenario_lower_bound(
         wl,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-
 from libra_core.planner.specs import get_model, parse_cluster
 from libra_core.sim.engine import Simulator
 from libra_core.sim.policies import resolve_policies
@@ -47,7 +45,6 @@ def build_sim(
         cluster.hardware,
         cluster.num_gpus,
         iterations,
-        random.Random(0),
         settings=settings,
         record_events=record_events,
     )

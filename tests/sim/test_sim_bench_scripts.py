@@ -4,7 +4,6 @@ the iterations the plan will serve, and the mixed sweep covers every two-degree 
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 
@@ -67,7 +66,6 @@ def test_future_window_prices_the_iterations_the_plan_will_serve() -> None:
         cluster.hardware,
         8,
         12,
-        random.Random(0),
         settings,
     )
     sim.run()  # fills the past window

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -190,7 +189,7 @@ def test_a_run_whose_clock_passes_1e8_s_finishes() -> None:
     wl = ScenarioWorkload(spec, 2, 0)
     cluster = parse_cluster("8xA800")
     policy = resolve_policies(["greedy"])[0]
-    sim = Simulator(policy, wl, get_model(wl.model), cluster.hardware, 8, 2, random.Random(0))
+    sim = Simulator(policy, wl, get_model(wl.model), cluster.hardware, 8, 2)
     stats = sim.run()
     assert len(stats.records) == 2 and stats.makespan_s > 1e8
 

@@ -3,7 +3,6 @@ every GPU the trainer uses to training, and an update is priced on the tokens it
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -100,7 +99,6 @@ def test_a_trace_update_is_priced_on_the_tokens_replayed(tmp_path: Path) -> None
         cluster.hardware,
         8,
         1,
-        random.Random(0),
     )
     w = sim.workload_of(0)
     assert (w.prompts_per_iteration, w.group_size, w.num_samples) == (3, 8, 24)
@@ -189,7 +187,7 @@ def test_the_books_close_at_the_end_when_late_wakes_are_moot() -> None:
     cluster = parse_cluster("12xA800")
     wl = load_scenario("search-r1", 3, 1, spec_overrides=spec)  # seed 1: seed 0 has no late wake
     policy = resolve_policies(["+elastic"])[0]
-    sim = Simulator(policy, wl, get_model(wl.model), cluster.hardware, 12, 3, random.Random(0), settings)
+    sim = Simulator(policy, wl, get_model(wl.model), cluster.hardware, 12, 3, settings)
     stats = sim.run()
     assert stats.hybrid_rollouts == 0  # no hybrid woke in time to serve: every ready came late
     booked = stats.roll_gpu_s + stats.train_gpu_s

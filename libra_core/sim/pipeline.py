@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from libra_core.planner.replan import audit_decision
 from libra_core.planner.reprice import evaluate_plan
-from libra_core.planner.search import Plan, search_plans
+from libra_core.planner.search import Plan, SearchSettings, search_plans
 from libra_core.planner.train_cost import TrainShape
 from libra_core.planner.workload import concat
 from libra_core.sim.events import Kind
@@ -398,12 +398,31 @@ def replan(sim: Simulator, j: int) -> bool:
     )
     sim.stats.replans.append(decision.as_record())
     if decision.action != "apply":
+        _adopt_repriced(sim, now_plan, settings)
         return False
     if decision.move_cost_s > 0 and math.isfinite(now_plan.t_iter_s):  # never back to a plan that cannot run
         sim.audit.moved(j, dep.plan, best, decision.saving_per_iter_s / now_plan.t_iter_s)
         sim.before_move = dep
     _redeploy(sim, best_dep)
     return decision.move_cost_s > 0
+
+
+def _adopt_repriced(sim: Simulator, now_plan: Plan, settings: SearchSettings) -> None:
+    """A kept plan runs as re-priced on the window, as the live planner keeps it (`PlannerService`):
+    the same GPU groups with the window's length ranges and training memory settings. Nothing
+    moves; the instances restart with the new buckets as after a free apply. Until 2026-12-07 the
+    simulator kept the old ranges and settings while the planner priced the new ones."""
+    dep = sim.dep
+    assert dep is not None and dep.plan is not None
+    if not now_plan.same_gpu_groups(dep.plan):
+        return  # a degree left with no lengths: keeping means the running instances
+    kept = deployment_from_plan(sim.p, now_plan, sim.model, sim.hw, settings)
+
+    def deployed(d: Deployment) -> tuple[object, ...]:
+        return (d.train_layout, d.instances, d.bucket_bounds)
+
+    if deployed(kept) != deployed(dep):
+        _redeploy(sim, kept)
 
 
 def audit_move(sim: Simulator, j: int) -> bool:

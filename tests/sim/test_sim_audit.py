@@ -1,4 +1,5 @@
-"""The simulator audits applied replans (planner/audit.py via `SimSettings.audit_window`)."""
+"""The simulator audits applied replans (planner/audit.py via `SimSettings.audit_window`) and runs a kept
+plan as the planner re-priced it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from libra_core.planner.reprice import evaluate_plan
+from libra_core.planner.workload import concat
+from libra_core.sim import pipeline
+from libra_core.sim.engine import Simulator
+from libra_core.sim.policies import deployment_from_plan
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import RunStats
 from tests.sim.builders import OLD_PRICES, OLD_SHAPES, build_sim
@@ -59,3 +65,31 @@ def test_no_replan_while_a_move_awaits_its_audit() -> None:
     assert moves, records
     for i in moves:  # each move's next record is its verdict
         assert i + 1 == len(records) or records[i + 1][1] in ("revert", "confirm"), records
+
+
+def test_a_kept_plan_runs_with_the_ranges_it_was_repriced_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Search-R1 on 24 GPUs by price alone deploys a mixed layout (2xTP1 2xTP4); its replans keep
+    # the layout. The planner re-prices a kept plan with the window's length ranges and the live
+    # planner runs those (`PlannerService`); the simulator kept routing by the first ranges.
+    seen: list[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+    original = pipeline.replan
+
+    def spy(sim: Simulator, j: int) -> bool:
+        assert sim.dep is not None and sim.dep.plan is not None
+        window = concat(sim.windows, name="window")
+        repriced = evaluate_plan(sim.dep.plan, sim.model, sim.hw, window, sim.search)
+        expected = deployment_from_plan(sim.p, repriced, sim.model, sim.hw, sim.search).bucket_bounds
+        before = sim.dep.bucket_bounds
+        moved = original(sim, j)
+        seen.append((sim.stats.replans[-1]["action"], before, expected, sim.dep.bucket_bounds))
+        return moved
+
+    monkeypatch.setattr(pipeline, "replan", spy)
+    settings = replace(OLD_PRICES, mixed_margin=0.0, replan_every=2)
+    shape = OLD_SHAPES["search-r1"]
+    st = build_sim("search-r1", "+hetero-tp", 5, settings=settings, gpus="24xA800", **shape).run()
+    assert len(set(st.deployments)) == 1 and "2xTP1 2xTP4" in st.deployments[0]
+    assert [action for action, *_ in seen] == ["keep", "keep"]
+    assert any(before != expected for _, before, expected, _ in seen), seen  # the ranges moved
+    for _, _, expected, after in seen:
+        assert after == expected

@@ -72,7 +72,8 @@ class ElasticConfig(Frozen):
         ge=2,
         description="Averaged updates kept on rank 0 so a joining hybrid can replay from its snapshot; "
         "a join is served only a snapshot taken within the last update_log_steps // 2 steps (so at "
-        "least 2: with 1 no snapshot is ever fresh and no join can succeed).",
+        "least 2: with 1 no snapshot is ever fresh and no join can succeed). Kept in host memory "
+        "while a hybrid is joining, training or leaving: update_log_steps x the gradient's bytes.",
     )
 
 

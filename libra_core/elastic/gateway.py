@@ -179,7 +179,8 @@ class Gateway(SideChannelServer):
 
     def set_snapshot(self, tensors: dict[str, torch.Tensor], *, step: int, version: int) -> None:
         """Store clones of the state to serve; encoding happens on a handler thread, off the core's path."""
-        snap = Snapshot(step, version, {k: v.detach().clone() for k, v in tensors.items()})
+        # In host memory: on the core's GPU a model + optimizer copy stayed for the rest of the run.
+        snap = Snapshot(step, version, {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()})
         with self._cond:
             self.joins.snapshot = snap
             self._cond.notify_all()
@@ -228,14 +229,28 @@ class Gateway(SideChannelServer):
         """Log the applied update of `step` (and the optimizer hyperparameters it was applied with),
         freeze and open the membership of step+1, and fail joins nobody came for."""
         with self._cond:
+            needed = self._log_needed()  # before the freeze: a hybrid leaving now pulls this update
             nxt = self.coordinator.freeze_next(step, next_version)
-            self._log[step] = _Published(update.detach().clone(), nxt, param_groups)
-            while len(self._log) > self.update_log_steps:
-                self._log.popitem(last=False)
+            if needed or self._log_needed():
+                # In host memory, and only while a hybrid may pull it: until 2026-12-07 every step
+                # kept a copy on the core's device, `update_log_steps` of them even with no hybrid
+                # (64 x 4 B per parameter: 256 GB for 1B fp32 parameters).
+                self._log[step] = _Published(update.detach().to("cpu", copy=True), nxt, param_groups)
+                while len(self._log) > self.update_log_steps:
+                    self._log.popitem(last=False)
+            else:  # the newest stays: the update a hybrid that just left may still be pulling
+                while len(self._log) > 1:
+                    self._log.popitem(last=False)
+                self.joins.snapshot = None  # no join to serve: the next one asks for a new snapshot
             self._open = _Open(nxt)
             self.joins.expire()
             self._cond.notify_all()
         return nxt
+
+    def _log_needed(self) -> bool:
+        """Whether a hybrid may pull an update published now: one is joining, training or leaving
+        (every state but ROLLOUT pulls, or will once it has loaded a snapshot)."""
+        return any(life.state is not HybridState.ROLLOUT for life in self.coordinator.hybrids.values())
 
     def close(self) -> None:
         """Stop serving: waiting pulls return, open connections are shut (their hybrids see the

@@ -68,6 +68,8 @@ class GatewayClient:
     def snapshot(self, wait_s: float = 60.0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
         """Fetch the join's snapshot (every part, in order); return the first reply and its tensors."""
         reply, body = self.request("snapshot", wait_s=wait_s, part_bytes=self.max_frame_bytes)
+        while reply.get("retry"):  # the core's step outlasted the wait: it goes on, so does the join
+            reply, body = self.request("snapshot", wait_s=wait_s, part_bytes=self.max_frame_bytes)
         if not reply.get("ok"):
             raise JoinEndedError(f"snapshot refused for {self.worker_id}: {reply.get('reason')}")
         parts = [body]

@@ -19,7 +19,8 @@ Message kinds and their checks (a failed check is a typed rejection, logged and 
 - `snapshot` (wait_s, part_bytes): for a worker whose join was requested; binds the connection to the
   join, waits for a fresh snapshot (model, optimizer state and hyperparameters), and replies with
   its step, version, size and number of parts (each at most `part_bytes`, under the hybrid's frame
-  limit), and part 0.
+  limit), and part 0; one not ready within `wait_s` is refused with `retry` (the hybrid asks again
+  on the same connection; its join goes on).
 - `snapshot_part` (index): the next part of that snapshot. The join moves to LOADING only once the
   last part has been sent.
 - `loaded` (aligned_through): the worker has loaded the snapshot and starts replaying updates.
@@ -145,7 +146,11 @@ class Gateway(SideChannelServer):
         self._open = _Open(coordinator.current)
         self._log: OrderedDict[int, _Published] = OrderedDict()
         self.joins = JoinDesk(
-            coordinator, self._cond, update_log_steps=update_log_steps, join_timeout_s=join_timeout_s
+            coordinator,
+            self._cond,
+            update_log_steps=update_log_steps,
+            join_timeout_s=join_timeout_s,
+            closed=lambda: self._closed,
         )
         self._start_server(host, port)
 

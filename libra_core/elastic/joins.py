@@ -13,11 +13,14 @@ changes nothing either.
 
 Liveness. A join that no process drives any more must not stay in a training state (the planner
 counts those as training). It fails (rollback to rollout) when the connection bound to it ends while
-the worker is JOIN_REQUESTED, LOADING, WARMING or LEAVING; when its snapshot wait times out in those
-states; or when no connection has asked for its snapshot `join_timeout_s` after it was requested
-(checked at every step boundary). An ACTIVE worker is watched by the payload deadline instead. A
-pull that times out fails nothing: a core step may outlast it, and the hybrid pulls again (a
-connected hybrid that stops pulling is closed by the server's idle timeout, which ends its join).
+the worker is JOIN_REQUESTED, LOADING, WARMING or LEAVING; or when no connection has asked for its
+snapshot `join_timeout_s` after it was requested (checked at every step boundary). An ACTIVE worker
+is watched by the payload deadline instead. A snapshot wait that times out fails nothing: the
+snapshot comes at the next step boundary, which a long core step puts off; the reply says `retry`,
+the connection stays bound, and the hybrid asks again on it (until 2026-12-07 it failed the join,
+so no hybrid could join a core whose step in progress had more than a minute left). Nor does a pull
+that times out: a core step may outlast it, and the hybrid pulls again (a connected hybrid that
+stops asking is closed by the server's idle timeout, which ends its join).
 
 Snapshots are sent in parts (libra_core/elastic/snapshot.py); the join moves to LOADING only once the
 last part has been sent in full, so a failed send leaves it JOIN_REQUESTED, and the end of the
@@ -80,8 +83,10 @@ class JoinDesk:
         *,
         update_log_steps: int,
         join_timeout_s: float,
+        closed: Callable[[], bool] = lambda: False,
     ) -> None:
-        self.coordinator, self._cond = coordinator, cond
+        """`closed()` says the gateway has closed (read under the lock): waits end at once."""
+        self.coordinator, self._cond, self._closed = coordinator, cond, closed
         self.update_log_steps, self.join_timeout_s = update_log_steps, join_timeout_s
         self.snapshot: Snapshot | None = None  # the latest the core stored
         self._joins: dict[str, Join] = {}  # session id -> the join its connection serves
@@ -164,11 +169,12 @@ class JoinDesk:
         deadline = time.perf_counter() + wait_s
         with self._cond:
             life = self.coordinator.lifecycle(worker)
-            if session.session in self._joins:
+            retried = self._joins.get(session.session)  # its last wait timed out (`retry`)
+            if retried is not None and (retried.snapshot is not None or retried.number != life.join):
                 raise ValueError("this connection already serves a join; a new join needs a new connection")
             if life.state is not HybridState.JOIN_REQUESTED:
                 return Reply(ended(f"no join requested for {worker}"))
-            if self._bound(worker, life.join) is not None:
+            if retried is None and self._bound(worker, life.join) is not None:
                 return Reply(ended(f"join {life.join} of {worker} is served on another connection"))
             if part_bytes < MIN_SNAPSHOT_PART_BYTES:
                 reason = (
@@ -186,6 +192,8 @@ class JoinDesk:
                 return Reply({"ok": False, "reason": reason})
             part_bytes = min(part_bytes, SNAPSHOT_PART_BYTES)
             join = self._joins[session.session] = Join(worker, life.join, part_bytes)
+            if self._closed():
+                return Reply({"ok": False, "reason": "the gateway closed"})
             # A stale snapshot (stored before the log's oldest kept updates) would fail the join as
             # "expired" on its first pull: wait for the fresh one `wants_snapshot` asks the core for.
             while not self.fresh(open_step()):
@@ -194,9 +202,10 @@ class JoinDesk:
                 left = deadline - time.perf_counter()
                 if left <= 0:
                     reason = f"no fresh snapshot within the wait ({wait_s} s)"
-                    self.coordinator.fail(worker, reason)
-                    return Reply({"ok": False, "reason": reason})
+                    return Reply({"ok": False, "reason": reason, "retry": True})
                 self._cond.wait(left)
+                if self._closed():  # until 2026-12-07 the wait ran on, then failed the join
+                    return Reply({"ok": False, "reason": "the gateway closed"})
             snap = join.snapshot = self.snapshot
             assert snap is not None, "a fresh snapshot is a stored one"
         encoded = snap.encode()

@@ -60,7 +60,7 @@ TRANSITIONS: dict[tuple[HybridState, HybridEvent], HybridState] = {
 # States in which the worker holds training state (snapshot, replica) that a failure must discard.
 TRAINING_SIDE = frozenset({S.JOIN_REQUESTED, S.LOADING, S.WARMING, S.ACTIVE, S.LEAVING})
 # Training-side states in which no payload deadline watches the worker: the gateway fails it when the
-# connection serving its join ends or its snapshot wait times out (an ACTIVE one misses a deadline).
+# connection serving its join ends (an ACTIVE one misses a deadline).
 UNWATCHED = TRAINING_SIDE - {S.ACTIVE}
 # States in which a hybrid's training loop keeps going (applying updates); any other ends it.
 LOOP_STATES = frozenset({S.WARMING, S.ACTIVE, S.LEAVING})

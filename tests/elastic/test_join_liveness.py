@@ -4,6 +4,7 @@ while the new join goes on."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -38,25 +39,56 @@ def _plan(gateway: Gateway, num_training: int) -> list[RoleSwitch]:
 # ---------------------------------------------------------------------------- a join nobody drives
 
 
-def test_a_timed_out_snapshot_wait_fails_the_join() -> None:
-    # The audit's case: the snapshot wait timed out during a long core step; run_hybrid gave up, but
-    # the gateway kept the worker JOIN_REQUESTED for good and every later plan counted it as training.
+def test_a_timed_out_snapshot_wait_keeps_the_join_and_its_connection_asks_again() -> None:
+    # The snapshot comes at the next step boundary; a long core step puts it off past the wait.
+    # Until 2026-12-07 the timed-out wait failed the join (run_hybrid waits 60 s), so no hybrid could
+    # join a core whose step in progress had more than a minute left.
     core = Core(deadline_s=0.5)
     try:
         core.gateway.request_join("h0")  # after the core's last boundary: no snapshot is stored yet
         client = GatewayClient(core.gateway.address, KEY, "h0")
         try:
-            with pytest.raises(RuntimeError, match="no fresh snapshot within the wait"):
-                client.snapshot(wait_s=0.2)
+            ask = {"wait_s": 0.2, "part_bytes": client.max_frame_bytes}
+            reply, _ = client.request("snapshot", **ask)
+            assert reply == {**reply, "ok": False, "retry": True}, reply
+            assert "no fresh snapshot within the wait" in reply["reason"]
+            assert core.gateway.states() == {"h0": "join_requested"} and core.gateway.wants_snapshot()
+            core.step()  # the boundary stores the snapshot the bound join still waits for
+            header, _ = client.snapshot(wait_s=5)  # asked again on the same connection
+            assert header["step"] == 1
         finally:
             client.close()
-        assert core.gateway.states() == {"h0": "rollout"}
+        # A hybrid that gives up (its connection ends) fails the join: it does not stay requested.
+        assert wait_until(lambda: core.gateway.states() == {"h0": "rollout"}, timeout_s=5)
         assert _plan(core.gateway, 2) == [RoleSwitch("h0", "join_training")]
-        for _ in range(3):
-            core.step()
-        assert core.gateway.states() == {"h0": "rollout"}
     finally:
         core.close()
+
+
+def test_closing_the_gateway_ends_a_snapshot_wait_at_once() -> None:
+    core = Core(deadline_s=0.5)
+    core.gateway.request_join("h0")
+    client = GatewayClient(core.gateway.address, KEY, "h0")
+    got: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            got["reply"] = client.request("snapshot", wait_s=30, part_bytes=client.max_frame_bytes)[0]
+        except (ConnectionError, OSError) as exc:
+            got["error"] = exc
+
+    waiter = threading.Thread(target=ask)
+    waiter.start()
+    bound = core.gateway.joins._joins.values
+    assert wait_until(lambda: any(j.worker == "h0" for j in bound()), timeout_s=5)
+    t0 = time.perf_counter()
+    core.close()
+    waiter.join(timeout=10)
+    client.close()
+    # Until 2026-12-07 the handler waited out its 30 s, then failed the join of a closed gateway.
+    assert not waiter.is_alive() and time.perf_counter() - t0 < 5
+    assert got.get("reply", {}).get("reason") == "the gateway closed" or "error" in got, got
+    assert core.gateway.states() == {"h0": "join_requested"}
 
 
 @pytest.mark.parametrize("stage", ["loading", "warming"])

@@ -11,9 +11,12 @@ prompt-size class and pooled over prompts, and routes on it:
   paper. No agreement test here: admission moves no context, so the point estimate is the best guess.
 - tool return: the estimate at the request's exact path gives, for every bucket b, the expected
   generated tokens that would be decoded in their right bucket if the rest ran in b,
-  `E[remaining generated x (final size in b)]` (`Estimate.gen_by_bucket`); the target is the bucket
-  that maximises it. The request moves only if (1) the path has at least `min_support` aged samples,
-  (2) the buckets of `context + mean` and `context + P90` of remaining agree with the target (the
+  `E[remaining generated x (final size in b)]` (`Estimate.gen_by_bucket`); the target must be a
+  bucket that maximises it (any of them on a tie). The request moves only if (1) the estimate's
+  support is at least `min_support`: the largest aged support of the prompt's node at the request's
+  exact path, the global node there and the Markov node of its depth and last state (past
+  MAX_PATH_DEPTH tool returns only the Markov node exists; size-class and ancestor nodes never
+  count), (2) the buckets of `context + mean` and `context + P90` of remaining agree with the target (the
   paper's confidence test), and (3) the expected gain pays for the re-prefill:
   `(gen[target] - gen[current]) * misplaced_decode_slowdown > reprefilled * prefill_decode_cost_ratio`,
   where `reprefilled` is the context before the tool payload (`reprefill_tokens`: the payload is
@@ -60,6 +63,14 @@ class CMLFQCounters:
     disagree: int = 0  # stayed: the mean's bucket is not also the tail quantile's and the best one
     too_costly: int = 0  # stayed: re-prefill cost above the expected saving
     moves: int = 0
+
+
+def tie_floor(best: float) -> float:
+    """The least expected generated tokens a bucket may have and still be a best one, `best` the
+    largest: two buckets can expect the same tokens (until 2026-12-07 the first of equal maxima was
+    taken, blocking a move to the other), and the slack absorbs the float noise of evaluating each
+    bucket separately. Increasing in `best` (the simulator's interval tests rely on it)."""
+    return best - 1e-9 * max(1.0, best)
 
 
 class CMLFQScheduler:
@@ -139,10 +150,8 @@ class CMLFQScheduler:
         if target == current:
             return None
         values = est.gen_by_bucket(self.bounds, ret.context_tokens)
-        if (
-            est.tail_bucket(self.bounds, ret.context_tokens, self.cfg.tail_quantile) != target
-            or max(range(len(values)), key=values.__getitem__) != target
-        ):
+        tail = est.tail_bucket(self.bounds, ret.context_tokens, self.cfg.tail_quantile)
+        if tail != target or values[target] < tie_floor(max(values)):
             counters.disagree += 1
             return None
         saving = (values[target] - values[current]) * self.cfg.misplaced_decode_slowdown

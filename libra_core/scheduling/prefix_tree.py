@@ -4,7 +4,7 @@ A path in the tree is the ordered list of tool-return *states* a trajectory went
 `(tool, payload-size class, status)`. The tree has one root per prompt id (prompt-level evidence),
 one root per prompt-size class (the same paths, up to SIZE_CLASS_MAX_DEPTH tool returns, pooled over
 the prompts of similar size: log-scale bins, `prompt_size_bins_per_octave` per octave) and one
-global root (pooled over all prompts). Each
+global root (pooled over all prompts); paths stop after MAX_PATH_DEPTH tool returns. Each
 node keeps a bounded sample of the *remaining* tokens (generated + payload after that point, and the
 generated part alone) seen by finished trajectories that passed through it, each sample tagged with
 its policy version.
@@ -50,6 +50,13 @@ MARKOV_MAX_DEPTH = 16
 # Size-class paths stop after this many tool returns: the prompt size matters most before the tool
 # returns have said much, and deeper levels would replicate the global tree once per size class.
 SIZE_CLASS_MAX_DEPTH = 4
+# Prompt and global paths stop after this many tool returns; later returns feed only the Markov
+# table (whose depth stops at MARKOV_MAX_DEPTH). `max_turns` has no upper bound, and a path of one
+# level per return made a long trajectory's tree too deep to save (`json.dumps` nests once per
+# level: a RecursionError at ~495 returns, until 2026-12-07). Histories that deep almost never
+# recur (such a node holds a trajectory or two, below `min_support`), so the cap loses little.
+MAX_PATH_DEPTH = 64
+assert SIZE_CLASS_MAX_DEPTH < MAX_PATH_DEPTH, "`insert` ends the size-class path first"
 MAX_SAMPLE_TOKENS = 2**31 - 1  # samples are 32-bit ints (tree_node.Node.samples)
 
 
@@ -208,8 +215,10 @@ class PrefixTree:
         self, prompt_id: str, turns: Sequence[Turn], version: int, *, prompt_tokens: int | None = None
     ) -> None:
         """Add one finished trajectory: a sample at every depth of its prompt path, its size-class
-        path (when `prompt_tokens` is given) and the global path, and in the Markov table; then
-        advance the pruning pass by `prune_nodes_per_insert` checks."""
+        path (when `prompt_tokens` is given; its first SIZE_CLASS_MAX_DEPTH tool returns) and the
+        global path (the prompt and global paths: their first MAX_PATH_DEPTH tool returns), and in
+        the Markov table (every return); then advance the pruning pass by
+        `prune_nodes_per_insert` checks."""
         remaining = sum(t.gen_tokens + t.payload_tokens for t in turns)
         remaining_gen = sum(t.gen_tokens for t in turns)
         if remaining > MAX_SAMPLE_TOKENS or version > MAX_SAMPLE_TOKENS:
@@ -257,6 +266,8 @@ class PrefixTree:
                 remaining_gen -= turn.gen_tokens
                 if depth == class_depth:
                     path_nodes = path_nodes[:2]  # the size-class path ends here
+                elif depth == MAX_PATH_DEPTH:
+                    path_nodes = []  # so do the prompt and global paths (the Markov node goes on)
                 next_nodes = []
                 for node in path_nodes:  # `child_or_new`, inlined
                     children = node.children

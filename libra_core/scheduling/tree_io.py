@@ -16,26 +16,38 @@ Version 1 files (no size classes, no sums) still load: their sums are rebuilt fr
 sample means, and the size-class level fills as new trajectories finish.
 
 Writes are atomic (temp file + rename). Loading validates the header, every field's type and
-range (finite counts >= 0, samples that fit the nodes' int32 arrays, ascending payload edges,
-distinct states, state indices) and raises ValueError naming the file and the problem. Merging
-requires equal payload-class edges (otherwise the state keys mean different things); samples of
-matching nodes are pooled and the newest `max_samples_per_node` kept.
+range (finite counts >= 0, sums that fit the support, samples that fit the nodes' int32 arrays,
+ascending payload edges, distinct states, state indices) and raises ValueError naming the file and
+the problem. What a tree built by `PrefixTree.insert` cannot hold is cut on load rather than
+refused (logged): levels past MAX_PATH_DEPTH tool returns (a file saved before the cap) and samples
+past a node's `max_samples_per_node` (its newest kept). Merging requires equal payload-class edges
+(otherwise the state keys mean different things); samples of matching nodes are pooled and the
+newest `max_samples_per_node` kept.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from libra_core.data.atomic import atomic_path
-from libra_core.scheduling.prefix_tree import MAX_SAMPLE_TOKENS, PrefixTree
+from libra_core.scheduling.prefix_tree import MAX_PATH_DEPTH, MAX_SAMPLE_TOKENS, PrefixTree
 from libra_core.scheduling.tree_node import Node
+
+log = logging.getLogger(__name__)
 
 FORMAT = "libra-cmlfq-tree"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+# Slack on the sums' bounds, relative and (for supports aged down to subnormal floats, which round
+# apart from their sums) absolute: aged sums are rounded floats, and a file this code wrote must load
+# however the roundings fell.
+_SUM_SLACK = 1.0 + 1e-9
+_SUPPORT_FLOOR = 1e-300
 
 
 def _node_to_dict(node: Node) -> dict[str, Any]:
@@ -93,31 +105,64 @@ def _sample(triple: Any) -> tuple[int, int, int]:
     return values[0], values[1], values[2]
 
 
-def _node_from_dict(data: dict[str, Any], num_states: int, version: int) -> Node:
-    """A node of a tree whose clock is at `version`: no support or sample of a later version (an
-    insert moves the clock to its trajectory's version; a later one overflowed the aging)."""
-    node = Node()
-    node.support = _count(data["support"], "a node's support")
-    node.support_version = _whole(data["support_version"], "a node's support_version", 0, version)
-    node.replace_samples([_sample(triple) for triple in data["samples"]])
-    if any(r < 0 or g < 0 for r, g, _ in node.triples()):
-        raise ValueError("tree file: a sample has a negative remaining-token count")
-    if any(not 0 <= v <= version for v in node.ver):
-        raise ValueError(f"tree file: a sample's version is outside [0, {version}] (the tree's version)")
-    if "sum_rem" in data:
-        node.sum_rem = _count(data["sum_rem"], "a node's sum_rem")
-        node.sum_gen = _count(data["sum_gen"], "a node's sum_gen")
-    elif node.samples:  # format 1: the sample means stand in for the exact ones
-        rem, gen = node.rem, node.gen
-        node.sum_rem = node.support * sum(rem) / len(rem)
-        node.sum_gen = node.support * sum(gen) / len(gen)
-    for code, child in _mapping(data.get("children", {}), "a node's children"):
-        if not 0 <= int(code) < num_states:
-            raise ValueError(f"tree file: child state {code} is not an index into `states`")
-        if node.children is None:
-            node.children = {}
-        node.children[int(code)] = _node_from_dict(child, num_states, version)
-    return node
+@dataclass(slots=True)
+class _NodeReader:
+    """Reads the nodes of a tree whose clock is at `version`, with `num_states` states and `cap`
+    samples per node, and counts what it cut (`cut_nodes`, `trimmed_nodes`) for one log line."""
+
+    num_states: int
+    version: int
+    cap: int
+    cut_nodes: int = 0
+    trimmed_nodes: int = 0
+
+    def node(self, data: dict[str, Any], levels_left: int = MAX_PATH_DEPTH) -> Node:
+        """A node and, up to `levels_left` levels, its children: no support or sample of a later
+        version than the clock (an insert moves the clock to its trajectory's version; a later one
+        overflowed the aging), sums that fit the support (a tiny support under large sums made an
+        inf mean and a NaN generated mean, until 2026-12-07)."""
+        version = self.version
+        node = Node()
+        node.support = _count(data["support"], "a node's support")
+        node.support_version = _whole(data["support_version"], "a node's support_version", 0, version)
+        node.replace_samples([_sample(triple) for triple in data["samples"]])
+        if any(r < 0 or g < 0 for r, g, _ in node.triples()):
+            raise ValueError("tree file: a sample has a negative remaining-token count")
+        if any(not 0 <= v <= version for v in node.ver):
+            raise ValueError(f"tree file: a sample's version is outside [0, {version}] (the tree's version)")
+        if "sum_rem" in data:
+            node.sum_rem = _count(data["sum_rem"], "a node's sum_rem")
+            node.sum_gen = _count(data["sum_gen"], "a node's sum_gen")
+        elif node.samples:  # format 1: the sample means stand in for the exact ones
+            rem, gen = node.rem, node.gen
+            node.sum_rem = node.support * sum(rem) / len(rem)
+            node.sum_gen = node.support * sum(gen) / len(gen)
+        # Every remaining count is in [its generated part, MAX_SAMPLE_TOKENS], and the sums are those
+        # counts weighted as the support counts them.
+        if not (
+            node.sum_gen <= node.sum_rem * _SUM_SLACK
+            and node.sum_rem <= (node.support + _SUPPORT_FLOOR) * MAX_SAMPLE_TOKENS * _SUM_SLACK
+        ):
+            raise ValueError(
+                f"tree file: a node's sums (sum_rem {node.sum_rem!r}, sum_gen {node.sum_gen!r}) do not "
+                f"fit its support {node.support!r}: they must satisfy 0 <= sum_gen <= sum_rem <= "
+                f"support x {MAX_SAMPLE_TOKENS}"
+            )
+        if len(node.samples) > 3 * self.cap:  # after format 1's means, which take every sample
+            # An insert evicts one sample, so a node over the cap never shrank (until 2026-12-07).
+            node.keep_newest(self.cap)
+            self.trimmed_nodes += 1
+        children = _mapping(data.get("children", {}), "a node's children")
+        if children and levels_left <= 0:
+            self.cut_nodes += 1
+            return node
+        for code, child in children:
+            if not 0 <= int(code) < self.num_states:
+                raise ValueError(f"tree file: child state {code} is not an index into `states`")
+            if node.children is None:
+                node.children = {}
+            node.children[int(code)] = self.node(child, levels_left - 1)
+        return node
 
 
 def tree_to_dict(tree: PrefixTree) -> dict[str, Any]:
@@ -198,23 +243,40 @@ def _tree_from_dict(data: dict[str, Any]) -> PrefixTree:
             raise ValueError(f"tree file: state {list(state)} appears more than once in `states`")
         tree.code(state, create=True)
     n = len(tree.states)
-    v = tree.version
-    tree.global_root = _node_from_dict(data["global"], n, v)
-    tree.prompts = {str(p): _node_from_dict(node, n, v) for p, node in _mapping(data["prompts"], "prompts")}
+    read = _NodeReader(n, tree.version, tree.max_samples)
+    tree.global_root = read.node(data["global"])
+    tree.prompts = {str(p): read.node(node) for p, node in _mapping(data["prompts"], "prompts")}
     tree.size_classes = {
-        _whole(c, "a size class"): _node_from_dict(node, n, v) for c, node in data.get("size_classes", [])
+        _whole(c, "a size class"): read.node(node) for c, node in data.get("size_classes", [])
     }
     for depth, code, node in data["markov"]:
         if not 0 <= _whole(code, "a markov state") < n:
             raise ValueError(f"tree file: markov state {code} is not an index into `states`")
-        tree.markov[(_whole(depth, "a markov depth", 1), code)] = _node_from_dict(node, n, v)
+        tree.markov[(_whole(depth, "a markov depth", 1), code)] = read.node(node)
+    if read.cut_nodes or read.trimmed_nodes:
+        log.warning(
+            "C-MLFQ tree file: cut the children of %d nodes at depth %d (MAX_PATH_DEPTH) and trimmed "
+            "%d nodes to their newest %d samples (max_samples_per_node)",
+            read.cut_nodes,
+            MAX_PATH_DEPTH,
+            read.trimmed_nodes,
+            tree.max_samples,
+        )
     return tree
 
 
 def save_tree(tree: PrefixTree, path: str | Path) -> Path:
     path = Path(path)
+    try:  # before the temp file exists: a tree that cannot be written leaves no file behind
+        text = json.dumps(tree_to_dict(tree), separators=(",", ":"))
+    except RecursionError as err:  # the writer and json.dumps nest once per level
+        raise ValueError(
+            f"cannot save the C-MLFQ tree to {path}: its nodes are nested too deeply to write; "
+            f"PrefixTree.insert keeps paths within MAX_PATH_DEPTH = {MAX_PATH_DEPTH} tool returns, "
+            "so build the tree with it (or load_tree, which cuts deeper levels)"
+        ) from err
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(tree_to_dict(tree), separators=(",", ":")), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
     return path
 
 
@@ -222,7 +284,7 @@ def load_tree(path: str | Path) -> PrefixTree:
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError, an integer of > 4300 digits
         raise ValueError(f"{path} is not a JSON C-MLFQ tree: {err}") from err
     except RecursionError as err:  # no tree nests this deep
         raise ValueError(f"{path} is not a JSON C-MLFQ tree: it is nested too deeply to parse") from err
@@ -233,14 +295,13 @@ def load_tree(path: str | Path) -> PrefixTree:
 
 
 def _merge_node(dst: Node, src: Node, code_map: list[int], tree: PrefixTree) -> None:
-    dst.add_support(src.support, src.support_version, tree.half_life, src.sum_rem, src.sum_gen)
-    samples = sorted(
-        [*dst.triples(), *src.triples()],
-        key=lambda s: s[2],
-    )[-tree.max_samples :]
-    dst.replace_samples(samples)
-    for code, child in (src.children or {}).items():
-        _merge_node(dst.child_or_new(code_map[code]), child, code_map, tree)
+    """Merge the subtree at `src` into the one at `dst`, without recursion (any depth merges)."""
+    stack = [(dst, src)]
+    while stack:
+        d, s = stack.pop()
+        d.add_support(s.support, s.support_version, tree.half_life, s.sum_rem, s.sum_gen)
+        d.replace_samples(sorted([*d.triples(), *s.triples()], key=lambda t: t[2])[-tree.max_samples :])
+        stack.extend((d.child_or_new(code_map[code]), child) for code, child in (s.children or {}).items())
 
 
 def merge_tree(into: PrefixTree, other: PrefixTree) -> PrefixTree:

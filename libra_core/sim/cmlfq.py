@@ -14,7 +14,7 @@ from bisect import bisect_left, bisect_right
 
 from libra_core.config.models import SchedulerConfig
 from libra_core.scheduling.base import FinishedTrajectory, Move, SchedRequest, ToolReturn, reprefill_tokens
-from libra_core.scheduling.cmlfq import CMLFQScheduler, _Progress
+from libra_core.scheduling.cmlfq import CMLFQScheduler, _Progress, tie_floor
 from libra_core.scheduling.estimate import NodeStats
 from libra_core.scheduling.prefix_tree import PrefixTree
 from libra_core.sim.tree import NodeMix, Paths, gen_and_scale, max_remaining_of, mix_nodes
@@ -44,14 +44,16 @@ def _settle(
         v_hi.append(y if y > 0.0 else 0.0)
         lo_before, hi_before = lo, hi
     best = v_lo[target]
-    if all(best > v for b, v in enumerate(v_hi) if b != target):  # `target` is the argmax
+    # `target` is a best bucket whatever the finals (`tie_floor` is increasing: the largest other
+    # value it could be measured against is the largest other upper end).
+    if best >= tie_floor(max(v for b, v in enumerate(v_hi) if b != target)):
         if (v_hi[target] - v_lo[current]) * slowdown <= threshold:
             return _TOO_COSTLY
         if (best - v_hi[current]) * slowdown > threshold:
             return _MOVE
         return None
     worst = v_hi[target]
-    if any(v > worst for b, v in enumerate(v_lo) if b != target):  # another bucket beats it
+    if any(tie_floor(v) > worst for b, v in enumerate(v_lo) if b != target):  # another beats it
         return _DISAGREE
     return None
 
@@ -128,9 +130,10 @@ class SimCMLFQScheduler(CMLFQScheduler):
         current: int,
         ceiling: float,
     ) -> int:
-        """The base class's last two tests, `argmax(gen_by_bucket) == target` (else `_DISAGREE`) and
-        the saving against the re-prefill cost (`_TOO_COSTLY` or `_MOVE`), adding the parts one at a
-        time and stopping once the parts still to come cannot change the outcome.
+        """The base class's last two tests, `target` a best bucket of `gen_by_bucket` (`tie_floor`;
+        else `_DISAGREE`) and the saving against the re-prefill cost (`_TOO_COSTLY` or `_MOVE`),
+        adding the parts one at a time and stopping once the parts still to come cannot change the
+        outcome.
 
         `Estimate.gen_by_bucket`'s sums with parts outer and bounds inner, each bound's sum (and the
         generated-token mean, `NodeMix.estimate`) still adding the parts in order, so every float is
@@ -190,7 +193,7 @@ class SimCMLFQScheduler(CMLFQScheduler):
                     return outcome
         below.append(mean_gen)
         values = [max(0.0, hi - lo) for lo, hi in zip([0.0, *below[:-1]], below, strict=True)]
-        if max(range(len(values)), key=values.__getitem__) != target:
+        if values[target] < tie_floor(max(values)):
             return _DISAGREE
         saving = (values[target] - values[current]) * slowdown
         return _TOO_COSTLY if saving <= threshold else _MOVE

@@ -8,6 +8,8 @@ from libra_core.config.models import SchedulerConfig
 from libra_core.scheduling.base import FinishedTrajectory, Move, SchedRequest, ToolReturn, Turn
 from libra_core.scheduling.cmlfq import CMLFQScheduler
 from libra_core.scheduling.prefix_tree import PrefixTree
+from libra_core.sim.cmlfq import SimCMLFQScheduler
+from libra_core.sim.tree import SimPrefixTree
 
 
 def finish(s: CMLFQScheduler, rid: str, prompt: str, turns: tuple[Turn, ...], version: int) -> None:
@@ -264,3 +266,31 @@ def test_a_loaded_tree_with_an_empty_size_level_takes_the_configs_bins() -> None
     s.on_finish(FinishedTrajectory("r", "p", 10, 0, 0, (Turn(5, None, 0, None),)))
     assert s.tree.size_bins_per_octave == 4.0
     assert len(s.tree.size_classes) == 1
+
+
+@pytest.mark.parametrize("simulated", [False, True])
+def test_a_tie_for_the_best_bucket_does_not_block_the_target(simulated: bool) -> None:
+    """After a success half the trajectories end at 60 tokens (bucket 1), half at 70 (bucket 2),
+    10 generated either way: buckets 1 and 2 both expect 5 generated tokens in their right bucket,
+    and the mean (65) and the P90 (70) say bucket 2. The target is one of the best buckets and the
+    move pays (5 > re-prefill 20 x 0.1); until 2026-12-07 the first of the equal maxima (bucket 1)
+    was taken as the best one and the request stayed, counted as a disagreement."""
+    cfg = SchedulerConfig(
+        type="cmlfq",
+        buckets=(48, 64),
+        prefill_decode_cost_ratio=0.1,
+        prompt_size_bins_per_octave=0,
+        backoff_pseudocount=1e-9,
+    )
+    # The simulator's lazy copy of the rule decides as the library does (it took the first maximum too).
+    s = SimCMLFQScheduler(cfg, tree=SimPrefixTree.from_config(cfg)) if simulated else CMLFQScheduler(cfg)
+    ok, failed, end = Turn(10, "calc", 20, "success"), Turn(10, "calc", 20, "failure"), Turn(0, None, 0, None)
+    for k in range(40):  # most end right after a failure: the root admits to bucket 0
+        finish(s, f"f{k}", "p", (failed, Turn(1, None, 0, None)), 0)
+    for k in range(4):
+        finish(s, f"a{k}", "p", (ok, Turn(10, "calc", 10, "success"), end), 0)  # 20 left after ok
+        finish(s, f"b{k}", "p", (ok, Turn(10, "calc", 20, "success"), end), 0)  # 30 left after ok
+    req = SchedRequest("new", "p", 10, 1)
+    assert s.admit(req) == 0
+    assert s.on_tool_return(req, ToolReturn(0, 10, "calc", 20, "success", 40)) == Move(2)
+    assert s.counters.disagree == 0 and s.counters.moves == 1

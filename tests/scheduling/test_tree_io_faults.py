@@ -78,6 +78,15 @@ def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
             lambda d: d.update(prompt_size_bins_per_octave=float("nan")),
             "prompt_size_bins_per_octave is nan; it must be a finite number >= 0",
         ),
+        # Loaded until 2026-12-07: an inf mean (1e300 / 1e-300) and a NaN generated mean.
+        (
+            lambda d: d["global"].update(support=1e-300, sum_rem=1e300, sum_gen=1e300),
+            "a node's sums (sum_rem 1e+300, sum_gen 1e+300) do not fit its support 1e-300",
+        ),
+        (
+            lambda d: d["global"].update(sum_rem=40.0, sum_gen=41.0),
+            "a node's sums (sum_rem 40.0, sum_gen 41.0) do not fit its support 6.0",
+        ),
     ],
     ids=[
         "sample-inf",
@@ -97,6 +106,8 @@ def _first_sample(value: float) -> Callable[[dict[str, Any]], None]:
         "version-float",
         "support-str",
         "size-bins-nan",
+        "sums-above-support",
+        "sum-gen-above-sum-rem",
     ],
 )
 def test_a_damaged_field_is_a_value_error_naming_the_file(
@@ -138,3 +149,28 @@ def test_a_sound_file_still_loads(tmp_path: Path) -> None:
     tree = _tree()
     loaded = load_tree(save_tree(tree, tmp_path / "tree.json"))
     assert tree_to_dict(loaded) == tree_to_dict(tree)
+
+
+def test_an_overlong_number_names_the_file(tmp_path: Path) -> None:
+    """json.loads refuses an integer of more than 4,300 digits with a plain ValueError, which
+    escaped without the file's name until 2026-12-07."""
+    path = save_tree(_tree(), tmp_path / "tree.json")
+    text = path.read_text(encoding="utf-8").replace('"version":0', '"version":' + "9" * 5000, 1)
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        load_tree(path)
+    assert str(err.value).startswith(f"{path} is not a JSON C-MLFQ tree: ")
+    assert "digits" in str(err.value)
+
+
+def test_a_node_over_the_sample_cap_keeps_its_newest_samples(tmp_path: Path) -> None:
+    """A node holding more samples than the file's `max_samples_per_node` kept them all until
+    2026-12-07 (an insert evicts one, so it never shrank); now it loads with its newest `cap`."""
+    data = tree_to_dict(_tree())
+    data["version"] = 1
+    data["global"]["samples"] = [[5, 5, 0]] * 4990 + [[7, 7, 1]] * 64
+    path = tmp_path / "tree.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    tree = load_tree(path)
+    assert tree.max_samples == 64
+    assert tree.global_root.triples() == [(7, 7, 1)] * 64

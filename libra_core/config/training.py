@@ -43,8 +43,10 @@ class GRPOConfig(Frozen):
     minibatches: int = Field(
         4,
         ge=1,
-        description="Optimizer steps per iteration (fewer when fewer prompt groups carry signal and "
-        "`whole_groups` keeps each group in one minibatch).",
+        description="Optimizer steps per iteration, at most: the rows with signal (a nonzero advantage "
+        "and a policy token) are split into this many parts, fewer when there are fewer of them (of "
+        "their prompt groups with `whole_groups`); zero-advantage rows kept for the KL term ride "
+        "along in those steps and never add one.",
     )
     scale_by_std: bool = Field(True, description="Divide group-centred rewards by the group std.")
     negative_weight: float = Field(
@@ -56,8 +58,9 @@ class GRPOConfig(Frozen):
     )
     whole_groups: bool = Field(
         True,
-        description="Keep each prompt group inside one minibatch, so every optimizer step sees a "
-        "zero-sum set of advantages (false: rows are shuffled across minibatches).",
+        description="Keep each prompt group inside one minibatch, so the tokens its samples share get "
+        "one net push, the sum of their advantages (zero only with `negative_weight` 1), not a push "
+        "up in one step and down in the next (false: rows are shuffled across minibatches).",
     )
 
 

@@ -1,7 +1,7 @@
 """The trajectory record: the one Arrow schema exchanged by rollout -> reward -> update.
 
 Who writes it: the rollout stage (one row per sampled trajectory, `reward` null); the reward stage
-fills `reward` and `reward_status`. Who reads it: reward, update, the trajectory lake, schedulers
+fills `reward`. Who reads it: reward, update, the trajectory lake, schedulers
 and the simulator. Every boundary calls `validate_trajectories`, so a malformed batch fails where
 it enters, with the row and field named.
 

@@ -125,9 +125,9 @@ def split_minibatches(
 
     With `groups` (one label per row, e.g. the GRPO prompt group), each group's rows stay together in
     one part: groups are shuffled and dealt whole, each to the part with the fewest rows so far, into
-    min(k, number of groups) parts. GRPO advantages sum to zero within a group, so each optimizer
-    step then sees a zero-sum set and the tokens its members share (a common prefix) get no net
-    push; split apart, one step would push that prefix up and a later one push it down.
+    min(k, number of groups) parts. The tokens a group's members share (a common prefix) then get
+    one net push, the sum of their advantages (zero with `negative_weight` 1); split apart, one step
+    would push that prefix up and a later one push it down.
     """
     if k < 1:
         raise ValueError(f"minibatches must be >= 1, got {k}")
@@ -148,3 +148,27 @@ def split_minibatches(
         parts[target].append(rng.permutation(members[g]))
         sizes[target] += len(members[g])
     return [np.concatenate(part) for part in parts]
+
+
+def spread_groups(
+    parts: list[np.ndarray], rows: np.ndarray, labels: np.ndarray, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """Add `rows` (indices in no part; `labels[i]` is row i's group) to the existing `parts`: their
+    groups are shuffled with `rng` and dealt whole, round-robin, so no new part is made.
+
+    The update passes its zero-advantage rows here when the KL term needs their tokens: they ride
+    along in the steps the rows with signal set, since a part of them alone would be an optimizer
+    step with no policy gradient that Adam's momentum still moves the weights on. Each part keeps
+    its own rows first. Returns `parts` unchanged when `rows` is empty.
+    """
+    rows, labels = np.asarray(rows), np.asarray(labels)
+    if labels.shape != rows.shape:
+        raise ValueError(f"labels has shape {labels.shape}; expected {rows.shape}, one label per row")
+    if len(rows) == 0:
+        return list(parts)
+    assert parts, "spread_groups needs at least one part to add rows to"
+    unique, inverse = np.unique(labels, return_inverse=True)
+    extra: list[list[np.ndarray]] = [[] for _ in parts]
+    for j, g in enumerate(rng.permutation(len(unique))):
+        extra[j % len(parts)].append(rows[inverse == g])
+    return [np.concatenate([part, *more]) for part, more in zip(parts, extra, strict=True)]

@@ -1,7 +1,7 @@
 """One GRPO update: trajectory table in, new policy weights on disk, metrics out.
 
 Called by the update task once per RL iteration, after the reward stage has filled `reward`. It loads
-the policy from its HF folder and the AdamW state from the trainer's state folder, takes
+the policy from its HF folder and the AdamW state from the trainer's state folder, takes at most
 `cfg.grpo.minibatches` optimizer steps over shuffled minibatches of the table, and writes both back
 atomically, so vLLM can reload the folder and the next iteration (possibly in a fresh process)
 resumes the optimizer. Nothing is kept in memory between calls.
@@ -37,7 +37,7 @@ class UpdateResult:
     `num_optimizer_steps` is 0 and `new_version` equals the input `version`.
     """
 
-    loss: float  # total loss (policy + kl_coef * kl_ref)
+    loss: float  # pg_loss + kl_coef * kl_ref (each its own mean below)
     pg_loss: float  # PPO-clip part only
     # loss-mask-1 tokens that went through an optimizer step (rows with a nonzero advantage; all with KL)
     num_tokens_trained: int
@@ -59,19 +59,26 @@ class UpdateResult:
         return asdict(self)
 
 
+def _row_roles(table: pa.Table, advantages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: (has a policy token, carries signal). A row carries signal when it has a policy
+    token and a nonzero advantage as the loss sees it (float32, as `build_batch` stores it)."""
+    trained = np.asarray([any(mask) for mask in table.column("loss_mask").to_pylist()], dtype=bool)
+    return trained, trained & (np.asarray(advantages, dtype=np.float32) != 0)
+
+
 def _has_signal(table: pa.Table, advantages: np.ndarray) -> bool:
     """True when some trajectory with a nonzero advantage has at least one policy token."""
-    trained = [any(mask) for mask in table.column("loss_mask").to_pylist()]
-    return bool(np.any((advantages != 0) & np.asarray(trained, dtype=bool)))
+    return bool(_row_roles(table, advantages)[1].any())
 
 
 class _Accumulator:
     """Token-weighted means of the per-minibatch loss metrics: `pg_loss` by the tokens that carry an
-    advantage (its own divisor, `pg_tokens`), every other metric by all trained tokens. Weighted by
-    all tokens, a minibatch of zero-advantage groups (kept when the KL term is on) diluted the
-    reported `pg_loss` towards 0, though those tokens never enter the policy-gradient term."""
+    advantage (its own divisor, `pg_tokens`), every other metric by all trained tokens. The total
+    loss is not averaged per step but rebuilt from the two means (`total_loss`): averaged by all
+    tokens, it disagreed with `pg_loss + kl_coef * kl_ref` whenever the steps' shares of tokens
+    with an advantage differed."""
 
-    KEYS = ("loss", "pg_loss", "clip_fraction", "ratio_mean", "approx_kl", "kl_ref", "behavior_weight_mean")
+    KEYS = ("pg_loss", "clip_fraction", "ratio_mean", "approx_kl", "kl_ref", "behavior_weight_mean")
 
     def __init__(self) -> None:
         self.sums = dict.fromkeys(self.KEYS, 0.0)
@@ -79,20 +86,23 @@ class _Accumulator:
         self.pg_tokens = 0
         self.grad_norms: list[float] = []
 
-    def add(self, loss: float, metrics: dict[str, float], grad_norm: float) -> None:
+    def add(self, metrics: dict[str, float], grad_norm: float) -> None:
         tokens = int(metrics["num_tokens"])
         pg_tokens = int(metrics["pg_tokens"])
         self.num_tokens += tokens
         self.pg_tokens += pg_tokens
         for key in self.KEYS:
             default = 1.0 if key == "behavior_weight_mean" else 0.0
-            value = loss if key == "loss" else metrics.get(key, default)
-            self.sums[key] += value * (pg_tokens if key == "pg_loss" else tokens)
+            self.sums[key] += metrics.get(key, default) * (pg_tokens if key == "pg_loss" else tokens)
         self.grad_norms.append(grad_norm)
 
     def mean(self, key: str) -> float:
         divisor = self.pg_tokens if key == "pg_loss" else self.num_tokens
         return self.sums[key] / divisor if divisor else 0.0
+
+    def total_loss(self, kl_coef: float) -> float:
+        """pg_loss + kl_coef * kl_ref, each its own mean (kl_ref is 0 when no KL term ran)."""
+        return self.mean("pg_loss") + kl_coef * self.mean("kl_ref")
 
 
 def run_grpo_update(
@@ -169,7 +179,7 @@ def run_grpo_update(
 
     stepped = bool(acc.grad_norms)
     return UpdateResult(
-        loss=acc.mean("loss"),
+        loss=acc.total_loss(grpo.kl_coef),
         pg_loss=acc.mean("pg_loss"),
         num_tokens_trained=acc.num_tokens,
         num_trajectories=table.num_rows,
@@ -208,7 +218,7 @@ def _train(
     import torch
 
     from libra_core.model.policy import resolve_training_device
-    from libra_core.training.batch import build_batch, split_minibatches
+    from libra_core.training.batch import build_batch
     from libra_core.training.checkpoint import (
         load_optimizer_state,
         load_policy,
@@ -226,12 +236,13 @@ def _train(
     reference = None
     if grpo.kl_coef > 0 and reference_dir is not None:
         reference = load_policy(reference_dir, device).requires_grad_(False)
-    # Rows with a zero advantage (groups whose rewards are all equal) add nothing to the policy
-    # gradient, so they are left out of the minibatches unless the KL term needs their tokens.
-    if grpo.kl_coef == 0:
-        signal = np.flatnonzero(advantages != 0)
-        table, advantages = table.take(signal), advantages[signal]
-        recompute = None if recompute is None else recompute[signal]
+    # A row without a policy token adds nothing to either term, and one with a zero advantage (its
+    # group's rewards are all equal) nothing to the policy gradient, so it is left out of the
+    # minibatches unless the KL term needs its tokens.
+    trained, signal = _row_roles(table, advantages)
+    keep = np.flatnonzero(trained if grpo.kl_coef > 0 else signal)
+    table, advantages, signal = table.take(keep), advantages[keep], signal[keep]
+    recompute = None if recompute is None else recompute[keep]
     pad_id = getattr(model.config, "pad_token_id", None)
     batch = build_batch(table, advantages, pad_id=int(pad_id) if pad_id is not None else 0)
     needs_recompute = recompute is not None and bool(recompute.any())
@@ -249,12 +260,16 @@ def _train(
     resumed = load_optimizer_state(optimizer, state_dir, device)
     logger.debug("optimizer state %s", "resumed" if resumed else "fresh")
     torch.manual_seed(seed)
-    groups = np.asarray(table.column("group_id").to_pylist(), dtype=str) if grpo.whole_groups else None
-    minibatches = split_minibatches(table.num_rows, grpo.minibatches, np.random.default_rng(seed), groups)
+    labels = np.asarray(table.column("group_id").to_pylist(), dtype=str)
+    minibatches = _deal_minibatches(signal, labels, grpo.minibatches, grpo.whole_groups, seed)
     for step, indices in enumerate(minibatches, start=first_step):
         for group in optimizer.param_groups:  # also overrides the lr a resumed state carries
             group["lr"] = warmup_lr(step, opt.lr, opt.lr_warmup_steps)
         mb = batch.select(indices).to(device)
+        assert bool(((mb.loss_mask != 0) & (mb.advantages != 0).unsqueeze(1)).any()), (
+            f"minibatch {step - first_step} has no policy token with an advantage; every part must "
+            "hold a row with signal (_deal_minibatches), or Adam steps on a zero policy gradient"
+        )
         ref_logprobs = None
         if reference is not None:
             with torch.no_grad():
@@ -280,9 +295,26 @@ def _train(
                 "nothing was written (check behaviour log-probs and the learning rate)"
             )
         optimizer.step()
-        acc.add(float(loss.detach()), metrics, grad_norm)
+        acc.add(metrics, grad_norm)
     save_policy_weights(model, policy_dir)
     save_optimizer_state(optimizer, state_dir)
+
+
+def _deal_minibatches(
+    signal: np.ndarray, labels: np.ndarray, k: int, whole_groups: bool, seed: int
+) -> list[np.ndarray]:
+    """Row indices of each optimizer step: the rows with signal split into at most `k` parts (whole
+    groups with `whole_groups`), then the other rows (zero-advantage ones the KL term keeps) spread
+    over those parts by group. The steps are thus the same whatever `kl_coef` is: until 2026-12-07
+    every row was dealt alike, so a part could hold only zero-advantage groups and become a step
+    with no policy gradient (with kl_coef=1e-12, 4 steps where kl_coef=0 took 1)."""
+    from libra_core.training.batch import split_minibatches, spread_groups
+
+    rng = np.random.default_rng(seed)
+    rows = np.flatnonzero(signal)
+    parts = split_minibatches(len(rows), k, rng, labels[rows] if whole_groups else None)
+    rest = np.flatnonzero(~signal)
+    return spread_groups([rows[part] for part in parts], rest, labels[rest], rng)
 
 
 def warmup_lr(step: int, lr: float, warmup_steps: int) -> float:

@@ -266,14 +266,14 @@ def test_rows_without_signal_are_left_out_of_the_steps(policy_dir: Path, tmp_pat
 
 
 def test_reported_pg_loss_is_weighted_by_the_tokens_with_an_advantage() -> None:
-    """With the KL term on, zero-advantage groups stay in the batch and may fill a minibatch of
-    their own (pg_loss 0 over many tokens): weighted by all tokens, they pulled the reported
-    pg_loss towards 0 though they never enter the policy-gradient term."""
+    """With the KL term on, zero-advantage groups ride along in the steps (many tokens, none in the
+    policy-gradient term): weighted by all tokens, they pulled the reported pg_loss towards 0."""
     from libra_core.training.update import _Accumulator
 
     acc = _Accumulator()
-    acc.add(-1.0, {"pg_loss": -1.0, "num_tokens": 10.0, "pg_tokens": 10.0, "approx_kl": 0.2}, 1.0)
-    acc.add(0.01, {"pg_loss": 0.0, "num_tokens": 90.0, "pg_tokens": 0.0, "approx_kl": 0.0}, 1.0)
-    assert acc.mean("pg_loss") == pytest.approx(-1.0)  # was -0.1
+    acc.add({"pg_loss": -1.0, "num_tokens": 10.0, "pg_tokens": 10.0, "approx_kl": 0.2, "kl_ref": 0.1}, 1.0)
+    acc.add({"pg_loss": 0.5, "num_tokens": 90.0, "pg_tokens": 10.0, "approx_kl": 0.0, "kl_ref": 0.2}, 1.0)
+    assert acc.mean("pg_loss") == pytest.approx(-0.25)  # (-1.0 x 10 + 0.5 x 10) / 20; was -0.05
     assert acc.mean("approx_kl") == pytest.approx(0.02)  # every trained token: 0.2 x 10 / 100
-    assert acc.mean("loss") == pytest.approx((-1.0 * 10 + 0.01 * 90) / 100)
+    assert acc.mean("kl_ref") == pytest.approx(0.19)  # (0.1 x 10 + 0.2 x 90) / 100
+    assert acc.total_loss(0.5) == pytest.approx(-0.25 + 0.5 * 0.19)

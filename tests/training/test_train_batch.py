@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from libra_core.data.schema import table_from_rows
-from libra_core.training.batch import build_batch, split_minibatches
+from libra_core.training.batch import build_batch, split_minibatches, spread_groups
 
 
 def _table(row):
@@ -82,3 +82,25 @@ def test_split_minibatches_keeps_groups_whole():
     assert len(split_minibatches(4, 8, np.random.default_rng(0), np.array(["x", "y", "x", "y"]))) == 2
     with pytest.raises(ValueError, match="one label per row"):
         split_minibatches(3, 2, np.random.default_rng(0), np.array(["x", "y"]))
+
+
+def test_spread_groups_adds_whole_groups_to_the_existing_parts():
+    parts = [np.array([0, 1]), np.array([2])]
+    rows = np.array([3, 4, 5, 6, 7, 8, 9])
+    labels = np.array(["x", "y", "x", "z", "y", "w", "x"])
+    out = spread_groups(parts, rows, labels, np.random.default_rng(0))
+    assert len(out) == 2  # no part of its own for the added rows
+    assert sorted(np.concatenate(out).tolist()) == list(range(10))
+    assert out[0][:2].tolist() == [0, 1] and out[1][:1].tolist() == [2]  # each part's own rows first
+    by_row = dict(zip(rows.tolist(), labels.tolist(), strict=True))
+    owners = {
+        g: {i for i, part in enumerate(out) for r in part.tolist() if by_row.get(r) == g} for g in "wxyz"
+    }
+    assert all(len(o) == 1 for o in owners.values()), owners  # groups stay whole
+    assert sorted(len({g for g, o in owners.items() if i in o}) for i in range(2)) == [2, 2]  # round-robin
+    assert (
+        spread_groups(parts, np.array([], dtype=np.int64), np.array([], dtype=str), np.random.default_rng(0))
+        == parts
+    )
+    with pytest.raises(ValueError, match="one label per row"):
+        spread_groups(parts, rows, labels[:3], np.random.default_rng(0))

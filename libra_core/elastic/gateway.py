@@ -217,10 +217,15 @@ class Gateway(SideChannelServer):
             missing = tuple(sorted(m.active - set(current.received)))
             for worker_id in sorted(owed()):
                 self.coordinator.fail(worker_id, f"missed the payload deadline of step {step}")
+            import torch
+
+            # Half precision is summed in fp32 (a sum of accepted fp16 payloads overflowed where
+            # their average did not, until 2026-12-07); `DDPBackend.reduce` takes either dtype.
+            wide = torch.float32 if self.dtype in (torch.float16, torch.bfloat16) else self.dtype
             total = None
             for worker_id in included:
                 grad = current.received[worker_id]
-                total = grad.clone() if total is None else total.add_(grad)
+                total = grad.to(wide, copy=True) if total is None else total.add_(grad)
             rejected = tuple(current.rejected)
         if missing:
             log.warning(

@@ -159,3 +159,22 @@ def test_ddp_reduce_counts_replicas_exactly_in_any_dtype(dtype: str) -> None:
     assert float(avg[0]) == pytest.approx(64 / 2301, rel=1e-2)
     same, one = backend.reduce(flat + 3.0)
     assert one == 1 and float(same[0]) == 3.0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+def test_ddp_reduce_sums_half_precision_without_overflow(dtype: str) -> None:
+    # Two hybrids' fp16 payloads of 4e4 each (every check passed) summed to inf in fp16 before the
+    # division, so every core rank stopped though the average, 2.7e4, is an fp16 value.
+    import torch
+
+    from libra_core.training.backends.base import DistSpec
+    from libra_core.training.backends.ddp import DDPBackend
+
+    model = torch.nn.Linear(4, 1).to(getattr(torch, dtype))
+    backend = DDPBackend(DistSpec(0, 1))
+    backend.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    flat = torch.full((5,), 4e4, dtype=model.weight.dtype)
+    hybrids = torch.full((5,), 8e4, dtype=torch.float32)  # the gateway's fp32 sum of two payloads
+    avg, divisor = backend.reduce(flat, extra_sum=hybrids, extra_count=2)
+    assert divisor == 3 and avg.dtype == flat.dtype
+    assert float(avg[0]) == pytest.approx(4e4, rel=1e-2)

@@ -56,19 +56,25 @@ class DDPBackend(TrainingBackend):
         import torch
         import torch.distributed as dist
 
-        local = flat if extra_sum is None else flat + extra_sum
-        count = torch.tensor([1.0 + extra_count], dtype=flat.dtype, device=flat.device)
         if flat.dtype in (torch.float16, torch.bfloat16):
             # The count rides with the gradient in fp32/fp64 (one collective), but bfloat16 holds
             # whole numbers only up to 256 (fp16: 2048): 257 replicas were divided by 256 until
             # 2026-12-06. In half precision it is reduced on its own, exactly.
             count = torch.tensor([1 + extra_count], dtype=torch.int64, device=flat.device)
-            local = local.clone() if local is flat else local  # reduced in place: not the caller's
+            # fp16 is summed in fp32 on every rank (one dtype per collective): a sum overflows 65504
+            # where the average does not, and two hybrids' accepted payloads of 4e4 made every core
+            # rank stop (until 2026-12-07). bfloat16 has fp32's range; its sum stays in bfloat16.
+            wide = torch.float32 if flat.dtype == torch.float16 else flat.dtype
+            local = flat.to(wide, copy=True)  # reduced in place: not the caller's
+            if extra_sum is not None:
+                local += extra_sum.to(wide)
             if self.dist.world_size > 1:
                 dist.all_reduce(local, op=dist.ReduceOp.SUM)
                 dist.all_reduce(count, op=dist.ReduceOp.SUM)
             divisor = int(count.item())
-            return local / divisor, divisor
+            return (local / divisor).to(flat.dtype), divisor
+        local = flat if extra_sum is None else flat + extra_sum.to(flat.dtype)
+        count = torch.tensor([1.0 + extra_count], dtype=flat.dtype, device=flat.device)
         buf = torch.cat([local, count])
         if self.dist.world_size > 1:
             dist.all_reduce(buf, op=dist.ReduceOp.SUM)

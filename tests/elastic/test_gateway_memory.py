@@ -1,8 +1,9 @@
 """What the gateway keeps between steps: updates only while a hybrid may pull them, and the join
-snapshot only while a join may use it (both in host memory)."""
+snapshot only while a join may use it (both in host memory), and the hybrid sum in a wide dtype."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from libra_core.elastic.gateway import Gateway
@@ -50,3 +51,41 @@ def test_a_join_keeps_the_log_until_its_hybrid_has_left() -> None:
         for _ in range(3):
             harness.core_step()
         assert list(harness.gateway._log) == [4] and harness.gateway.joins.snapshot is None
+
+
+def test_half_precision_payloads_are_summed_without_overflow() -> None:
+    # Two accepted fp16 payloads of 39,296 summed to inf in fp16 (until 2026-12-07): every core rank
+    # then stopped on a non-finite norm, though the average over three replicas is 26,197.
+    from libra_core.elastic.client import GatewayClient
+
+    numel = 64
+    gateway = Gateway(KEY, Coordinator(1), numel=numel, dtype=torch.float16, deadline_s=5.0)
+    clients = {}
+    try:
+        for worker in ("h0", "h1"):
+            gateway.request_join(worker)
+        gateway.set_snapshot({"x": torch.zeros(1)}, step=0, version=0)
+        for worker in ("h0", "h1"):
+            client = clients[worker] = GatewayClient(gateway.address, KEY, worker)
+            client.snapshot(wait_s=5)
+            client.loaded(aligned_through=-1)
+        gateway.collect(0, 0)
+        gateway.publish(0, torch.zeros(numel, dtype=torch.float16), 1)
+        for client in clients.values():
+            reply, _ = client.pull(0)
+            assert reply["active_next"], reply
+        grad = torch.zeros(numel, dtype=torch.float16)
+        grad[7] = 39296.0
+        for client in clients.values():
+            assert client.push(grad, step=1, version=1, epoch=reply["next_epoch"])["ok"]
+        total, collection = gateway.collect(1, 1)
+        assert collection.included == ("h0", "h1") and total is not None
+        assert float(total[7]) == 2 * 39296.0
+        update, divisor = DDPBackend().reduce(
+            torch.zeros(numel, dtype=torch.float16), extra_sum=total, extra_count=2
+        )
+        assert divisor == 3 and float(update[7]) == pytest.approx(2 * 39296.0 / 3, rel=1e-3)
+    finally:
+        for client in clients.values():
+            client.close()
+        gateway.close()

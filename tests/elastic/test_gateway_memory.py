@@ -1,5 +1,5 @@
 """What the gateway keeps between steps: updates only while a hybrid may pull them, and the join
-snapshot only while a join may use it (both in host memory), and the hybrid sum in a wide dtype."""
+snapshot only while a join may use it (both in host memory), the hybrid sum in a wide dtype; payloads decoded outside its lock."""
 
 from __future__ import annotations
 
@@ -89,3 +89,37 @@ def test_half_precision_payloads_are_summed_without_overflow() -> None:
         for client in clients.values():
             client.close()
         gateway.close()
+
+
+def test_a_payload_is_decoded_outside_the_gateway_lock() -> None:
+    # Until 2026-12-07 a push was decoded and checked under the lock: `collect`, `publish` and every
+    # other hybrid's requests waited for it (0.3 s for 191 MiB; hybrids decoded one after another).
+    import threading
+    import time
+
+    with Harness(deadline_s=5.0) as harness:
+        harness.core_step()
+        harness.pull_and_apply(0)
+        gateway = harness.gateway
+        decode, started = gateway._decode_payload, threading.Event()
+
+        def slow_decode(body: bytes) -> tuple[torch.Tensor | None, str]:
+            started.set()
+            time.sleep(1.0)
+            return decode(body)
+
+        gateway._decode_payload = slow_decode  # type: ignore[method-assign]
+        replies: list[dict] = []
+        push = threading.Thread(
+            target=lambda: replies.append(
+                harness.client.push(harness.hybrid_grad(1), step=1, version=1, epoch=1)
+            )
+        )
+        push.start()
+        assert started.wait(5)
+        t0 = time.perf_counter()
+        assert gateway.states() == {"h0": "active"}
+        assert time.perf_counter() - t0 < 0.5
+        push.join(10)
+        assert replies and replies[0]["ok"], replies
+        assert harness.core_step()["divisor"] == 2  # the payload counted

@@ -1,5 +1,6 @@
 """What the gateway keeps between steps: updates only while a hybrid may pull them, and the join
-snapshot only while a join may use it (both in host memory), the hybrid sum in a wide dtype; payloads decoded outside its lock."""
+snapshot only while a join may use it (both in host memory); the hybrid sum in a wide dtype; payloads
+decoded outside its lock."""
 
 from __future__ import annotations
 

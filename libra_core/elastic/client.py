@@ -18,7 +18,14 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from libra_core.elastic.session import ClientSession
-from libra_core.elastic.wire import bytes_to_tensors, encode_frame, read_frame, send_frame, tensors_to_bytes
+from libra_core.elastic.wire import (
+    REPLY_MAX_HEADER_BYTES,
+    bytes_to_tensors,
+    encode_frame,
+    read_frame,
+    send_frame,
+    tensors_to_bytes,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -61,7 +68,9 @@ class GatewayClient:
         """Send one request and return the reply that answers it (ReplyMismatchError otherwise)."""
         header = self._session.request(kind, fields)
         send_frame(self._sock, encode_frame(self.key, header, body))
-        reply, reply_body = read_frame(self._sock, self.key, self.max_frame_bytes)
+        reply, reply_body = read_frame(
+            self._sock, self.key, self.max_frame_bytes, max_header_bytes=REPLY_MAX_HEADER_BYTES
+        )
         self._session.check_reply(header, reply)
         return reply, reply_body
 

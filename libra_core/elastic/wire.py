@@ -37,6 +37,11 @@ MAGIC = b"LBR1"
 _PREFIX = struct.Struct(">4sIQ")
 MAC_BYTES = 32
 MAX_HEADER_BYTES = 64 * 1024
+# What a hybrid accepts in a reply's header: a pull reply carries the optimizer's hyperparameters
+# (about 240 B of JSON per param group), so a core with layer-wise learning rates (hundreds of groups)
+# sent headers over 64 KiB, and its hybrid died on its first pull after loading the whole snapshot
+# (until 2026-12-07). The body's bound (the frame limit, 1 GiB by default) dominates the memory.
+REPLY_MAX_HEADER_BYTES = 8 << 20
 _CHUNK_BYTES = 1 << 20
 
 

@@ -1,6 +1,6 @@
 """What the gateway keeps between steps: updates only while a hybrid may pull them, and the join
 snapshot only while a join may use it (both in host memory); the hybrid sum in a wide dtype; payloads
-decoded outside its lock."""
+decoded outside its lock; pull replies as large as an optimizer's hyperparameters make them."""
 
 from __future__ import annotations
 
@@ -124,3 +124,32 @@ def test_a_payload_is_decoded_outside_the_gateway_lock() -> None:
         push.join(10)
         assert replies and replies[0]["ok"], replies
         assert harness.core_step()["divisor"] == 2  # the payload counted
+
+
+def test_a_pull_carries_the_hyperparameters_of_hundreds_of_param_groups() -> None:
+    # One param group per tensor (layer-wise learning rates): the pull reply's header carries their
+    # hyperparameters, 94 KB for 400 groups, over the 64 KiB a hybrid accepted (until 2026-12-07 it
+    # died on its first pull, after downloading and loading the whole snapshot).
+    from libra_core.elastic.client import GatewayClient
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(200)])
+    groups = [{"params": [p], "lr": 1e-3 * 0.99**i} for i, p in enumerate(model.parameters())]
+    backend = DDPBackend()
+    backend.setup(model, torch.optim.AdamW(groups))
+    numel = sum(p.numel() for p in model.parameters())
+    gateway = Gateway(KEY, Coordinator(1), numel=numel, dtype=torch.float32, deadline_s=5.0)
+    client = GatewayClient(gateway.address, KEY, "h0")
+    try:
+        gateway.request_join("h0")
+        core = CoreReplica(backend, gateway=gateway)
+        header, _ = client.snapshot(wait_s=5)
+        client.loaded(aligned_through=header["step"] - 1)
+        core.step(lambda m, s: m(torch.ones(1, 2)).pow(2).mean())
+        reply, update = client.pull(header["step"])
+        assert reply["ok"] and update is not None and update.numel() == numel
+        assert len(reply["param_groups"]) == 400
+        assert reply["param_groups"][399]["lr"] == pytest.approx(1e-3 * 0.99**399)
+    finally:
+        client.close()
+        gateway.close()

@@ -203,8 +203,9 @@ class Gateway(SideChannelServer):
             deadline = t0 + self.deadline_s
 
             def owed() -> set[str]:
-                # A frozen member that failed meanwhile (its connection ended), or was failed and
-                # asked to join again, owes this step nothing: it is not waited for, and its new
+                # A frozen member that failed meanwhile (a LEAVING one whose connection ended; an
+                # ACTIVE one's end fails nothing, so it is waited for to the deadline), or was failed
+                # and asked to join again, owes this step nothing: it is not waited for, and its new
                 # join is not failed here (until 2026-12-06 both: a healthy rejoin was rolled back
                 # as "missed the payload deadline" after the core waited the whole deadline).
                 pending = m.active - set(current.received)

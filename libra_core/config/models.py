@@ -239,6 +239,7 @@ MANAGED_VLLM_FLAGS = {
     "--logprobs-mode": "Libra (processed_logprobs, which the trainer scores)",
     "--enable-prefix-caching": "Libra",
     "--no-enable-prefix-caching": "Libra (prefix caching is on)",
+    "--api-key": "nothing: Libra's engines are local and its client sends no key",
 }
 
 

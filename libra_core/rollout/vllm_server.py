@@ -79,6 +79,10 @@ def server_environment(cfg: VllmEngineConfig, cpu_slot: int = 0) -> dict[str, st
     """Environment for the server process: offline, no telemetry, dev endpoints on; with
     `cfg.cpu_threads`, OpenMP threads bound to the cores of CPU slot `cpu_slot` (`omp_binding`)."""
     env = dict(os.environ)
+    # A key makes vLLM answer 401 under /v1 (health stays open): a VLLM_API_KEY exported for some
+    # other server made every engine start wait out its timeout, then blame a taken port (until
+    # 2026-12-07). Libra's engines are local and its client sends no key.
+    env.pop("VLLM_API_KEY", None)
     env.update(
         {
             "VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gib),
@@ -210,7 +214,11 @@ class VllmServer:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     raise EngineStartError(self._exited_message())
-                identified = self._identifies(http)
+                try:
+                    identified = self._identifies(http)
+                except EngineStartError:
+                    self.stop()
+                    raise
                 foreign = foreign or identified is False
                 if identified and self.process.poll() is None:
                     return
@@ -237,6 +245,12 @@ class VllmServer:
             models = http.get(f"{self.url}/v1/models")
         except httpx.HTTPError:
             return None
+        if models.status_code in (401, 403):
+            raise EngineStartError(
+                f"the server on port {self.port} asks for an API key ({models.status_code} on "
+                "/v1/models); Libra's client sends none: remove --api-key from "
+                "rollout.engine.extra_args, or stop the server that holds the port"
+            )
         try:
             names = {m["id"] for m in models.json()["data"]} if models.status_code == 200 else set()
         except (ValueError, KeyError, TypeError):  # not an OpenAI server's answer

@@ -12,7 +12,9 @@ Environment knobs: FAKE_DELAY_S (sleep before binding, as vLLM imports for secon
 (start an "engine core" child in the process group, which stays when the server exits),
 FAKE_EXIT_AFTER_S (the server exits with code 9 after that many seconds, leaving the child),
 FAKE_SIGTERM_LOG=PATH (each SIGTERM appends a line to PATH; the server exits 0.5 s after the first,
-as vLLM shuts down gracefully, so a repeated signal in that time is recorded).
+as vLLM shuts down gracefully, so a repeated signal in that time is recorded). A key, from
+`--api-key`, VLLM_API_KEY or FAKE_API_KEY, makes every path under /v1 answer 401 without it (as
+vLLM's middleware does; /health stays open).
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ def main() -> None:
     parser.add_argument("--served-model-name", nargs="+", default=["model"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--api-key", default=None)
     args, _ = parser.parse_known_args()
+    api_key = args.api_key or os.environ.get("VLLM_API_KEY") or os.environ.get("FAKE_API_KEY")
     time.sleep(float(os.environ.get("FAKE_DELAY_S", "0")))
     state = {"served": _version(args.model), "reloads": 0}
     if os.environ.get("FAKE_CHILD"):
@@ -54,6 +58,13 @@ def main() -> None:
             self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if (
+                api_key
+                and self.path.startswith("/v1")
+                and self.headers.get("Authorization") != f"Bearer {api_key}"
+            ):
+                self._reply(b'{"error": "Unauthorized"}', 401)
+                return
             models = {
                 "object": "list",
                 "data": [{"id": n, "object": "model"} for n in args.served_model_name],

@@ -116,3 +116,40 @@ def test_the_async_core_split_counts_the_cores_this_process_may_use(monkeypatch:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {8, 9, 10, 11})
     assert cpu_threads(load_config(None, ["pipeline.mode=async"])) == (2, 2)
     assert cpu_threads(load_config(None, [])) == (0, 0)  # sync: the libraries decide
+
+
+def test_an_api_key_in_the_environment_does_not_reach_the_engines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a key vLLM answers 401 under /v1: a VLLM_API_KEY exported for another server made every
+    engine start wait out its timeout, then blame a taken port (until 2026-12-07)."""
+    monkeypatch.setenv("VLLM_API_KEY", "s3cret")
+    server = FakeVllmServer("pool-0", tmp_path, VllmEngineConfig(startup_timeout_s=8), tmp_path / "p.log", 64)
+    server.start()
+    try:
+        server.wait_healthy(time.monotonic() + 8)
+    finally:
+        server.stop(timeout_s=2)
+
+
+def test_a_server_that_asks_for_a_key_fails_the_start_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_API_KEY", "s3cret")
+    server = FakeVllmServer(
+        "pool-0", tmp_path, VllmEngineConfig(startup_timeout_s=30), tmp_path / "p.log", 64
+    )
+    server.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(EngineStartError, match="asks for an API key"):
+            server.wait_healthy(time.monotonic() + 30)
+        assert time.monotonic() - t0 < 15  # not the whole startup timeout
+        assert server.process is None or server.process.poll() is not None  # stopped
+    finally:
+        server.stop(timeout_s=2)
+
+
+def test_extra_args_may_not_set_an_api_key() -> None:
+    with pytest.raises(Exception, match="--api-key"):
+        load_config(None, ["rollout.engine.extra_args=[--api-key, s3cret]"])

@@ -154,7 +154,11 @@ def parse_completions(payload: dict[str, Any], prompts: list[list[int]]) -> list
         raise EngineRequestError(f"completion choice indices are not 0..{expected - 1}")
     for choice, prompt in zip(ordered, prompts, strict=True):
         echoed = choice.get("prompt_token_ids")
-        if echoed is not None and list(echoed) != prompt:
+        if echoed is not None and not isinstance(echoed, list):
+            raise EngineRequestError(
+                f"choice {choice['index']} echoes prompt_token_ids that are not a list: {str(echoed)[:100]}"
+            )
+        if echoed is not None and echoed != prompt:
             raise EngineRequestError(
                 f"choice {choice['index']} answers a different prompt ({len(echoed)} tokens echoed, "
                 f"{len(prompt)} sent)"
@@ -298,8 +302,21 @@ class EngineClient:
         async with http.post(f"{self.url}/v1/completions", json=body, timeout=_NO_TOTAL) as resp:
             if resp.status != 200:
                 text = await resp.text()
-                raise EngineRequestError(f"{self.url} completion failed ({resp.status}): {text[:300]}")
-            return await resp.json()
+                raise EngineRequestError(
+                    f"{self.url} completion failed ({resp.status}): {text[:300]}", url=self.url
+                )
+            try:
+                return await resp.json()
+            except (aiohttp.ContentTypeError, ValueError) as err:
+                # An engine (or a proxy before it) that answered 200 with something else: a bare
+                # JSONDecodeError named no engine, and a wrong content type read as "did the engine
+                # exit?" (until 2026-12-07).
+                text = await resp.text(errors="replace")
+                raise EngineRequestError(
+                    f"{self.url} answered a completion with 200 but a body that is not JSON "
+                    f"({type(err).__name__}): {text[:300]!r}",
+                    url=self.url,
+                ) from err
 
     # -- weight sync (dev-mode endpoints), synchronous: the sync stage calls them in order ------
     def _post(self, path: str, json: dict[str, Any] | None = None) -> Any:

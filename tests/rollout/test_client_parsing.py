@@ -156,3 +156,51 @@ def test_a_signal_raised_in_a_coalesced_batch_reaches_its_trajectories(
 
     with pytest.raises(Signal):  # not a 5 s TimeoutError: every waiting turn got the signal
         asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "said"),
+    [
+        ("application/json", b'{"choices": [', "JSONDecodeError"),
+        ("text/html", b"<html>proxy error</html>", "ContentTypeError"),
+    ],
+)
+def test_a_200_that_is_not_json_names_the_engine(content_type: str, body: bytes, said: str) -> None:
+    # A bare JSONDecodeError named no engine, and an HTML page from a proxy read as "did the engine
+    # exit? see its log" (until 2026-12-07).
+    import asyncio
+    import http.server
+
+    import aiohttp
+
+    from tests.support import serving
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    async def complete(url: str) -> None:
+        engine = EngineClient(url, timeout_s=5, coalesce_window_s=0.0)
+        async with aiohttp.ClientSession() as session:
+            await engine.complete(
+                session, [1, 2], max_tokens=2, temperature=1.0, top_p=1.0, stop_token_ids=[]
+            )
+
+    with serving(Handler) as url, pytest.raises(EngineRequestError) as err:
+        asyncio.run(complete(url))
+    assert err.value.url == url and "200 but a body that is not JSON" in str(err.value)
+    assert said in str(err.value) and "did the engine exit" not in str(err.value)
+
+
+def test_an_echo_that_is_not_a_list_is_an_error() -> None:
+    choice = _choice(0, [1, 2], [7]) | {"prompt_token_ids": 12}
+    with pytest.raises(EngineRequestError, match="not a list"):
+        parse_completions({"choices": [choice]}, [[1, 2]])  # was a bare TypeError

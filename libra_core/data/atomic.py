@@ -5,8 +5,9 @@ history and state, timelines and trace.json, plots, traces, reports, the C-MLFQ 
 `atomic_path`, so a reader never sees half a file, a crash (or a power loss: the data is synced
 before the rename, the folder after it) leaves the old file whole or the new one, and a failed
 write leaves no temp file behind.
-Folders (checkpoints, the policy) are copied beside their target and renamed the same way
-(`pipeline/run_dir.copy_tree_atomic`).
+Folders are copied beside their target and renamed the same way: a restored policy by
+`pipeline/run_dir.copy_tree_atomic`, a checkpoint from its `.iter_N.staging` copy
+(`pipeline/run_dir.save_checkpoint`); a failed copy deletes its partial copy.
 """
 
 from __future__ import annotations

@@ -79,6 +79,10 @@ def _read_decisions(path: Path) -> tuple[list[dict[str, Any]], bool]:
             return records, True
         if not isinstance(record, dict):
             raise ValueError(f"{path}: line {n} is not a JSON decision record (not an object)")
+        number = record.get("iteration")
+        if not isinstance(number, int) or isinstance(number, bool):
+            # a bare KeyError or a str/int comparison, naming no file (until 2026-12-07)
+            raise ValueError(f"{path}: line {n} has no integer 'iteration' (got {number!r})")
         records.append(record)
     return records, False
 

@@ -1,7 +1,7 @@
 """Bookkeeping after each iteration: the history row, the run state, the timeline and, on a
 checkpoint iteration, the checkpoint (and its span on the timeline).
 
-Called once per finished iteration by the experiment flow's record task (tasks/record.py), in the
+Called once per finished iteration by the iteration flow's record task (tasks/record.py), in the
 flow's process, after the iteration's stages; a resume relies on the order (the row and the state
 are written before the checkpoint that a resume continues from).
 """

@@ -116,6 +116,11 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
         )
     state = read_state(layout.root)
     try:  # apply_resume rewrites it, after it has replaced the policy: a damaged one fails here
+        # ... and so does the planner's decision log, which the first plan stage rewrites: a
+        # damaged one failed there, after apply_resume had changed the folder (until 2026-12-07)
+        from libra_core.pipeline.plan_stage import read_decisions
+
+        read_decisions(layout.root)
         read_history(layout.root)
         # ... as it does when the file has columns this version does not know (a newer Libra's):
         # the rewrite refused it half-way, the policy already restored

@@ -193,8 +193,12 @@ def copy_tree_atomic(src: Path, dst: Path) -> None:
     leaves the old folder whole at `.NAME.old`), then the old one is deleted."""
     tmp, old = dst.with_name(f".{dst.name}.tmp"), dst.with_name(f".{dst.name}.old")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
-    sync_tree(tmp)  # on disk before its name is: a power loss leaves the old folder or the new
+    try:
+        _copy_tree(src, tmp)
+        sync_tree(tmp)  # on disk before its name is: a power loss leaves the old folder or the new
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk left a partial copy (until 2026-12-07)
+        raise
     shutil.rmtree(old, ignore_errors=True)
     if dst.exists():
         os.replace(dst, old)
@@ -209,10 +213,50 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: 
     ckpt = layout.checkpoint(iteration)
     staging = ckpt.with_name(f".{ckpt.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _stage_checkpoint(layout, iteration, state, staging)
+    except BaseException:
+        # A failed copy (a full disk) left the partial copy holding the space until a resume, and
+        # raised shutil.Error's list of tuples (until 2026-12-07).
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if ckpt.exists():
+        _delete_dir(ckpt)
+    os.replace(staging, ckpt)
+    sync_folder(layout.checkpoints)
+    for old in checkpoint_dirs(run_dir)[:-keep]:
+        _delete_dir(old)
+    return ckpt
+
+
+def _delete_dir(path: Path) -> None:
+    """Delete a checkpoint folder: renamed aside first, so a kill mid-delete leaves `.NAME.old`
+    (which a resume clears) rather than a half-deleted checkpoint under its real name, which a
+    resume refuses as incomplete (until 2026-12-07)."""
+    aside = path.with_name(f".{path.name}.old")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(path, aside)
+    shutil.rmtree(aside)
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """`shutil.copytree`, its failure one readable OSError (shutil.Error's message is the repr of
+    a list of (source, destination, reason) tuples)."""
+    try:
+        shutil.copytree(src, dst)
+    except shutil.Error as err:
+        failures = err.args[0] if err.args and isinstance(err.args[0], list) else []
+        first = failures[0] if failures and len(failures[0]) == 3 else None
+        why = f"{first[0]} -> {first[1]}: {first[2]}" if first else str(err)
+        more = f" (and {len(failures) - 1} more files)" if len(failures) > 1 else ""
+        raise OSError(f"copying {src} to {dst} failed: {why}{more}") from err
+
+
+def _stage_checkpoint(layout: RunLayout, iteration: int, state: RunState, staging: Path) -> None:
     staging.mkdir(parents=True)
-    shutil.copytree(layout.policy, staging / "policy")
+    _copy_tree(layout.policy, staging / "policy")
     if layout.trainer.exists():
-        shutil.copytree(layout.trainer, staging / "trainer")
+        _copy_tree(layout.trainer, staging / "trainer")
     # C-MLFQ's statistics as of this iteration's rollout: in async mode the next rollout, which
     # a resume redoes, has already added its trajectories to the live tree.
     tree = layout.scheduler_tree_at(iteration)
@@ -222,13 +266,6 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: 
         shutil.copy2(tree, staging / "scheduler" / layout.scheduler_tree.name)
     (staging / "state.json").write_text(json.dumps(asdict(state), indent=2))
     sync_tree(staging)  # a checkpoint that is named is whole, after a power loss too
-    if ckpt.exists():
-        shutil.rmtree(ckpt)
-    os.replace(staging, ckpt)
-    sync_folder(layout.checkpoints)
-    for old in checkpoint_dirs(run_dir)[:-keep]:
-        shutil.rmtree(old)
-    return ckpt
 
 
 def checkpoint_dirs(run_dir: str | Path) -> list[Path]:

@@ -98,6 +98,14 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
         ("no_state", [], r"state.json is missing but the folder holds checkpoints \(iter_00003\)"),
         # a newer Libra's history: the rewrite refused it half-way, the policy already restored
         ("history_extra_column", [], r"new_metric.*nothing was changed"),
+        # the planner's log: refused by the first plan stage, after the folder had been changed
+        (
+            "decisions_middle",
+            [],
+            r"decisions.jsonl: line 2 is not a JSON decision record.*nothing was changed",
+        ),
+        ("decisions_no_iteration", [], r"decisions.jsonl: line 2 has no integer 'iteration' \(got None\)"),
+        ("decisions_str_iteration", [], r"decisions.jsonl: line 1 has no integer 'iteration' \(got '1'\)"),
     ],
 )
 def test_a_refused_resume_changes_nothing(
@@ -135,6 +143,14 @@ def test_a_refused_resume_changes_nothing(
         table = pq.read_table(layout.root / "history.parquet")
         table = table.append_column("new_metric", pa.array([1.0] * table.num_rows))
         pq.write_table(table, layout.root / "history.parquet")
+    elif damage is not None and damage.startswith("decisions"):
+        lines = {
+            "decisions_middle": '{"iteration": 1, "action": "initial"}\n{"iteration": 2,\n{"iteration": 3}\n',
+            "decisions_no_iteration": '{"iteration": 1, "action": "initial"}\n{"action": "keep"}\n',
+            "decisions_str_iteration": '{"iteration": "1", "action": "initial"}\n',
+        }[damage]
+        (layout.root / "planner").mkdir(exist_ok=True)
+        (layout.root / "planner" / "decisions.jsonl").write_text(lines)
     elif damage == "tree":
         layout.scheduler_tree.parent.mkdir(parents=True)
         layout.scheduler_tree.write_text("{}")

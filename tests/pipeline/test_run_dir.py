@@ -163,3 +163,58 @@ def test_a_checkpoint_is_synced_before_its_name_appears(tmp_path: Path, monkeypa
     staging = str(layout.checkpoints / ".iter_00001.staging")
     assert f"{staging}/policy/model.safetensors" in seen[-1] and f"{staging}/state.json" in seen[-1]
     assert synced[-1] == str(layout.checkpoints)  # the new name, after the rename
+
+
+def test_a_failed_checkpoint_copy_leaves_nothing_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A full disk mid-copy left `.iter_N.staging` holding the space until a resume, and the error
+    # was shutil.Error's list of tuples (until 2026-12-07).
+    import errno
+    import shutil
+
+    layout = make_run(tmp_path)
+    (layout.policy / "model.safetensors").write_text("weights")
+    copy = shutil.copyfile
+
+    def full(src: str, dst: str, **kwargs: object) -> object:
+        if os.fspath(src).endswith("model.safetensors"):  # copytree passes DirEntry objects
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return copy(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shutil, "copyfile", full)  # what copytree's copy2 calls
+    with pytest.raises(
+        OSError, match=r"copying .*policy to .*failed: .*model.safetensors -> .*No space left"
+    ) as err:
+        save_checkpoint(layout.root, 1, RunState(1, 1, "running"), keep=2)
+    assert "[(" not in str(err.value)
+    assert list(layout.checkpoints.iterdir()) == []  # no staging copy, no checkpoint
+
+
+def test_a_kill_while_rotating_leaves_no_half_deleted_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The oldest checkpoint was deleted in place: a kill mid-delete left it half gone under its real
+    # name, and a resume that met it refused it as incomplete (until 2026-12-07).
+    import shutil
+
+    layout = make_run(tmp_path)
+    for it in (1, 2):
+        (layout.policy / "model.safetensors").write_text(f"weights-{it}")
+        save_checkpoint(layout.root, it, RunState(it, it, "running"), keep=2)
+    rmtree = shutil.rmtree
+
+    def killed(path: object, *args: object, **kwargs: object) -> None:
+        weights = Path(str(path)) / "policy" / "model.safetensors"
+        if Path(str(path)).name in {"iter_00001", ".iter_00001.old"} and weights.exists():
+            weights.unlink()  # dies half-way through
+            raise KeyboardInterrupt
+        rmtree(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shutil, "rmtree", killed)
+    (layout.policy / "model.safetensors").write_text("weights-3")
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(layout.root, 3, RunState(3, 3, "running"), keep=2)
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    for ckpt in checkpoint_dirs(layout.root):  # every checkpoint under its real name is whole
+        assert (ckpt / "policy" / "model.safetensors").exists(), ckpt

@@ -77,7 +77,8 @@ def omp_binding(threads: int, slot: int, allowed: Iterable[int] | None = None) -
 
 def server_environment(cfg: VllmEngineConfig, cpu_slot: int = 0) -> dict[str, str]:
     """Environment for the server process: offline, no telemetry, dev endpoints on; with
-    `cfg.cpu_threads`, OpenMP threads bound to the cores of CPU slot `cpu_slot` (`omp_binding`)."""
+    `cfg.cpu_threads`, OpenMP threads bound to the cores of CPU slot `cpu_slot` (`omp_binding`);
+    with CUDA_VISIBLE_DEVICES set, the slot-th device listed there (one GPU per instance: TP 1)."""
     env = dict(os.environ)
     # A key makes vLLM answer 401 under /v1 (health stays open): a VLLM_API_KEY exported for some
     # other server made every engine start wait out its timeout, then blame a taken port (until
@@ -93,6 +94,17 @@ def server_environment(cfg: VllmEngineConfig, cpu_slot: int = 0) -> dict[str, st
             "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "WARNING"),
         }
     )
+    devices = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if devices and devices != ["-1"]:
+        # A GPU node: one device per instance, by slot. Every instance started on device 0 at
+        # vLLM's default 0.9 memory share, so a second one failed for memory (until 2026-12-07).
+        if cpu_slot >= len(devices):
+            raise EngineStartError(
+                f"rollout instance slot {cpu_slot} has no GPU: CUDA_VISIBLE_DEVICES lists "
+                f"{len(devices)} ({','.join(devices)}), one per instance; list more devices or give "
+                "the rollout pool fewer instances"
+            )
+        env["CUDA_VISIBLE_DEVICES"] = devices[cpu_slot]
     if cfg.cpu_threads > 0:
         # vLLM's CPU worker binds its OpenMP threads to these cores; leaving a core free for the
         # API server and the agent loop avoids OpenMP barriers stalling on descheduled threads.
@@ -176,6 +188,7 @@ class VllmServer:
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         command = self.command()
+        env = server_environment(self.cfg, self.cpu_slot)  # may refuse (no GPU for its slot)
         log.info("starting vLLM instance %s on %s", self.instance_id, self.url)
         with self.log_path.open("ab") as log_file:  # closed here: the child holds its own copy
             stamp = datetime.now().isoformat(timespec="seconds")
@@ -189,7 +202,7 @@ class VllmServer:
                 watched,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env=server_environment(self.cfg, self.cpu_slot),
+                env=env,
                 start_new_session=True,
             )
 

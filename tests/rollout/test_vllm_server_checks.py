@@ -153,3 +153,15 @@ def test_a_server_that_asks_for_a_key_fails_the_start_at_once(
 def test_extra_args_may_not_set_an_api_key() -> None:
     with pytest.raises(Exception, match="--api-key"):
         load_config(None, ["rollout.engine.extra_args=[--api-key, s3cret]"])
+
+
+def test_each_instance_on_a_gpu_node_gets_its_own_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every instance started on device 0 (no CUDA_VISIBLE_DEVICES of its own), at vLLM's default
+    0.9 memory share: a second one failed for memory (until 2026-12-07)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 5")
+    cfg = VllmEngineConfig()
+    assert [server_environment(cfg, slot)["CUDA_VISIBLE_DEVICES"] for slot in (0, 1)] == ["3", "5"]
+    with pytest.raises(EngineStartError, match="slot 2 has no GPU: CUDA_VISIBLE_DEVICES lists 2"):
+        server_environment(cfg, 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert "CUDA_VISIBLE_DEVICES" not in server_environment(cfg, 2)  # a CPU machine: unchanged

@@ -6,8 +6,9 @@ FLOPs scale with the model: per optimizer step, `6 N_active T + 6 L q sum(s^2)` 
 Compute runs at `train_mfu` of peak. A DP rank trains whole sequences: its share of a step is the
 step's FLOPs / DP but at least the longest sequence's in that step, so DP past the sequences per
 step idles ranks instead of shortening the step; each step's longest is drawn from the workload's
-lengths (`step_longest.StepLongest`: only one step holds the iteration's longest). The micro-batch
-budget and memory still use the iteration's longest. Each of the `minibatches` optimizer steps is a 1F1B
+lengths (`step_longest.StepLongest`: only one step holds the iteration's longest), and so do the
+tokens its micro-batches carry and communicate. The micro-batch budget and memory still use the
+iteration's longest. Each of the `minibatches` optimizer steps is a 1F1B
 pipeline of m micro-batches over p stages: `(m + p - 1)` slots of one micro-batch's stage time, so
 the bubble is `(p - 1) / (m + p - 1)`. Per micro-batch and stage: TP all-reduces of the activations
 (4 per layer, 6 with recompute) inside the node, MoE all-to-all (dispatch + combine, forward +
@@ -135,8 +136,14 @@ def estimate_train(
     mb_budget = layout.micro_batch_seqs * shape.max_seq_len
     # A rank trains whole sequences, so the one holding the longest does at least its work: past
     # as many ranks as sequences per step, more DP no longer shortens the step (its other ranks
-    # idle). Packing spreads the rest of the step's tokens evenly.
-    rank_tokens = max(shape.tokens / shape.minibatches / dp, shape.max_seq_len)
+    # idle). Packing spreads the rest of the step's tokens evenly. The tokens a rank's micro-batches
+    # carry (and communicate) follow the step's own longest, as its FLOPs do (`rank_step_flops`);
+    # until 2026-12-07 they were floored at the iteration's longest in every step.
+    share_tokens = shape.tokens / shape.minibatches / dp
+    if shape.step_longest is None:
+        rank_tokens = max(share_tokens, shape.max_seq_len)
+    else:
+        rank_tokens = shape.step_longest.expected_floored(share_tokens, 1.0, 0.0)
     rank_flops = rank_step_flops(model, shape, layout)
     m = max(1, math.ceil(rank_tokens / mb_budget))
     mb_tokens = rank_tokens / m

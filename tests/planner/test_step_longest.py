@@ -80,3 +80,23 @@ def test_the_update_is_priced_below_the_old_every_step_floor_only_where_the_floo
     wide = TrainLayout(1, 1, 1024, zero_stage=1)  # more ranks than sequences per step
     assert rank_step_flops(m, shape, wide) < 0.9 * rank_step_flops(m, bound, wide)
     assert estimate_train(m, hw, wide, shape).time_s < estimate_train(m, hw, wide, bound).time_s
+
+
+def test_tensor_parallel_traffic_follows_the_steps_longest_too() -> None:
+    # A rank's micro-batches carry its share of a step, at least the step's own longest sequence:
+    # until 2026-12-07 their TP all-reduces were priced at the iteration's longest in every step.
+    m, hw = get_model("qwen3-14b"), get_hardware("A800")
+    shape = TrainShape.from_workload(workload_preset("math-short", seed=0))
+    bound = TrainShape(shape.tokens, shape.sum_sq_len, shape.max_seq_len, shape.minibatches)
+    few = TrainLayout(4, 1, 8, zero_stage=1)
+    assert estimate_train(m, hw, few, shape).tp_comm_s == pytest.approx(
+        estimate_train(m, hw, few, bound).tp_comm_s
+    )
+    wide = TrainLayout(4, 1, 64, zero_stage=1)
+    per_step, every_step = estimate_train(m, hw, wide, shape), estimate_train(m, hw, wide, bound)
+    assert per_step.tp_comm_s < 0.95 * every_step.tp_comm_s
+    # the expected tokens a rank holds: between the even share and the iteration's longest
+    share = shape.tokens / shape.minibatches / wide.dp
+    assert shape.step_longest is not None
+    rank_tokens = shape.step_longest.expected_floored(share, 1.0, 0.0)
+    assert max(share, float(np.min(shape.step_longest.lens))) < rank_tokens < shape.max_seq_len

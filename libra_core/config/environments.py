@@ -68,6 +68,14 @@ class SandboxConfig(Frozen):
         description="Namespace mode: size of the working folder, a tmpfs (held in memory), which bounds "
         "the total disk use of one execution; rlimits mode bounds each file only.",
     )
+    max_workdir_files: int = Field(
+        4096,
+        ge=16,
+        le=1_000_000,
+        description="Namespace mode: files and folders the code may create in its working folder "
+        "(the tmpfs's inodes; each costs ~1 KiB of kernel memory, which `max_workdir_mib` does not "
+        "count); one more fails with ENOSPC. rlimits mode: unbounded.",
+    )
     workdir_root: str | None = Field(
         None, description="Where per-run temporary folders are created; null: the system temp folder."
     )

@@ -8,9 +8,9 @@ and possibly from worker threads: math-verify's signal-based timeouts only work 
 (and cannot stop sympy's big-integer C code anyway), so they are switched off and inputs are bounded
 before parsing instead:
 
-- Only the final answer is read: the last balanced `\\boxed{...}` of the text if there is one (a
-  chatml answer is the whole assistant turn, reasoning first), else its last MAX_ANSWER_CHARS
-  characters.
+- Only the final answer is read: the last `\\boxed{...}` of the text if there is one (to the end
+  of the text if unclosed; a chatml answer is the whole assistant turn, reasoning first), else its
+  last MAX_ANSWER_CHARS characters.
 - `refusal` screens that text for what would build a huge number or expression (power towers, `**`
   chains, long exponents, factorials of large or non-literal arguments, numbers of more than
   MAX_DIGITS digits, large symbolic expansions, big-operator sums). Such an answer is not parsed and
@@ -75,15 +75,16 @@ _MARKDOWN_BOLD = re.compile(
 
 
 def final_answer_text(text: str) -> str:
-    """The last balanced `\\boxed{...}` of `text`, else its last MAX_ANSWER_CHARS characters with
-    markdown emphasis unwrapped."""
+    """The last `\\boxed{...}` of `text` (unclosed: from it to the end), else its last
+    MAX_ANSWER_CHARS characters with markdown emphasis unwrapped."""
     text = text.strip()
     starts = list(_BOXED.finditer(text))
     if starts:
         start = starts[-1]
         end = _group_end(text, start.end() - 1)
-        if end is not None:
-            return text[start.start() : end + 1]
+        # Unclosed, it is still the last box the model opened: the tail read instead held the earlier
+        # box too, and "\\boxed{5} is wrong, it's \\boxed{6" scored correct for 5 (until 2026-12-07).
+        return text[start.start() :] if end is None else text[start.start() : end + 1]
     return _MARKDOWN_BOLD.sub(r"\2", text[-MAX_ANSWER_CHARS:]).strip()
 
 

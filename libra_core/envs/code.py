@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import textwrap
 import warnings
 
 from libra_core.config.environments import CodeEnvConfig
@@ -77,7 +78,9 @@ class CodeEnv:
         """The answer's code checked by the problem's tests (`code_harness.check_program`: separate
         namespaces, fresh builtins, strict comparisons), run once in the sandbox; the last line
         prints `marker`, which reaches stdout only if the tests ran to the end."""
-        program = check_program(check_plan(reference_answer), extract_code(final_answer), marker)
+        # Dedented as the python tool's calls are: a fence indented under a list item ran indented
+        # (IndentationError, a correct answer scored well_formed) until 2026-12-07.
+        program = check_program(check_plan(reference_answer), python_source(final_answer), marker)
         return self.python.sandbox.run_python(program)
 
     def tests_pass(self, reference_answer: str, final_answer: str) -> bool:
@@ -132,7 +135,7 @@ def _has_code(answer: str) -> bool:
     try:
         with warnings.catch_warnings():  # the model's invalid escapes are its program's business
             warnings.simplefilter("ignore")
-            compile(code, "answer", "exec", dont_inherit=True)
+            compile(textwrap.dedent(code), "answer", "exec", dont_inherit=True)  # as `run_tests` runs it
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return False
     return True

@@ -154,6 +154,47 @@ def _parse_file(path: Path, kind: str, parse: Callable[[dict[str, Any], str, int
     return out
 
 
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _is_text(value: object, numbers: bool) -> bool:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, str) or (numbers and number)
+
+
+def _text(
+    raw: dict[str, Any], key: str, where: str, *, numbers: bool = False, default: str | None = None
+) -> str:
+    """`raw[key]`, a string (or with `numbers`, a JSON number written as text); `default` when the
+    key is absent and a default is given. A wrong type is an error: `str()` turned an `answer: null`
+    into the answer "None" and a list into "['10']" (until 2026-12-07)."""
+    if default is not None and key not in raw:
+        return default
+    value = raw[key]
+    if not _is_text(value, numbers):
+        expected = "a string or a number" if numbers else "a string"
+        raise ValueError(f"{where}: field {key!r} must be {expected}, not {_kind(value)}")
+    return str(value)
+
+
+def _texts(
+    raw: dict[str, Any], key: str, where: str, *, single: bool = False, numbers: bool = False
+) -> tuple[str, ...]:
+    """`raw[key]`, a list of strings (with `single`, a lone string too; with `numbers`, JSON numbers
+    as items). Iterating a string gave one MBPP test or calculator step per character."""
+    value = raw[key]
+    expected = "a string or a list of strings" if single else "a list of strings"
+    if single and isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: field {key!r} must be {expected}, not {_kind(value)}")
+    wrong = [item for item in value if not _is_text(item, numbers)]
+    if wrong:
+        raise ValueError(f"{where}: field {key!r} must be {expected}, not a list holding {_kind(wrong[0])}")
+    return tuple(str(item) for item in value)
+
+
 def stable_id(prefix: str, text: str) -> str:
     return f"{prefix}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
 
@@ -169,20 +210,20 @@ def _level(value: object) -> int:
 
 def _math_record(raw: dict[str, Any], where: str, index: int = 0) -> MathRecord:
     if "problem" in raw:  # MATH / MATH-500: problem, solution, answer, level
-        question, answer = raw["problem"], str(raw["answer"])
-        return MathRecord(stable_id("math", question), question, answer, _level(raw.get("level", 1)), ())
+        problem, answer = _text(raw, "problem", where), _text(raw, "answer", where, numbers=True)
+        return MathRecord(stable_id("math", problem), problem, answer, _level(raw.get("level", 1)), ())
     question = raw.get("question")
     if not isinstance(question, str) or "answer" not in raw:
         raise ValueError(
             f"{where}: a math record needs question+answer (or problem+answer); got {sorted(raw)}"
         )
-    answer = str(raw["answer"])
+    answer = _text(raw, "answer", where, numbers=True)
     if "####" in answer:  # GSM8K: worked solution with <<expr=value>> calls, final '#### N'
         steps = tuple(expr.strip() for expr, _ in _GSM8K_CALL.findall(answer))
         final = answer.rsplit("####", 1)[1].strip().replace(",", "")
         return MathRecord(stable_id("gsm8k", question), question, final, max(len(steps), 1), steps)
-    steps = tuple(str(s) for s in raw.get("steps", ()))
-    rid = str(raw.get("id") or stable_id("math", question))
+    steps = _texts(raw, "steps", where) if "steps" in raw else ()
+    rid = _text(raw, "id", where, numbers=True) if raw.get("id") else stable_id("math", question)
     return MathRecord(rid, question, answer, int(raw.get("difficulty", max(len(steps), 1))), steps)
 
 
@@ -196,23 +237,24 @@ def load_math(data_dir: str, files: tuple[str, ...]) -> tuple[MathRecord, ...]:
 
 # -- search ---------------------------------------------------------------------------------------
 def _passage(raw: dict[str, Any], where: str, index: int) -> Passage:
-    rid = str(raw.get("id", index))
+    rid = _text(raw, "id", where, numbers=True, default=str(index))
     if "contents" in raw:  # FlashRAG: '"Title"\ntext'
-        title, _, text = str(raw["contents"]).partition("\n")
+        title, _, text = _text(raw, "contents", where).partition("\n")
         return Passage(rid, title.strip().strip('"'), text.strip())
     if "text" not in raw:
         raise ValueError(f"{where}: a passage needs text (or FlashRAG contents); got {sorted(raw)}")
-    return Passage(rid, str(raw.get("title", "")), str(raw["text"]))
+    return Passage(rid, _text(raw, "title", where, default=""), _text(raw, "text", where))
 
 
 def _question(raw: dict[str, Any], where: str, index: int) -> QARecord:
     if "question" not in raw:
         raise ValueError(f"{where}: a question record needs question; got {sorted(raw)}")
-    golds = raw.get("golden_answers", raw.get("answers", raw.get("answer")))
-    golds = [golds] if isinstance(golds, str) else list(golds or [])
+    key = next((k for k in ("golden_answers", "answers", "answer") if raw.get(k) is not None), None)
+    golds = _texts(raw, key, where, single=True, numbers=True) if key is not None else ()
     if not golds:
         raise ValueError(f"{where}: a question needs golden_answers (or answers/answer)")
-    return QARecord(str(raw.get("id", index)), str(raw["question"]), tuple(str(g) for g in golds))
+    rid = _text(raw, "id", where, numbers=True, default=str(index))
+    return QARecord(rid, _text(raw, "question", where), golds)
 
 
 @lru_cache(maxsize=4)
@@ -320,32 +362,36 @@ def _through_first_assert(tests: str) -> str:
 
 def _code_record(raw: dict[str, Any], where: str, index: int = 0) -> CodeRecord:
     if "entry_point" in raw and "prompt" in raw and "test" in raw:  # HumanEval
-        entry, test = str(raw["entry_point"]), str(raw["test"])
+        entry, test = _text(raw, "entry_point", where), _text(raw, "test", where)
         asserts = [ln.strip() for ln in test.splitlines() if ln.strip().startswith("assert candidate")]
-        solution = raw["prompt"] + raw.get("canonical_solution", "")
+        prompt = _text(raw, "prompt", where)
+        solution = prompt + _text(raw, "canonical_solution", where, default="")
         visible = _humaneval_visible(test, entry, solution)
         tests = f"{test}\n\ncheck({entry})\n"
         difficulty = max(len(asserts), 1)
-        prompt = str(raw["prompt"])
-        return CodeRecord(str(raw["task_id"]), prompt, tests, visible, solution, difficulty, (entry,), prompt)
+        rid = _text(raw, "task_id", where, numbers=True)
+        return CodeRecord(rid, prompt, tests, visible, solution, difficulty, (entry,), prompt)
     if "test_list" in raw:  # MBPP
-        test_list = [str(t) for t in raw["test_list"]]
-        setup = str(raw.get("test_setup_code") or "")
-        visible = _mbpp_visible(test_list, setup)
+        test_list = _texts(raw, "test_list", where)
+        setup = _text(raw, "test_setup_code", where) if raw.get("test_setup_code") else ""
+        visible = _mbpp_visible(list(test_list), setup)
         shown = f"\n{visible}" if "\n" in visible else f" {visible}"
-        prompt = f"{raw['text']}\nYour code should pass:{shown}" if visible else str(raw["text"])
+        text = _text(raw, "text", where)
+        prompt = f"{text}\nYour code should pass:{shown}" if visible else text
         tests = "\n".join([setup, *test_list]).strip() + "\n"
-        solution = str(raw.get("code", "")).replace("\r\n", "\n")
+        solution = _text(raw, "code", where, default="").replace("\r\n", "\n")
         names = answer_names(tests, solution)
-        return CodeRecord(f"mbpp-{raw['task_id']}", prompt, tests, visible, solution, len(test_list), names)
+        rid = f"mbpp-{_text(raw, 'task_id', where, numbers=True)}"
+        return CodeRecord(rid, prompt, tests, visible, solution, len(test_list), names)
     if "question" in raw and "tests" in raw:  # Libra code format
-        tests = raw["tests"] if isinstance(raw["tests"], str) else "\n".join(raw["tests"])
-        visible = str(raw.get("visible_test", _through_first_assert(tests)))
-        rid = str(raw.get("id") or stable_id("code", raw["question"]))
+        tests = "\n".join(_texts(raw, "tests", where, single=True))
+        visible = _text(raw, "visible_test", where, default=_through_first_assert(tests))
+        question = _text(raw, "question", where)
+        rid = _text(raw, "id", where, numbers=True) if raw.get("id") else stable_id("code", question)
         n_asserts = max(tests.count("assert"), 1)
-        solution = str(raw.get("solution", ""))
+        solution = _text(raw, "solution", where, default="")
         names = answer_names(tests, solution)
-        return CodeRecord(rid, raw["question"], tests, visible, solution, n_asserts, names)
+        return CodeRecord(rid, question, tests, visible, solution, n_asserts, names)
     raise ValueError(f"{where}: not a MBPP, HumanEval or Libra code record; keys {sorted(raw)}")
 
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from libra_core.envs.base import Environment
 
 _REGISTRY: dict[str, Callable[[Any], Environment]] = {}
+# The rollout's threads may make the first lookup together: two saw the builtins missing and the
+# second raised "already registered" (until 2026-12-07). Reentrant: `_ensure_builtins` registers.
+_LOCK = threading.RLock()
 
 
 def register_environment(name: str, factory: Callable[[Any], Environment]) -> None:
-    if name in _REGISTRY:
-        raise ValueError(f"environment {name!r} is already registered")
-    _REGISTRY[name] = factory
+    with _LOCK:
+        if name in _REGISTRY:
+            raise ValueError(f"environment {name!r} is already registered")
+        _REGISTRY[name] = factory
 
 
 def environment_factory(name: str) -> Callable[[Any], Environment]:
@@ -37,15 +42,16 @@ def registered_environments() -> list[str]:
 
 
 def _ensure_builtins() -> None:
-    if "arithmetic" not in _REGISTRY:
-        from libra_core.envs.arithmetic import ArithmeticEnv
+    with _LOCK:
+        if "arithmetic" not in _REGISTRY:
+            from libra_core.envs.arithmetic import ArithmeticEnv
 
-        register_environment("arithmetic", ArithmeticEnv)
-    if "math_tools" not in _REGISTRY:
-        # Data-backed environments (docs/environments.md); imported lazily: they load datasets.
-        register_environment("math_tools", _math_tools)
-        register_environment("search", _search)
-        register_environment("code", _code)
+            register_environment("arithmetic", ArithmeticEnv)
+        if "math_tools" not in _REGISTRY:
+            # Data-backed environments (docs/environments.md); imported lazily: they load datasets.
+            register_environment("math_tools", _math_tools)
+            register_environment("search", _search)
+            register_environment("code", _code)
 
 
 def _math_tools(cfg: Any) -> Environment:

@@ -7,9 +7,10 @@ runner), possibly from several agent-loop threads at once; a `Sandbox` holds no 
 Two isolation levels (`SandboxConfig.isolation`; "auto" picks the strongest that works here):
 - "namespaces" (root + util-linux `unshare`): new network, mount, pid, ipc and uts namespaces; the
   project, data, home and temp folders hidden behind empty tmpfs mounts; a per-run unprivileged uid;
-  the working folder a tmpfs of `max_workdir_mib` (total disk use); CPU-time, address-space,
-  file-size, open-file and process-count limits; the whole process tree is
-  killed when the code's main process ends or the wall-clock limit passes.
+  the working folder a tmpfs of `max_workdir_mib` (total disk use) holding at most
+  `max_workdir_files` files; CPU-time, address-space, file-size, open-file and process-count
+  limits; the whole process tree is killed when the code's main process ends or the wall-clock
+  limit passes.
 - "rlimits": the same resource limits plus a Python audit hook (no sockets, subprocesses, ctypes or
   files outside the working folder). Stops accidents, not a determined attacker.
 The inside half is `sandbox_launcher.py`; docs/environments.md lists what each level guarantees.
@@ -185,6 +186,7 @@ class Sandbox:
             "memory_bytes": self.cfg.memory_mib * 2**20,
             "output_bytes": self.cfg.max_output_bytes,
             "workdir_bytes": self.cfg.max_workdir_mib * 2**20,
+            "workdir_files": self.cfg.max_workdir_files,
             "max_processes": self.cfg.max_processes,
             "status_fd": status_write,
             "lifeline_fd": life_read,

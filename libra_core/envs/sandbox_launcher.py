@@ -7,7 +7,7 @@ with no site-packages and (in namespace mode) with the project folder hidden.
 
 Namespace mode, as root inside fresh namespaces: hide folders behind empty tmpfs mounts, bind the
 interpreter's prefix back read-only, mount the working folder as a size-limited tmpfs holding the
-inputs (total disk use), then fork. The child drops
+inputs (total disk use and number of files), then fork. The child drops
 to an unprivileged, per-run uid, applies resource limits and execs the interpreter on `main.py`;
 the parent stays as pid 1 of the pid namespace, reaps, and exits with the child's status, which
 tears down the namespace and kills anything the code left behind (fork-bomb remnants included).
@@ -18,8 +18,8 @@ before the code runs). The code never holds that pipe, so its own exit status (1
 pass for a limit or a setup failure.
 
 Rlimits mode (no namespaces): apply the resource limits, install an audit hook that refuses
-sockets, subprocesses, ctypes and opening files outside the working folder and the interpreter's
-prefix, then run `main.py` in this process. Best effort only: see docs/environments.md.
+sockets, subprocesses, ctypes, symlinks and opening files outside the working folder and the
+interpreter's prefix, then run `main.py` in this process. Best effort only: see docs/environments.md.
 """
 
 import json
@@ -68,8 +68,12 @@ def _confine_filesystem(spec):
     os.close(prefix_fd)
     os.makedirs(workdir, exist_ok=True)
     uid = spec["drop_to_uid"]
-    size = f"size={spec['workdir_bytes']},mode=700,uid={uid},gid={uid}"
-    _mount(libc, "tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, size)
+    # Empty files take no space but an inode (~1 KiB of kernel memory) each: without `nr_inodes` one
+    # run created 258,951 of them (until 2026-12-07). The folder itself and the inputs take inodes
+    # too, so the code may create exactly `workdir_files` more.
+    inodes = spec["workdir_files"] + 1 + len(inputs)
+    options = f"size={spec['workdir_bytes']},nr_inodes={inodes},mode=700,uid={uid},gid={uid}"
+    _mount(libc, "tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
     for name, data in inputs.items():
         path = os.path.join(workdir, name)
         with open(path, "wb") as f:
@@ -210,6 +214,10 @@ _BLOCKED_EVENTS = (
     "os.forkpty",
     "os.kill",
     "os.killpg",
+    # The hook checks a path, then the call resolves it again: a symlink swapped in by another thread
+    # between the two led `open` outside the working folder (until 2026-12-07). With no symlinks in
+    # it, a path checked there stays there.
+    "os.symlink",
     "ctypes.dlopen",
     "ctypes.cdata",
     "ctypes.addressof",
@@ -219,8 +227,7 @@ _BLOCKED_EVENTS = (
 
 
 # Audit events that change the filesystem, with the positions of their path arguments: each path
-# must lie in the working folder (a symlink's target may point anywhere; opening through it is
-# checked by `open`).
+# must lie in the working folder (symlinks are refused outright: `_BLOCKED_EVENTS`).
 _PATH_EVENTS = {
     "os.remove": (0,),
     "os.rmdir": (0,),
@@ -232,7 +239,6 @@ _PATH_EVENTS = {
     "os.utime": (0,),
     "os.rename": (0, 1),
     "os.link": (0, 1),
-    "os.symlink": (1,),
     "os.mkfifo": (0,),
     "os.mknod": (0,),
 }

@@ -80,13 +80,16 @@ _ITERATOR_TYPES = [
 _ITERATOR_TYPES += [v for v in vars(itertools).values() if isinstance(v, type)]
 _ITERATORS = {id(t) for t in _ITERATOR_TYPES}
 # Counter is a Python class: an answer could patch its methods. Its attributes as they were before the
-# answer ran; a Counter is compared only while they are unchanged.
-_COUNTER_ATTRS = dict(vars(collections.Counter))
+# answer ran; a Counter is compared only while they are unchanged. The class itself is captured here
+# too: an answer that patched Counter and then rebound `collections.Counter = dict` had its original
+# Counters skip this check and compare always-equal (every MBPP problem scored 1.0, until 2026-12-07).
+_COUNTER = collections.Counter
+_COUNTER_ATTRS = dict(vars(_COUNTER))
 _dict_keys, _dict_values = dict.keys, dict.values
 
 
 def _counter_intact():
-    now = vars(collections.Counter)
+    now = vars(_COUNTER)
     return len(now) == len(_COUNTER_ATTRS) and all(
         k in now and now[k] is v for k, v in _COUNTER_ATTRS.items()
     )
@@ -118,7 +121,7 @@ def strict(value):
         if id(item) in seen:
             continue
         if kind in _MAPPINGS:
-            if type(item) is collections.Counter and not _counter_intact():
+            if kind == id(_COUNTER) and not _counter_intact():
                 raise _refuse(item)
             seen.add(id(item))
             stack.extend(_dict_keys(item))

@@ -47,8 +47,12 @@ def test_the_last_balanced_box_is_the_answer() -> None:
     assert final_answer_text("\\boxed{\\{1, 2\\}}.") == "\\boxed{\\{1, 2\\}}"
     assert math_equivalent("\\frac{1}{2}", "x" * 600 + " so \\boxed{\\frac{1}{2}}") is True
     assert math_equivalent("72", "I first thought \\boxed{72} but it is \\boxed{73}") is False
-    # An unclosed last box (a cut-off turn) is not replaced by an earlier closed one: the tail is read.
-    assert final_answer_text("\\boxed{72} and \\boxed{7") == "\\boxed{72} and \\boxed{7"
+    # An unclosed last box is still the answer: the tail read instead held the earlier box, and a
+    # retracted "\boxed{5} is wrong, it's \boxed{6" scored correct for 5 (until 2026-12-07).
+    assert final_answer_text("\\boxed{72} and \\boxed{7") == "\\boxed{7"
+    retracted = "\\boxed{5} is wrong, it's \\boxed{6"
+    assert (math_equivalent("5", retracted), math_equivalent("6", retracted)) == (False, True)
+    assert math_equivalent("5", "\\boxed{5} then \\boxed{") is None  # an empty last box: no answer
 
 
 # -- defect 2: answers that would build huge numbers are refused before parsing ----------------------

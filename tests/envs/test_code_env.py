@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,17 @@ def test_chatml_answer_is_the_last_code_block() -> None:
     action = env.parse_turn(f"Here is my solution:\n{solution}\nDone.<|im_end|>")
     assert action.kind == "answer"
     assert env.reward(problem.reference_answer, action.answer) == 1.0
+
+
+def test_an_indented_answer_is_dedented_as_the_python_tool_does(tmp_path: Path) -> None:
+    # A solution in a fence indented under a list item ran indented: IndentationError, 0.1 for a
+    # correct answer, though the same block as a python tool call ran (until 2026-12-07).
+    tests = "assert perimeter(10) == 40\n"
+    (tmp_path / "code.jsonl").write_text(json.dumps({"id": "p", "question": "q", "tests": tests}) + "\n")
+    env = build_environment(CodeEnvConfig(type="code", data_dir=str(tmp_path), files=("code.jsonl",)))
+    reference = env.sample_problems(1, 0)[0].reference_answer
+    solution = "```python\ndef perimeter(a):\n    return 4 * a\n```"
+    indented = "Steps:\n1. Compute it:\n" + "\n".join("   " + line for line in solution.splitlines())
+    assert env.reward(reference, indented) == 1.0
+    assert env.reward(reference, "  def perimeter(a):\n      return 4 * a\n") == 1.0  # no fence
+    assert env.reward(reference, indented.replace("4 * a", "3 * a")) == 0.1

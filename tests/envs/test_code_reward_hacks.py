@@ -34,6 +34,17 @@ class _Any:
 def {name}(*args, **kwargs):
     return _Any()
 """
+# An always-equal original Counter with `collections.Counter` rebound, so a check reading the module
+# attribute when it runs no longer recognises the class (every MBPP row scored 1.0 until 2026-12-07).
+COUNTER_HACK = """
+import collections
+_C = collections.Counter
+_C.__eq__ = lambda self, other: True
+_C.__ne__ = lambda self, other: False
+collections.Counter = dict
+def {name}(*args, **kwargs):
+    return _C()
+"""
 
 
 def _env(tmp_path: Path, *records: dict):  # noqa: ANN202
@@ -119,6 +130,13 @@ def test_a_patched_counter_does_not_compare(tmp_path: Path) -> None:
     patched = "import collections\ncollections.Counter.__eq__ = lambda s, o: True\n"
     patched += "def tally(s):\n    return collections.Counter()\n"
     assert env.reward(reference, patched) == 0.1
+
+
+def test_a_patched_counter_is_refused_after_collections_counter_is_rebound(tmp_path: Path) -> None:
+    env = _env(tmp_path, {"id": "n", "question": "q", "tests": "assert double(2) == 4\n"})
+    reference = env.sample_problems(1, 0)[0].reference_answer
+    assert env.reward(reference, "def double(x):\n    return 2 * x\n") == 1.0
+    assert env.reward(reference, COUNTER_HACK.format(name="double")) == 0.1
 
 
 def test_humaneval_helpers_come_from_the_prompt_not_the_answer(tmp_path: Path) -> None:
@@ -224,3 +242,4 @@ def test_real_problems_reject_the_always_equal_stub_and_pass_their_reference(pro
     assert env.reward(reference, record.solution) == 1.0
     name = json.loads(reference)["names"][0]
     assert env.reward(reference, ALWAYS_EQUAL.format(name=name)) == 0.1
+    assert env.reward(reference, COUNTER_HACK.format(name=name)) == 0.1

@@ -59,6 +59,48 @@ CASES: dict[str, tuple[str | bytes, str, str]] = {
         "math",
         ":1: not a valid math record (OverflowError",
     ),
+    # a wrong type was read silently until 2026-12-07: one MBPP test per character of a string,
+    # an answer "None" or "['10']", one calculator step per character
+    "math_null_answer.jsonl": (
+        json.dumps({"question": "q", "answer": None}) + "\n",
+        "math",
+        ":1: field 'answer' must be a string or a number, not null",
+    ),
+    "math_list_answer.jsonl": (
+        json.dumps({"question": "q", "answer": ["10"]}) + "\n",
+        "math",
+        ":1: field 'answer' must be a string or a number, not list",
+    ),
+    "math_problem_null_answer.jsonl": (
+        json.dumps({"problem": "p", "answer": None}) + "\n",
+        "math",
+        ":1: field 'answer' must be a string or a number, not null",
+    ),
+    "math_string_steps.jsonl": (
+        json.dumps({"question": "q", "answer": "6", "steps": "3+3"}) + "\n",
+        "math",
+        ":1: field 'steps' must be a list of strings, not str",
+    ),
+    "mbpp_string_tests.jsonl": (
+        json.dumps({"task_id": 1, "text": "t", "code": "", "test_list": "assert sq(10) == 40"}) + "\n",
+        "code",
+        ":1: field 'test_list' must be a list of strings, not str",
+    ),
+    "mbpp_number_in_tests.jsonl": (
+        json.dumps({"task_id": 1, "text": "t", "test_list": ["assert 1", 2]}) + "\n",
+        "code",
+        ":1: field 'test_list' must be a list of strings, not a list holding int",
+    ),
+    "libra_code_null_tests.jsonl": (
+        json.dumps({"question": "q", "tests": None}) + "\n",
+        "code",
+        ":1: field 'tests' must be a string or a list of strings, not null",
+    ),
+    "question_dict_answers.jsonl": (
+        json.dumps({"question": "q", "golden_answers": {"a": 1}}) + "\n",
+        "questions",
+        ":1: field 'golden_answers' must be a string or a list of strings, not dict",
+    ),
     "code_missing.jsonl": (
         json.dumps({"test_list": ["assert 1"], "text": "t"}) + "\n",
         "code",
@@ -85,6 +127,19 @@ def test_damaged_records_name_file_and_line(tmp_path: Path, name: str) -> None:
     message = str(info.value)
     assert message.startswith(f"{tmp_path / name}:"), message
     assert expected in message, message
+
+
+def test_numbers_where_text_is_expected_are_still_read(tmp_path: Path) -> None:
+    rows = [
+        {"question": "q1", "answer": 10, "steps": ["5+5"]},
+        {"question": "q2", "answer": 2.5, "steps": []},
+        {"problem": "p3", "answer": 7},
+    ]
+    _write(tmp_path, "math.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    records = ds.load_math(str(tmp_path), ("math.jsonl",))
+    assert [(r.answer, r.steps) for r in records] == [("10", ("5+5",)), ("2.5", ()), ("7", ())]
+    _write(tmp_path, "q.jsonl", json.dumps({"question": "q", "golden_answers": [1969, "1969 AD"]}) + "\n")
+    assert ds.load_questions(str(tmp_path), "q.jsonl")[0].answers == ("1969", "1969 AD")
 
 
 def test_truncated_gzip_names_the_file(tmp_path: Path) -> None:

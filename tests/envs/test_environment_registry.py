@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,3 +66,37 @@ def test_environment_contract(name: str, prompt_format: str) -> None:
         assert answer.kind == "answer"
         assert env.reward(problem.reference_answer, answer.answer) == cfg.environment.reward.correct
     assert env.corpus(3, 0)
+
+
+def test_concurrent_first_lookups_register_the_builtins_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two threads both saw the builtins missing and the second raised "already registered" (until
+    # 2026-12-07). A slow registration widens the window that a thread switch needed to hit.
+    import threading
+    import time
+
+    from libra_core.envs import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    real = registry.register_environment
+
+    def slow(name: str, factory: Any) -> None:
+        time.sleep(0.01)
+        real(name, factory)
+
+    monkeypatch.setattr(registry, "register_environment", slow)
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def look_up() -> None:
+        barrier.wait()
+        try:
+            registry.environment_factory("code")
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=look_up) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and registry.registered_environments() == sorted(CONFIGS)

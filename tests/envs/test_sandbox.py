@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -197,6 +198,18 @@ def test_rlimits_mode_confines_paths_relative_to_folders_outside(tmp_path: Path,
     assert ok.status == "success" and ok.stdout.strip() == "[]"  # its own folders stay usable
 
 
+def test_rlimits_mode_refuses_symlinks(tmp_path: Path) -> None:
+    # The hook resolves a path, then `open` resolves it again: a thread that swapped a symlink in
+    # the working folder between the two read and wrote files outside it (until 2026-12-07).
+    rlimits = Sandbox(SandboxConfig(isolation="rlimits", workdir_root=str(tmp_path), **LIMITS))
+    for code in ("import os\nos.symlink('a', 'l')", "import pathlib\npathlib.Path('l').symlink_to('a')"):
+        result = rlimits.run_python(code)
+        assert result.status == "failure" and "os.symlink is not allowed" in result.stderr, result.stderr
+    ok = rlimits.run_python("import os\nopen('a', 'w').close()\nos.link('a', 'b')\nprint(os.listdir())")
+    # hard links stay allowed (both paths are checked, and nothing in the folder leads outside it)
+    assert ok.status == "success" and sorted(ast.literal_eval(ok.stdout)) == ["a", "b", "main.py"]
+
+
 @pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
 def test_an_interrupted_host_takes_its_sandboxed_run_with_it(
     tmp_path: Path, sandbox: Sandbox, how: str
@@ -273,6 +286,21 @@ def test_namespace_mode_bounds_the_working_folders_total_size(tmp_path: Path) ->
     assert 200 < int(written) < 1000 and int(errno) == 28  # ENOSPC at about 1 MiB, not 4 MB
 
 
+def test_namespace_mode_bounds_the_number_of_files_in_the_working_folder(tmp_path: Path) -> None:
+    # Empty files take no space, so the size bound let one run create 258,951 of them (~1 GiB of
+    # kernel memory for 4 runs, until 2026-12-07): the tmpfs now has `max_workdir_files` inodes.
+    if not namespaces_available():
+        pytest.skip("needs root and util-linux unshare")
+    cfg = SandboxConfig(isolation="namespaces", workdir_root=str(tmp_path), max_workdir_files=64, **LIMITS)
+    code = (
+        "import os\nn = 0\ntry:\n    for i in range(164):\n        open(f'f{i}', 'w').close()\n"
+        "        n += 1\nexcept OSError as e:\n    print(n, e.errno)\nelse:\n    print(n, 0)"
+    )
+    result = Sandbox(cfg).run_python(code, files={"data.txt": "input"})
+    assert result.status == "success", result.stderr
+    assert result.stdout.split() == ["64", "28"]  # exactly the configured number, then ENOSPC
+
+
 @pytest.mark.parametrize("code", [137, 121, 128 + 24, 128 + 25])
 def test_the_programs_own_exit_code_is_not_read_as_a_limit_or_a_setup_failure(
     sandbox: Sandbox, code: int
@@ -322,6 +350,7 @@ def test_a_setup_failure_inside_the_namespace_is_reported(tmp_path: Path) -> Non
         "memory_bytes": 256 * 2**20,
         "output_bytes": 4096,
         "workdir_bytes": 2**20,
+        "workdir_files": 64,
         "max_processes": 4,
         "status_fd": write_fd,
     }

@@ -57,7 +57,7 @@ GOLDEN_HEAD = [
     (0.314029, "DECODE_DONE:0"),
 ]
 GOLDEN_EVENTS = 257
-GOLDEN_SHA = "effcee83c87c2dd4"
+GOLDEN_SHA = "42ca5574438d4105"
 
 
 def _trace_digest(log: list[tuple[float, str]]) -> str:
@@ -74,7 +74,9 @@ def test_golden_trace() -> None:
     (TRAIN_DONE:1 29.877479 -> 29.886593 s, WEIGHTS_READY:1 after it), every other event the same;
     and again when each optimizer step came to be floored at its own longest sequence, not the
     iteration's (`step_longest.StepLongest`): TRAIN_DONE:1 29.886593 -> 29.879993 s, WEIGHTS_READY:1
-    after it, every other event the same."""
+    after it, every other event the same; and when a rank's micro-batch tokens (and their TP
+    traffic) came to follow the step's longest too (`train_cost.estimate_train`, 2026-12-07):
+    TRAIN_DONE:1 29.879993 -> 29.879758 s, WEIGHTS_READY:1 after it, every other event the same."""
     sim = _sim("greedy", record=True)
     sim.run()
     log = sim.q.log

@@ -70,8 +70,10 @@ def _never_fires(fields: list[str]) -> bool:
 
     if fields[3] == "*":
         return False
+    start = datetime.datetime(2026, 1, 1)
     try:
-        CronSim(" ".join([*fields[:3], "*", fields[4]]), datetime.datetime(2026, 1, 1))
+        CronSim(f"0 0 * {fields[3]} *", start)  # the month field alone is valid (not `13`)...
+        CronSim(" ".join([*fields[:3], "*", fields[4]]), start)  # ... and so is the rest over every month
     except CronSimError:
         return False
     return True

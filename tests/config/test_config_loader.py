@@ -404,7 +404,14 @@ def test_schedule_errors_name_their_key_once_and_each_is_reported() -> None:
 
 @pytest.mark.parametrize(
     ("cron", "never"),
-    [("0 2 31 2 *", True), ("0 2 30,31 FEB *", True), ("0 2 31 4,6 *", True), ("0 2 32 * *", False)],
+    [
+        ("0 2 31 2 *", True),
+        ("0 2 30,31 FEB *", True),
+        ("0 2 31 4,6 *", True),
+        ("0 2 32 * *", False),
+        ("0 2 1 13 *", False),  # a bad month is not a date that never comes ("Bad month")
+        ("0 2 31 0 *", False),
+    ],
 )
 def test_a_date_no_month_has_is_said_to_never_fire(cron: str, never: bool) -> None:
     with pytest.raises(ConfigError) as info:

@@ -73,7 +73,7 @@ def test_closing_the_gateway_ends_a_snapshot_wait_at_once() -> None:
 
     def ask() -> None:
         try:
-            got["reply"] = client.request("snapshot", wait_s=1.0, part_bytes=client.max_frame_bytes)[0]
+            got["reply"] = client.request("snapshot", wait_s=30, part_bytes=client.max_frame_bytes)[0]
         except (ConnectionError, OSError) as exc:
             got["error"] = exc
 
@@ -87,8 +87,8 @@ def test_closing_the_gateway_ends_a_snapshot_wait_at_once() -> None:
     client.close()
     assert not waiter.is_alive() and time.perf_counter() - t0 < 5
     assert got.get("reply", {}).get("reason") == "the gateway closed" or "error" in got, got
-    # Until 2026-12-07 the handler waited out its wait_s on the closed gateway, then failed the join
-    # for the timeout; now the wait ends with the gateway and the join ends with its connection.
+    # Until 2026-12-07 the handler waited out its 30 s on the closed gateway (its connection, and so
+    # the join, ended only then); now the wait ends with the gateway, and the join with its connection.
     time.sleep(1.5)
     failure = core.gateway.coordinator.lifecycle("h0").failure or ""
     assert "the connection serving its join closed" in failure, failure

@@ -183,7 +183,8 @@ class Gateway(SideChannelServer):
             return self.joins.wants_snapshot(self._open.membership.step)
 
     def set_snapshot(self, tensors: dict[str, torch.Tensor], *, step: int, version: int) -> None:
-        """Store clones of the state to serve; encoding happens on a handler thread, off the core's path."""
+        """Store host copies of the state to serve (the core waits for the copy from its device);
+        encoding happens on a handler thread, off the core's path."""
         # In host memory: on the core's GPU a model + optimizer copy stayed for the rest of the run.
         snap = Snapshot(step, version, {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()})
         with self._cond:
@@ -309,6 +310,7 @@ class Gateway(SideChannelServer):
         step, version, epoch = int(header["step"]), int(header["version"]), int(header["epoch"])
         with self._cond:
             reason = self._push_refusal(session, step, version, epoch)
+            current = self._open  # a refusal goes to the report of the step it was for
         grad = None
         if reason is None:
             # Decoded and checked outside the lock (a safetensors load, isfinite and a norm: ~0.3 s
@@ -323,7 +325,7 @@ class Gateway(SideChannelServer):
                     self._cond.notify_all()
                     return {"ok": True}
             assert reason is not None
-            self._open.rejected.append((worker, reason))
+            current.rejected.append((worker, reason))
         log.warning("side channel: rejected payload from %s: %s", worker, reason)
         return {"ok": False, "reason": reason}
 

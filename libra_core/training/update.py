@@ -305,16 +305,24 @@ def _deal_minibatches(
 ) -> list[np.ndarray]:
     """Row indices of each optimizer step: the rows with signal split into at most `k` parts (whole
     groups with `whole_groups`), then the other rows (zero-advantage ones the KL term keeps) spread
-    over those parts by group. The steps are thus the same whatever `kl_coef` is: until 2026-12-07
-    every row was dealt alike, so a part could hold only zero-advantage groups and become a step
-    with no policy gradient (with kl_coef=1e-12, 4 steps where kl_coef=0 took 1)."""
+    over those parts by group (with `whole_groups`, a zero-advantage row of a group with signal
+    joins its group's part: a reward equal to the group mean). The steps are thus the same
+    whatever `kl_coef` is: until 2026-12-07 every row was dealt alike, so a part could hold only
+    zero-advantage groups and become a step with no policy gradient (with kl_coef=1e-12, 4 steps
+    where kl_coef=0 took 1)."""
     from libra_core.training.batch import split_minibatches, spread_groups
 
     rng = np.random.default_rng(seed)
     rows = np.flatnonzero(signal)
-    parts = split_minibatches(len(rows), k, rng, labels[rows] if whole_groups else None)
+    parts = [rows[p] for p in split_minibatches(len(rows), k, rng, labels[rows] if whole_groups else None)]
     rest = np.flatnonzero(~signal)
-    return spread_groups([rows[part] for part in parts], rest, labels[rest], rng)
+    if whole_groups and len(rest):
+        home = {labels[i]: n for n, part in enumerate(parts) for i in part}
+        joins = np.asarray([labels[i] in home for i in rest], dtype=bool)
+        for i in rest[joins]:
+            parts[home[labels[i]]] = np.append(parts[home[labels[i]]], i)
+        rest = rest[~joins]
+    return spread_groups(parts, rest, labels[rest], rng)
 
 
 def warmup_lr(step: int, lr: float, warmup_steps: int) -> float:

@@ -127,3 +127,24 @@ def test_reported_loss_is_pg_loss_plus_kl_coef_times_kl_ref(policy_dir: Path, tm
     assert result.num_optimizer_steps == 2
     assert result.kl_ref is not None and result.kl_ref > 1e-3
     assert result.loss == pytest.approx(result.pg_loss + 0.5 * result.kl_ref, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_zero_advantage_row_of_a_mixed_group_stays_with_its_group(seed: int) -> None:
+    # A reward equal to its group's mean has advantage 0: with the KL term on, the row was dealt
+    # round-robin apart from its group's rows with signal, splitting the group (`whole_groups`).
+    import numpy as np
+
+    from libra_core.training.advantages import group_advantages
+    from libra_core.training.update import _deal_minibatches
+
+    rewards = np.array([1.0, 0.0, 0.5, 1.0, 0.0, 0.5, 1.0, 1.0])
+    groups = ["a"] * 3 + ["b"] * 3 + ["c"] * 2
+    advantages = group_advantages(rewards, groups, scale_by_std=True, negative_weight=1.0)
+    signal = advantages.astype(np.float32) != 0
+    labels = np.asarray(groups, dtype=str)
+    parts = _deal_minibatches(signal, labels, 4, True, seed)
+    assert sorted(int(i) for part in parts for i in part) == list(range(8))  # every row once
+    for group in ("a", "b", "c"):
+        assert sum(group in set(labels[part].tolist()) for part in parts) == 1, (group, parts)
+    assert all(signal[part].any() for part in parts)  # no part without a policy gradient

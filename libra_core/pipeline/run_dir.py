@@ -220,10 +220,13 @@ def save_checkpoint(run_dir: str | Path, iteration: int, state: RunState, keep: 
         # raised shutil.Error's list of tuples (until 2026-12-07).
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    aside = ckpt.with_name(f".{ckpt.name}.old")  # the same iteration saved again (a redone one)
     if ckpt.exists():
-        _delete_dir(ckpt)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(ckpt, aside)  # deleted only once the new copy has its name
     os.replace(staging, ckpt)
     sync_folder(layout.checkpoints)
+    shutil.rmtree(aside, ignore_errors=True)
     for old in checkpoint_dirs(run_dir)[:-keep]:
         _delete_dir(old)
     return ckpt

@@ -69,14 +69,26 @@ class TrainShape:
         are not trained), its longest sequence the sample's longest (it may be among the kept)."""
         tot = w.total_tokens
         sampled = len(tot) * w.weight  # the iteration's trajectories; the update trains a random share
+        steps = update_steps(w)
         return cls(
             float(tot.sum() * w.weight * w.train_share),
             float((tot**2).sum() * w.weight * w.train_share),
             float(tot.max()),
-            w.minibatches,
+            steps,
             ref_forward,
-            StepLongest.of(tot, sampled, sampled * w.train_share / w.minibatches),
+            StepLongest.of(tot, sampled, sampled * w.train_share / steps),
         )
+
+
+def update_steps(w: Workload) -> int:
+    """The optimizer steps the update takes: `minibatches`, but no more than the prompt groups it
+    trains (the trainer deals whole groups with signal into at most that many parts,
+    `training/update._deal_minibatches`; the trained groups are taken as the token share of the
+    prompts). Until 2026-12-07 every update was priced at `minibatches` steps, each with its DP sync
+    and optimizer step: with 1 of 16 groups trained, 2.5x the one step that ran, and the live
+    planner's update correction learned that pricing error as the model's."""
+    trained_groups = math.ceil(w.prompts_per_iteration * w.train_share - 1e-9)
+    return max(1, min(w.minibatches, trained_groups))
 
 
 @dataclass(frozen=True)

@@ -100,3 +100,24 @@ def test_tensor_parallel_traffic_follows_the_steps_longest_too() -> None:
     assert shape.step_longest is not None
     rank_tokens = shape.step_longest.expected_floored(share, 1.0, 0.0)
     assert max(share, float(np.min(shape.step_longest.lens))) < rank_tokens < shape.max_seq_len
+
+
+@pytest.mark.parametrize(("groups", "steps"), [(16, 4), (2, 2), (1, 1), (0, 1)])
+def test_the_update_is_priced_at_the_steps_its_trained_groups_make(groups: int, steps: int) -> None:
+    # The trainer deals the groups with signal into at most `minibatches` parts: with 1 of 16 groups
+    # trained it takes one step, which was priced as 4 (each with its DP sync and optimizer step)
+    # until 2026-12-07, and the live planner's update correction learned that error as the model's.
+    from dataclasses import replace
+
+    from libra_core.planner.train_cost import update_steps
+
+    w = replace(workload_preset("search-medium", seed=0), prompts_per_iteration=16, minibatches=4)
+    trained = replace(w, train_share=groups / 16)
+    assert update_steps(trained) == steps
+    shape = TrainShape.from_workload(trained)
+    assert shape.minibatches == steps
+    if groups:  # each step trains about one group's tokens: the price scales with the groups
+        m, hw = get_model("qwen3-8b"), get_hardware("H100")
+        layout = TrainLayout(1, 1, 8, zero_stage=3)
+        whole = estimate_train(m, hw, layout, TrainShape.from_workload(replace(w, train_share=1.0))).time_s
+        assert estimate_train(m, hw, layout, shape).time_s < whole * max(steps, groups) / 4 * 1.2

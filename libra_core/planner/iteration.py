@@ -55,7 +55,8 @@ def iteration_time_s(
 
 
 def weight_sync_s(model: ModelSpec, hw: HardwareSpec, colocated: bool) -> float:
-    """Broadcasting the new bf16 weights to the rollout instances (pipelined over the NICs)."""
+    """Broadcasting the new weights (in the model spec's dtype) to the rollout instances (pipelined over
+    the NICs)."""
     if colocated:
         return model.weight_bytes / (hw.mem_bw_bytes_per_s * hw.mem_bw_eff)
     return model.weight_bytes / (hw.inter_bw_bytes_per_s * hw.inter_allreduce_eff)

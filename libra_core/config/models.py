@@ -403,6 +403,18 @@ class LibraConfig(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _no_oracle_in_a_run(self) -> LibraConfig:
+        # `oracle` reads realised lengths, so only `libra trace-eval` can run it (SchedulerConfig
+        # takes it for that); a run passed every check, made its folder, warmed up, started vLLM and
+        # failed at its first rollout (until 2026-12-07).
+        if self.scheduler.type == "oracle":
+            raise ValueError(
+                "scheduler.type 'oracle' reads realised lengths and is for `libra trace-eval` only; "
+                "choose another scheduler for a run"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _planner_prices_the_pipeline_that_runs(self) -> LibraConfig:
         # The planner's objective (planner/iteration.py) is serial at staleness 0 and overlapped at
         # >= 1; priced the other way, an async run was planned as if its stages took turns.

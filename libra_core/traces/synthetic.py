@@ -9,7 +9,8 @@ Generative story (all draws from the `random.Random` passed in, so a seed pins t
   (0: every prompt is new, as in the real arithmetic runs) and samples `group_size` trajectories each.
 - A trajectory needs `K = 1 + floor(LogNormal(0.7 + 0.6 d, subtask_sigma))` subtasks (long tail).
   Every turn generates `LogNormal(log(gen_median * drift_factor) + 0.2 d, 0.5)` tokens and calls a
-  tool (the favourite with probability 0.6). The *hidden outcome* of the call:
+  tool (the favourite with probability 0.6 + 0.4/3 = 0.73: the other draws pick any of the three,
+  the favourite too). The *hidden outcome* of the call:
   - fails with `p = sigmoid(-1.5 + 0.8 d - improvement)`, or times out with probability 0.05
     (0.10 for `shell`): the subtask is retried, the payload is a short error (failure, ~60 tokens)
     or nothing useful (timeout, ~12 tokens);

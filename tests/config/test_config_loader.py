@@ -610,3 +610,14 @@ def test_the_resolved_config_reads_back_whatever_its_strings(tmp_path: Path) -> 
 def test_environment_settings_that_disagree_are_refused(overrides: list[str], problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         load_config(None, overrides)
+
+
+def test_an_oracle_scheduler_is_refused_in_a_run() -> None:
+    # It reads realised lengths: only trace-eval can run it. A run passed every check, made its
+    # folder, warmed up, started vLLM and failed at its first rollout (until 2026-12-07).
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["scheduler.type=oracle"])
+    assert "scheduler.type 'oracle'" in info.value.problems[0] and "trace-eval" in info.value.problems[0]
+    from libra_core.config.models import SchedulerConfig
+
+    assert SchedulerConfig(type="oracle").type == "oracle"  # trace-eval builds it on its own

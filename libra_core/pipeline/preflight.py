@@ -8,7 +8,10 @@ the Prefect UI, the API or a schedule (`libra serve`) never goes through the CLI
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from libra_core.config.models import HFLocalModelConfig, LibraConfig, TinyModelConfig
+from libra_core.config.pretrained import SmolLM2ModelConfig
 from libra_core.envs.datasets import resolve_data_path
 from libra_core.model.policy import check_servable_head_dim, hf_folder_problem
 
@@ -26,6 +29,8 @@ def machine_problems(cfg: LibraConfig) -> list[str]:
         problem = hf_folder_problem(cfg.model.path)
         if problem:
             problems.append(problem)
+    if isinstance(cfg.model, SmolLM2ModelConfig):  # the prepare task failed on it, folder made
+        problems += _gguf_problems(cfg.model)
     env = cfg.environment
     data_dir = getattr(env, "data_dir", None)
     for file in env.data_files() if hasattr(env, "data_files") else ():
@@ -34,6 +39,20 @@ def machine_problems(cfg: LibraConfig) -> list[str]:
         except FileNotFoundError as err:
             problems.append(f"environment: {err}")
     return problems
+
+
+def _gguf_problems(model: SmolLM2ModelConfig) -> list[str]:
+    if model.gguf_path is not None:
+        if not Path(model.gguf_path).expanduser().is_file():
+            return [f"model.gguf_path {model.gguf_path!r} is not a file"]
+        return []
+    from libra_core.model.smollm2 import packaged_gguf
+
+    try:
+        packaged_gguf()
+    except FileNotFoundError as err:
+        return [f"model: {err}"]
+    return []
 
 
 def check_before_run(cfg: LibraConfig) -> None:

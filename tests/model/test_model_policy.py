@@ -168,3 +168,24 @@ def test_float32_weights_can_be_stored_under_a_bfloat16_serving_dtype(tok, tmp_p
     with safe_open(out / "model.safetensors", framework="pt") as f:
         assert torch.equal(f.get_tensor("lm_head.weight"), model.lm_head.weight)  # float32, exact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy"]
+
+
+def test_a_missing_gguf_file_is_refused_before_a_run_folder_is_made(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    # It passed `libra config validate`; the run made its folder and the prepare task failed on it
+    # (until 2026-12-07).
+    from libra_core.config import load_config
+    from libra_core.model import smollm2
+    from libra_core.pipeline.preflight import machine_problems
+
+    chat = "environment={type: math_tools, prompt_format: chatml}"
+    cfg = load_config(None, ["model.type=smollm2", f"model.gguf_path={tmp_path / 'nope.gguf'}", chat])
+    assert machine_problems(cfg) == [f"model.gguf_path '{tmp_path / 'nope.gguf'}' is not a file"]
+    (tmp_path / "nope.gguf").write_bytes(b"GGUF")
+    assert machine_problems(cfg) == []
+
+    def not_installed() -> None:
+        raise FileNotFoundError("model.gguf not found: install the model package")
+
+    monkeypatch.setattr(smollm2, "packaged_gguf", not_installed)
+    packaged = load_config(None, ["model.type=smollm2", chat])
+    assert machine_problems(packaged) == ["model: model.gguf not found: install the model package"]

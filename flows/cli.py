@@ -57,7 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--resume", metavar="RUN_DIR", type=input_path, help="continue a run from its last checkpoint"
     )
-    run.add_argument("-v", "--verbose", action="store_true", help="show Prefect and engine logs")
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show Prefect's logs, and the traceback of a failure (engine logs are in RUN_DIR/logs/)",
+    )
 
     cfg = sub.add_parser("config", help="inspect configuration")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
@@ -132,11 +137,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
     cfg = _load(args)
     if args.config_command == "validate":
         _check_machine(cfg, _config_arg(args.config))
-        from flows.cli_common import fail, folder_write_problem
+        from flows.cli_common import fail, output_problem
 
         # as `libra run` and `libra serve` check it (until 2026-12-07 validate passed an output
-        # folder under a file, which both then refused)
-        problem = folder_write_problem(cfg.experiment.output_path)
+        # folder under a file, which both then refused), but without creating it: validate writes
+        # nothing (it made the folder, 2026-12-07)
+        problem = output_problem(cfg.experiment.output_path, folder=True)
         if problem:
             return fail(f"experiment.output_dir: {problem}")
         from rich.console import Console

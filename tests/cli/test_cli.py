@@ -29,6 +29,16 @@ def test_validate_default_file_ok() -> None:
     assert "valid" in out.stdout
 
 
+def test_validate_writes_nothing(tmp_path: Path) -> None:
+    # it checked experiment.output_dir by creating it (until 2026-12-07)
+    out = libra("config", "validate", "--set", f"experiment.output_dir={tmp_path / 'made' / 'here'}")
+    assert out.returncode == 0, out.stderr
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    out = libra("config", "validate", "--set", f"experiment.output_dir={tmp_path / 'file' / 'runs'}")
+    assert out.returncode == 2 and "experiment.output_dir" in out.stderr  # still checked
+
+
 def test_validate_prints_a_path_with_brackets_as_it_is(tmp_path: Path) -> None:
     odd = tmp_path / "m[" / "x]" / "stages.yaml"  # rich markup would read `[/x]` as a closing tag
     odd.parent.mkdir(parents=True)

@@ -273,7 +273,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Libra
         raw: dict[str, Any] = {}
     else:
         source = str(path)
-        raw = read_yaml_mapping(Path(path))
+        raw = _empty_sections_as_defaults(read_yaml_mapping(Path(path)), LibraConfig)
     raw = apply_overrides(raw, parsed)
     try:
         return LibraConfig.model_validate(raw)
@@ -281,6 +281,24 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> Libra
         # with a file, say which problems came from the command line rather than the file
         blamed_on_overrides = list(parsed) if path is not None else []
         raise ConfigError(_validation_problems(exc, blamed_on_overrides), source) from None
+
+
+def _empty_sections_as_defaults(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """`data` with each section left empty (`eval:` with every key commented out: YAML's null) read
+    as `{}`, all defaults, as an empty file is. "Delete a key to fall back to its default" (the
+    header of stages.yaml) made `eval:` an error that, with a `--set eval.every=2`, was blamed on the
+    override (until 2026-12-07). Only sections typed as one model; a field that takes null keeps it."""
+    out = dict(data)
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        section = field.annotation if field is not None else None
+        if not (isinstance(section, type) and issubclass(section, BaseModel)):
+            continue
+        if value is None:
+            out[key] = {}
+        elif isinstance(value, dict):
+            out[key] = _empty_sections_as_defaults(value, section)
+    return out
 
 
 def config_to_yaml(cfg: LibraConfig) -> str:

@@ -621,3 +621,14 @@ def test_an_oracle_scheduler_is_refused_in_a_run() -> None:
     from libra_core.config.models import SchedulerConfig
 
     assert SchedulerConfig(type="oracle").type == "oracle"  # trace-eval builds it on its own
+
+
+def test_a_section_with_every_key_commented_out_takes_its_defaults(tmp_path: Path) -> None:
+    # `eval:` with its keys commented out is YAML's null: an error, blamed on the override when one
+    # set a key under it (until 2026-12-07); an empty file was already all defaults.
+    path = tmp_path / "stages.yaml"
+    path.write_text("eval:\n  # every: 5\ntraining:\n  grpo:\n    # kl_coef: 0.0\nschedule:\n  cron: null\n")
+    cfg = load_config(path)
+    assert cfg.eval.every == 5 and cfg.training.grpo.kl_coef == 0.0
+    assert cfg.schedule.cron is None  # a field that takes null keeps it
+    assert load_config(path, ["eval.every=2"]).eval.every == 2

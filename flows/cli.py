@@ -213,10 +213,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # on the spot, and its engines, in sessions of their own, kept running.
     signal.signal(signal.SIGTERM, raise_interrupted)
     signal.signal(signal.SIGHUP, raise_interrupted)
-    from prefect.exceptions import CancelledRun
+    try:  # Prefect's import takes seconds: a signal then printed a traceback (until 2026-12-07)
+        from prefect.exceptions import CancelledRun
 
-    from flows import rl_experiment
-
+        from flows import rl_experiment
+    except KeyboardInterrupt:
+        print("libra: run interrupted before its run folder was made; nothing to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
     known = len(rl_experiment.started_runs)
     try:
         return run_with_progress(config_path, args.overrides, args.resume)

@@ -142,3 +142,46 @@ def test_a_signal_during_engine_start_leaves_nothing_running(
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name.startswith("arith-grpo-")]
     assert f"resume it with `libra run --resume {run_dir}`" in err  # the folder, not a placeholder
     assert json.loads((run_dir / "state.json").read_text())["status"] == "cancelled"
+
+
+# `libra run` whose import of the experiment flow (seconds with Prefect) blocks until a signal.
+SLOW_IMPORT = """
+import sys, time
+from importlib.abc import MetaPathFinder
+from flows.cli import main
+
+class SlowFlows(MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "flows.rl_experiment":
+            print("importing", flush=True)
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, SlowFlows())
+sys.exit(main(["run", "stages.yaml", "--set", f"experiment.output_dir={sys.argv[1]}"]))
+"""
+
+
+def test_a_signal_while_prefect_is_imported_ends_the_run_without_a_traceback(tmp_path: Path) -> None:
+    # The handlers were installed, but the imports ran before the `try`: a traceback and exit 1
+    # (until 2026-12-07).
+    env = {**os.environ}
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_IMPORT, str(tmp_path / "runs")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "importing"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "nothing to resume" in err and "Traceback" not in err

@@ -271,6 +271,23 @@ def _check_resume(run_dir: str, overrides: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        code = _main(args)
+        sys.stdout.flush()  # here, not at exit: a pipe's reader may be gone
+        return code
+    except BrokenPipeError:
+        # The reader went away (`libra plan --top 20 | head -1`): for a command that only prints,
+        # what it read is what it wanted (a traceback and exit 1 until 2026-12-07). stdout goes to
+        # /dev/null so that the flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        if args.command in ("run", "serve", "simulate"):  # their work stopped half-way: not a success
+            print(f"libra {args.command}: standard output was closed; stopped", file=sys.stderr)
+            return 1
+        return 0
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.command == "config":
         return _cmd_config(args)
     if args.command == "serve":

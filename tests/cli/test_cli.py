@@ -148,3 +148,19 @@ def test_serve_with_a_bad_config_or_an_unreachable_server_exits_cleanly() -> Non
     out = libra("serve", "--api-url", dead)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert f"no Prefect server answers at {dead}" in out.stderr
+
+
+def test_a_reader_that_goes_away_is_no_error() -> None:
+    # `libra plan --top 20 | head -1`: a BrokenPipeError traceback and exit 1 (until 2026-12-07).
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "config", "show"],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before it writes a byte
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err[-2000:]
+    assert "Traceback" not in err and "BrokenPipe" not in err

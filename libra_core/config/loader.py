@@ -234,6 +234,11 @@ def _error_line(error: ErrorDetails) -> tuple[str, str]:
     if kind == "value_error":
         # model validators (cross-field checks): the message already names the fields and values
         return path, msg.removeprefix("Value error, ")
+    if kind == "string_type" and isinstance(value, dict | list | int | float | bool):
+        # `--set experiment.name=007` (7) or `output_dir=/data/run: 2` (a mapping): the value was
+        # not shown for a mapping, and nothing said how to keep it text (until 2026-12-07)
+        read_as = type(value).__name__
+        return path, f"{msg}; got {short_repr(value)} (YAML read it as {read_as}: quote it to keep it text)"
     if isinstance(value, dict):
         return path, msg
     return path, f"{msg}; got {short_repr(value)}"

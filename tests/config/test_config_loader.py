@@ -632,3 +632,13 @@ def test_a_section_with_every_key_commented_out_takes_its_defaults(tmp_path: Pat
     assert cfg.eval.every == 5 and cfg.training.grpo.kl_coef == 0.0
     assert cfg.schedule.cron is None  # a field that takes null keeps it
     assert load_config(path, ["eval.every=2"]).eval.every == 2
+
+
+def test_a_value_yaml_reads_as_another_type_says_how_to_keep_it_text() -> None:
+    # A mapping was not shown at all, and nothing said to quote it (until 2026-12-07).
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["experiment.output_dir=/data/run: 2"])
+    assert "got {'/data/run': 2} (YAML read it as dict: quote it to keep it text)" in info.value.problems[0]
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["experiment.name=007"])
+    assert "got 7 (YAML read it as int: quote it to keep it text)" in info.value.problems[0]

@@ -298,7 +298,15 @@ def build_segment_table(
     # in_range[i, j, b]: bin b lies in [i, j)
     b_idx = np.arange(k)
     in_range = (b_idx[None, None, :] >= i_idx[:, :, None]) & (b_idx[None, None, :] < j_idx[:, :, None])
-    longest = np.where(in_range, fmax[None, None, :], 0.0).max(axis=2)
+    bin_longest = fmax
+    if promote:
+        # A trajectory stays in the band of its last tool return and grows past it there: its
+        # final context must fit that range's instances too (until 2026-12-07 only the bins' own
+        # longest were checked, so a range could be priced finite while one it serves overflowed).
+        stays = np.zeros(k)
+        np.maximum.at(stays, stop_band, final.astype(float))
+        bin_longest = np.maximum(fmax, stays)
+    longest = np.where(in_range, bin_longest[None, None, :], 0.0).max(axis=2)
     supported = [tp for tp in tps if cost.model.supports_tp(tp)]
     # Counts beyond the iteration's trajectories price like it (batch 1), so N stops there.
     nn = max(1, min(max_gpus // min(supported) if supported else 1, math.ceil(float(cum_r[-1]))))

@@ -213,3 +213,31 @@ def test_a_one_bucket_layout_is_priced_without_promotion(one_degree_dp: bool) ->
     for p in single:
         assert p.t_rollout_s == pytest.approx(one[key(p)].t_rollout_s, rel=1e-9)
         assert evaluate_plan(p, model, A800, w, s).t_rollout_s == pytest.approx(p.t_rollout_s, rel=1e-9)
+
+
+def test_a_range_is_infeasible_where_a_trajectory_it_keeps_outgrows_the_kv_cache(tmp_path) -> None:  # noqa: ANN001
+    # Two trajectories call their one tool early and then grow past TP1's KV cache: under promotion
+    # they stay in the first band, so TP1 cannot serve it. Only the bins' own longest were checked
+    # (until 2026-12-07), and TP1 on [0, 1) was priced finite.
+    import numpy as np
+
+    from libra_core.planner.rollout_cost import RolloutCostModel, build_segment_table
+    from libra_core.planner.specs import get_hardware, get_model
+    from libra_core.planner.workload import Workload
+
+    (tmp_path / "small.yaml").write_text("base: A800\nmemory_gb: 24\n")
+    model, hw = get_model("qwen3-8b"), get_hardware(str(tmp_path / "small.yaml"))
+    cost = RolloutCostModel(model, hw)
+    n, rng = 256, np.random.default_rng(1)
+    prompt, gen = np.full(n, 300.0), rng.uniform(300, 2000, n)
+    calls, pay, lat = np.full(n, 3.0), np.full(n, 100.0), np.full(n, 1.0)
+    last = prompt + gen * 0.9 + pay
+    gen[:4], last[:4] = 30000, prompt[:4] + 29000 + pay[:4]
+    gen[4:6], calls[4:6], last[4:6] = cost.kv_capacity_tokens(1) + 1400, 1, 600  # an early call, then long
+    w = Workload(
+        "t", 32, 8, prompt, gen, pay, calls, calls * (prompt + gen / 2), lat, last_call_ctx_tokens=last
+    )
+    assert w.total_tokens[4] > cost.kv_capacity_tokens(1)
+    table = build_segment_table(cost, w, (1, 8), 48, 48, promote=True, two_phase=True)
+    assert not np.isfinite(table.crit_s[0, 0, 0, 1])  # TP1 on [0, 1)
+    assert np.isfinite(table.crit_s[1, 0, 0, 1])  # TP8 holds it

@@ -122,7 +122,21 @@ def simulate_flow(
     `out_dir` (None: a new folder `runs/simulate/SCENARIO-TIMESTAMP`, made as the flow starts, with
     `-2`, `-3`... if that is taken) is resolved against `base_dir` when relative: `libra serve` sets
     that to its working folder at start, so where a served run writes does not depend on the working
-    folder at the time it runs; None: this process's."""
+    folder at the time it runs; None: this process's.
+
+    Args:
+        scenario: r2e-gym, search-r1, dapo-math or tiny, or a trace file (.parquet/.arrow) to replay.
+        hardware: the cluster, COUNTxGPU (48xA800; the GPU may be a hardware spec YAML file).
+        iterations: RL iterations simulated per policy.
+        policies: comma-separated policy names, or all.
+        seed: the generated workload's seed (a trace replays as recorded).
+        out_dir: the output folder (None: runs/simulate/SCENARIO-TIMESTAMP).
+        settings: FIELD=VALUE what-if changes to the simulator's settings.
+        spec: FIELD=VALUE changes to the scenario generator (or the trace replay).
+        jobs: policies simulated at once, each in its own process.
+        model: a model spec name or file (None: the scenario's model).
+        base_dir: the folder a relative out_dir is resolved against (None: this process's).
+    """
     if is_trace(scenario):
         # checked and read as the same file: the task got the unexpanded `~/t.parquet` (until
         # 2026-12-06), which the check had accepted and the reader could not find

@@ -168,6 +168,8 @@ def _summary(run_dir: Path, history: Sequence[dict[str, Any]]) -> tuple[str, str
             evals[-1]["eval_accuracy"] if evals else None,
         ),
     ]
+    if len(history) == 1:  # the first iteration is the last: one row (it printed two, until 2026-12-07)
+        items = [item for item in items if item[0] != "last_reward_mean"]
     return cfg.experiment.name, cfg.planner.type, items
 
 

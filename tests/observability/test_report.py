@@ -361,3 +361,13 @@ def test_cli_report_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert needle in err and str(target) in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_one_iteration_run_has_one_reward_row(tmp_path: Path) -> None:
+    # its first iteration is its last: the summary printed the same reward row twice (until 2026-12-07)
+    cfg = load_config(None, [f"experiment.output_dir={tmp_path}", "experiment.name=one"])
+    run = new_run_dir(cfg)
+    write_resolved_config(cfg, run)
+    append_history(run, history_row(1, random.Random(3)))
+    summary = parse(build_report(run)).summary
+    assert "first_reward_mean" in summary and "last_reward_mean" not in summary

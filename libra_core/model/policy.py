@@ -221,7 +221,11 @@ def _set_config_dtype(path: Path, dtype: str) -> None:
 
 
 def _portable_tokenizer_config(path: Path) -> None:
-    # transformers 5 writes its internal class name; the v4 name loads in both major versions.
+    # transformers 5 writes its internal class name; `PreTrainedTokenizerFast.from_pretrained` loads
+    # the folder in both major versions, and every Libra loader uses it. `AutoTokenizer` does not
+    # honour it under transformers 5: for `model_type: qwen2` it builds `Qwen2Tokenizer`, whose
+    # byte-level pre-tokenizer and NFC normaliser drop this tokenizer's spaces (the comment said it
+    # loaded in both, until 2026-12-07). vLLM gets and returns token ids, never this text.
     config = json.loads(path.read_text())
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"

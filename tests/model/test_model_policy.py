@@ -119,7 +119,7 @@ def test_updates_keep_float32_master_weights_under_the_serving_dtype(tok, tmp_pa
 
 
 def test_saved_folder_reloads_with_equal_logits(tok, tmp_path: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     model = build_tiny_policy(TINY, len(tok), seed=0).eval()
     out = save_policy(model, tok, tmp_path / "policy")
@@ -133,8 +133,11 @@ def test_saved_folder_reloads_with_equal_logits(tok, tmp_path: Path) -> None:
     )
 
     reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
-    reloaded_tok = AutoTokenizer.from_pretrained(out)
-    text = "<|user|>((3+4)*5)<|assistant|><|call|>3+4<|/call|><|result|>7<|/result|>"
+    # As Libra's loaders read it (rollout_stage, checkpoint): AutoTokenizer maps model_type qwen2 to
+    # Qwen2Tokenizer under transformers 5, which drops this tokenizer's spaces (policy.py).
+    reloaded_tok = PreTrainedTokenizerFast.from_pretrained(out)
+    # spaces and letters: the text the first version of this test left out
+    text = "<|user|>((3+4)*5)<|assistant|><|call|>3+4<|/call|><|result|>error: x 12<|/result|>"
     ids = reloaded_tok.encode(text)
     assert ids == tok.encode(text)
     assert (reloaded_tok.eos_token, reloaded_tok.pad_token) == ("<|eos|>", "<|pad|>")

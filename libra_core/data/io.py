@@ -74,6 +74,8 @@ def write_lake(table: pa.Table, run_dir: str | Path, iteration: int) -> Path:
     """Write one iteration's rewarded trajectories into the run's Parquet lake. Refused, before
     anything is written, when a row is of another iteration: `read_lake` refuses such a partition,
     and with it the whole lake (the planner's replay, trace exports)."""
+    if iteration < 0:  # `iteration=-0001.parquet` made `read_lake` refuse the whole lake
+        raise ValueError(f"lake partition of iteration {iteration} not written: iterations are >= 0")
     path = lake_path(run_dir, iteration)
     validate_trajectories(table, require_reward=True)
     wrong = _other_iteration_row(table, iteration)

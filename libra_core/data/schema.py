@@ -193,6 +193,13 @@ def _check_row(i: int, row: dict[str, Any], require_reward: bool) -> None:
         )
     if not row["prompt_ids"]:
         fail("prompt_ids is empty")
+    # Each refused where the row enters (until 2026-12-07 a negative iteration wrote a lake file
+    # `iteration=-0001` that made the whole lake unreadable, and a negative token id failed only in
+    # the update's embedding lookup)
+    if row["iteration"] < 0:
+        fail(f"iteration {row['iteration']} is negative")
+    if min(row["prompt_ids"]) < 0 or (n and min(row["response_ids"]) < 0):
+        fail("prompt_ids and response_ids must be token ids >= 0")
     mask = row["loss_mask"]
     if any(m not in (0, 1) for m in mask):
         fail("loss_mask values must be 0 or 1")
@@ -208,6 +215,8 @@ def _check_row(i: int, row: dict[str, Any], require_reward: bool) -> None:
         if not (prev_end <= s < e <= n):
             fail(f"version span [{s}, {e}) is unsorted, overlapping, empty or outside [0, {n})")
         prev_end = e
+        if span["version"] < 0:
+            fail(f"version span [{s}, {e}) has a negative version {span['version']}")
         versions.append(span["version"])
         for k in range(s, e):
             covered[k] = True
@@ -226,6 +235,9 @@ def _check_row(i: int, row: dict[str, Any], require_reward: bool) -> None:
         fail(f"finish_reason {row['finish_reason']!r} is not one of {FINISH_REASONS}")
     if row["sample_index"] < 0 or row["num_turns"] < 0:
         fail("sample_index and num_turns must be >= 0")
+    for ev in row["tool_events"]:
+        if ev["turn"] >= row["num_turns"]:
+            fail(f"tool event at turn {ev['turn']} of a trajectory of {row['num_turns']} turns")
     latencies = ("rollout_latency_s", "generation_latency_s", "tool_latency_s")
     if not all(_seconds(row[name]) for name in latencies):
         fail(f"{', '.join(latencies)} must be finite and >= 0")

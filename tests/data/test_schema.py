@@ -117,6 +117,31 @@ def test_roundtrip_ipc_and_lake(tmp_path: Path) -> None:
             "min_version 7 is above max_version 2",
         ),
         ({"num_turns": -1}, "num_turns must be >= 0"),
+        # each refused where the row enters since 2026-12-07 (a negative iteration's lake file made
+        # the whole lake unreadable; a negative token id failed in the update's embedding lookup)
+        ({"iteration": -1}, "iteration -1 is negative"),
+        ({"prompt_ids": [1, -2, 3]}, "token ids >= 0"),
+        ({"response_ids": [4, 5, -6, 7, 8]}, "token ids >= 0"),
+        (
+            {"version_spans": [{"start": 0, "end": 2, "version": -3}, {"start": 4, "end": 5, "version": 4}]},
+            "negative version -3",
+        ),
+        (
+            {
+                "num_turns": 1,
+                "tool_events": [
+                    {
+                        "turn": 7,
+                        "tool": "c",
+                        "call_tokens": 1,
+                        "payload_tokens": 1,
+                        "status": "success",
+                        "latency_s": 0.0,
+                    }
+                ],
+            },
+            "tool event at turn 7 of a trajectory of 1 turns",
+        ),
         ({"trajectory_id": None}, r"field 'trajectory_id' is null in row 0"),
         ({"response_ids": None}, r"field 'response_ids' is null in row 0"),
         ({"response_ids": [4, None, 6, 7, 8]}, r"field 'response_ids\[\]' is null in an item"),

@@ -61,7 +61,9 @@ def lake_row(
             }
             for t, p, s in events
         ],
-        "num_turns": len(spans),
+        # the agent loop counts every generation turn, so a tool event's turn is below it (the schema
+        # checks it since 2026-12-07), even where a 0-token payload merged two runs into one span
+        "num_turns": max(len(spans), 1 + max((t for t, _, _ in events), default=-1)),
         "finish_reason": finish,
         "final_answer": None,
         "reference_answer": "1",

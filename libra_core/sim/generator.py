@@ -4,23 +4,25 @@ file is replayed by trace_replay.py instead); the engine asks it for each iterat
 
 Generators are shaped like three public agentic RL recipes (figures are illustrative shapes, not fits):
 - `search-r1`: multi-hop retrieval, 1-8 turns, long retrieved passages, fast tools (Qwen2.5-7B);
-- `dapo-math`: long chain-of-thought with an occasional python call, long-tailed lengths (Qwen3-8B);
+- `dapo-math`: long chain-of-thought with 1-3 python calls, long-tailed lengths (Qwen3-8B);
 - `r2e-gym`: SWE agent, many turns of bash/edit/test, slow tools, a heavy tail to 32K (Qwen3-14B).
 
 Model, per prompt of a fixed pool (prompts recur across epochs, as in a real dataset): a latent
-difficulty `d ~ LogNormal(0, difficulty_sigma)`. A trajectory plans `Geometric` subtasks with mean
-`mean_subtasks x d^0.5 x turn drift`; each subtask is one turn of `LogNormal(gen_median x d^0.3 x
-gen drift, turn_sigma)` generated tokens ending in a tool call. A call fails with `fail_prob` (the
-subtask is retried: one more turn), times out with `timeout_prob` (retried, latency `timeout_s`), or
-succeeds; a success returns a large payload with `big_payload_prob` and then uncovers 1-2 more
-subtasks. So a tool return carries evidence about the work left (what C-MLFQ's tree learns). The last
-turn answers (no tool). Drift: generated lengths grow linearly to `gen_drift` and subtasks to
-`turn_drift` at the last iteration, the failure rate falls by half (the policy learns). A trajectory
-stops at `max_total_tokens`. Groups: every prompt of an iteration is sampled `group_size` times (GRPO).
-With `prompt_latency_sigma` > 0 (0.8 in the three agentic scenarios, 0 in `tiny`) each prompt's tool
-calls are all slower or faster by a factor `LogNormal(0, sigma)`, drawn from a stream of its own: the
-token counts and statuses stay the draws they are without it, only the latencies of successes and
-failures scale.
+difficulty `d ~ LogNormal(0, difficulty_sigma)`. A trajectory plans `1 + Geometric` subtasks, the
+geometric's mean set by `max(1, mean_subtasks x d^0.5 x turn drift)`: at least one, so a
+`mean_subtasks` below 1 (dapo-math's 0.6) changes little and almost every trajectory calls a tool
+(dapo-math: 1-3 calls; said "occasional" until 2026-12-07); each subtask is one turn of
+`LogNormal(gen_median x d^0.3 x gen drift, turn_sigma)` generated tokens ending in a tool call. A
+call fails with `fail_prob` (the subtask is retried: one more turn), times out with `timeout_prob`
+(retried, latency `timeout_s`), or succeeds; a success returns a large payload with
+`big_payload_prob` and then uncovers 1-2 more subtasks. So a tool return carries evidence about the
+work left (what C-MLFQ's tree learns). The last turn answers (no tool). Drift: generated lengths
+grow linearly to `gen_drift` and subtasks to `turn_drift` at the last iteration, the failure rate
+falls by half (the policy learns). A trajectory stops at `max_total_tokens`. Groups: every prompt of
+an iteration is sampled `group_size` times (GRPO). With `prompt_latency_sigma` > 0 (0.8 in the three
+agentic scenarios, 0 in `tiny`) each prompt's tool calls are all slower or faster by a factor
+`LogNormal(0, sigma)`, drawn from a stream of its own: the token counts and statuses stay the draws
+they are without it, only the latencies of successes and failures scale.
 
 The shapes aim at the paper's long tail, read as rollout wall time: in each scenario, over 100
 iterations, more than half of an iteration's rollout comes after 90% of its trajectories have

@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from libra_core.config.base import Frozen
-from libra_core.config.cron import cron_problem, timezone_problem
 from libra_core.config.environments import (
     CodeEnvConfig,
     EnvRewardWeights,
@@ -26,6 +25,7 @@ from libra_core.config.pipeline import PipelineConfig
 from libra_core.config.planner import PlannerConfig
 from libra_core.config.pools import PoolsConfig
 from libra_core.config.pretrained import SmolLM2ModelConfig
+from libra_core.config.schedule import ScheduleConfig
 from libra_core.config.scheduler import SchedulerConfig
 from libra_core.config.training import TrainingConfig
 
@@ -330,34 +330,6 @@ class RolloutConfig(Frozen):
 class EvalConfig(Frozen):
     every: int = Field(5, ge=0, description="Greedy evaluation every N iterations (0: never).")
     num_prompts: int = Field(64, ge=1, description="Size of the fixed evaluation set.")
-
-
-class ScheduleConfig(Frozen):
-    """When `libra serve` runs this experiment on its own (a Prefect deployment schedule)."""
-
-    cron: str | None = Field(
-        "0 2 * * *", description="Five-field cron expression for scheduled runs; null: no schedule."
-    )
-    timezone: str = Field("UTC", min_length=1, description="IANA time zone the cron is read in.")
-    active: bool = Field(True, description="false registers the schedule paused (visible, not run).")
-
-    # Field validators, so the error's location is `schedule.cron` once (a model validator's
-    # message had to name the key, and the loader added the location: "schedule: schedule.cron").
-    @field_validator("cron")
-    @classmethod
-    def _valid_cron(cls, cron: str | None) -> str | None:
-        problem = cron_problem(cron) if cron is not None else None
-        if problem:
-            raise ValueError(problem)
-        return cron
-
-    @field_validator("timezone")
-    @classmethod
-    def _valid_timezone(cls, timezone: str) -> str:
-        problem = timezone_problem(timezone)
-        if problem:
-            raise ValueError(problem)
-        return timezone
 
 
 class LibraConfig(Frozen):

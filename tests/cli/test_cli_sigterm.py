@@ -45,22 +45,27 @@ sys.exit(main(["run", "stages.yaml", "--set", f"experiment.output_dir={sys.argv[
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
-def test_a_hangup_or_termination_ends_the_run_like_ctrl_c(tmp_path: Path, signum: int) -> None:
-    """SIGHUP killed `libra run` on the spot (only SIGTERM and SIGINT were handled): no clean-up,
-    no resume hint, and its engines, in sessions of their own, ran on."""
-    from libra_core.rollout.engine_registry import group_members
-
+def _libra_run(script: str, out: Path) -> subprocess.Popen[str]:
+    """`script` (a stand-in `libra run`) in its own interpreter, on the ephemeral Prefect API."""
     env = {**os.environ}
     env.pop("PREFECT_API_URL", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", FAKE_RUN, str(tmp_path)],
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(out)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["SIGHUP", "SIGTERM"])
+def test_a_hangup_or_termination_ends_the_run_like_ctrl_c(tmp_path: Path, signum: int) -> None:
+    """SIGHUP killed `libra run` on the spot (only SIGTERM and SIGINT were handled): no clean-up,
+    no resume hint, and its engines, in sessions of their own, ran on."""
+    from libra_core.rollout.engine_registry import group_members
+
+    proc = _libra_run(FAKE_RUN, tmp_path)
     assert proc.stdout is not None
     pgid = int(proc.stdout.readline())
     try:
@@ -165,16 +170,7 @@ sys.exit(main(["run", "stages.yaml", "--set", f"experiment.output_dir={sys.argv[
 def test_a_signal_while_prefect_is_imported_ends_the_run_without_a_traceback(tmp_path: Path) -> None:
     # The handlers were installed, but the imports ran before the `try`: a traceback and exit 1
     # (until 2026-12-07).
-    env = {**os.environ}
-    env.pop("PREFECT_API_URL", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW_IMPORT, str(tmp_path / "runs")],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _libra_run(SLOW_IMPORT, tmp_path / "runs")
     assert proc.stdout is not None
     try:
         assert proc.stdout.readline().strip() == "importing"

@@ -1,9 +1,10 @@
 """Checks of a valid config against this machine, before any work: what `libra config validate`
 and `libra run` refuse up front rather than in the prepare-policy task, after a run folder exists.
 
-Called by the CLI before Prefect is imported; cheap (a package-metadata lookup and file tests, no
-torch or vLLM import). The create-run task calls `check_before_run` too: a deployment started from
-the Prefect UI, the API or a schedule (`libra serve`) never goes through the CLI's checks.
+Called by the CLI before Prefect is imported; cheap (a package-metadata lookup and file tests; torch
+is imported only when `training.device` is `cuda`, to ask whether it sees one; no vLLM import).
+The create-run task calls `check_before_run` too: a deployment started from the Prefect UI, the
+API or a schedule (`libra serve`) never goes through the CLI's checks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def machine_problems(cfg: LibraConfig) -> list[str]:
             problems.append(problem)
     if isinstance(cfg.model, SmolLM2ModelConfig):  # the prepare task failed on it, folder made
         problems += _gguf_problems(cfg.model)
+    if cfg.training.device == "cuda":  # passed validate, then failed in the prepare task
+        problems += _cuda_problems()
     env = cfg.environment
     data_dir = getattr(env, "data_dir", None)
     for file in env.data_files() if hasattr(env, "data_files") else ():
@@ -39,6 +42,16 @@ def machine_problems(cfg: LibraConfig) -> list[str]:
         except FileNotFoundError as err:
             problems.append(f"environment: {err}")
     return problems
+
+
+def _cuda_problems() -> list[str]:
+    try:
+        from libra_core.model.policy import resolve_training_device
+
+        resolve_training_device("cuda")
+    except (ValueError, ImportError) as err:
+        return [str(err)]
+    return []
 
 
 def _gguf_problems(model: SmolLM2ModelConfig) -> list[str]:

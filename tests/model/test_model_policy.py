@@ -192,3 +192,19 @@ def test_a_missing_gguf_file_is_refused_before_a_run_folder_is_made(tmp_path, mo
     monkeypatch.setattr(smollm2, "packaged_gguf", not_installed)
     packaged = load_config(None, ["model.type=smollm2", chat])
     assert machine_problems(packaged) == ["model: model.gguf not found: install the model package"]
+
+
+def test_training_device_cuda_without_one_is_refused_by_the_preflight() -> None:
+    # It passed `libra config validate` and `libra run` made the run folder; the prepare task then
+    # failed in resolve_training_device (until 2026-12-07).
+    import torch
+
+    from libra_core.config import load_config
+    from libra_core.pipeline.preflight import machine_problems
+
+    cuda = machine_problems(load_config(None, ["training.device=cuda"]))
+    if torch.cuda.is_available():
+        assert cuda == []
+    else:
+        assert cuda == ["training.device is 'cuda' but no CUDA device is available; use 'cpu' or 'auto'"]
+    assert machine_problems(load_config(None, ["training.device=cpu"])) == []

@@ -42,12 +42,6 @@ from tasks.stages import (
 T = TypeVar("T")
 
 
-def _timed_untracked(fn: Callable[..., T], *args: Any) -> tuple[T, float]:
-    start = time.perf_counter()
-    out = fn(*args)
-    return out, time.perf_counter() - start
-
-
 class _Clock:
     """Times each stage call and keeps its wall-clock span for the run's timeline."""
 
@@ -77,10 +71,8 @@ def rl_iteration(
     start = time.perf_counter()
     cfg = load_run_config(run_dir)
     timed = _Clock(iteration)
-    plan_started = time.time()
-    plan, plan_s = _timed_untracked(plan_task, run_dir, iteration)
-    pool, pool_s = _timed_untracked(rollout_pool_task, run_dir, plan.rollout_instances, version)
-    timed.add("plan", plan_started, plan_s + pool_s)
+    plan, plan_s = timed("plan", plan_task, run_dir, iteration)
+    pool, pool_s = timed("pool", rollout_pool_task, run_dir, plan.rollout_instances, version)
     if rollout is None:
         ran, rollout_s = timed("rollout", rollout_task, run_dir, pool, iteration)
     else:
@@ -117,7 +109,7 @@ def rl_iteration(
         eval_acc, eval_s = timed("eval", eval_task, run_dir, pool, iteration, update.new_version)
         timed.spans += rollout_instance_spans(iteration, RunLayout(Path(run_dir)).eval_requests(iteration))
     seconds = StageSeconds(
-        plan_s + pool_s, rollout_s, reward_s, update_s, sync_s, time.perf_counter() - start, eval_s
+        plan_s, pool_s, rollout_s, reward_s, update_s, sync_s, time.perf_counter() - start, eval_s
     )
     row = iteration_row(iteration, plan, ran, reward, stage, seconds, eval_acc)
     record_iteration_task(run_dir, row, timed.spans)

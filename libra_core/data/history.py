@@ -3,6 +3,10 @@
 Written by the experiment flow after each iteration (one row per iteration, rewritten atomically
 so readers never see a partial file); read by the CLI summary, reports and the planner's
 calibration later. Columns are fixed by HISTORY_SCHEMA; stage timings are `<stage>_s`.
+
+A column added after runs were recorded is nullable (null: not recorded), or has a backfill value
+in HISTORY_BACKFILL that keeps an older file's rows meaning what they meant: readers never see a
+file of another version fail for a column it could not have written.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import pyarrow.parquet as pq
 from libra_core.data.atomic import atomic_path
 from libra_core.data.schema import parquet_schema_problems
 
-STAGES = ("plan", "rollout", "reward", "update", "sync")
+# pool: starting, resizing or waking the rollout engines for the iteration's plan (part of plan_s
+# in files written before 2026-12-07)
+STAGES = ("plan", "pool", "rollout", "reward", "update", "sync")
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -65,6 +71,11 @@ HISTORY_SCHEMA = pa.schema(
 )
 
 
+# Columns added after runs existed -> the value rows of a file without them take.
+HISTORY_BACKFILL: dict[str, Any] = {"pool_s": 0.0}  # those rows' plan_s includes the pool's time
+_READ_SCHEMA = pa.schema([f.with_nullable(True) if f.name in HISTORY_BACKFILL else f for f in HISTORY_SCHEMA])
+
+
 def history_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / "history.parquet"
 
@@ -73,22 +84,24 @@ def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
     path = history_path(run_dir)
     if not path.exists():
         return []
-    problems = parquet_schema_problems(path, HISTORY_SCHEMA)
+    problems = parquet_schema_problems(path, _READ_SCHEMA)
     if not problems:
         try:
-            table = pq.read_table(path, schema=HISTORY_SCHEMA)
+            names = set(pq.read_schema(path).names)
+            table = pq.read_table(path, schema=_READ_SCHEMA)
         except (pa.ArrowException, OSError) as err:  # a footer that reads, a damaged page
             problems = [f"cannot be read ({' '.join(str(err).split())})"]
         else:
+            absent = {c: v for c, v in HISTORY_BACKFILL.items() if c not in names}
             # a file that declares its columns nullable (another writer, a hand repair) reads
             # with nulls where this schema has none, and every reader would trip over them
             problems = [
                 f"column {f.name!r} holds null values ({table.column(f.name).null_count}), expected none"
                 for f in HISTORY_SCHEMA
-                if not f.nullable and table.column(f.name).null_count
+                if not f.nullable and f.name not in absent and table.column(f.name).null_count
             ]
             if not problems:
-                return table.to_pylist()
+                return [row | absent for row in table.to_pylist()]
     raise ValueError(
         f"run history {path}: {'; '.join(problems)}. Restore it, or delete it to record only the "
         "iterations from now on"

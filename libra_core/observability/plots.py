@@ -23,6 +23,7 @@ from libra_core.observability.timeline import INSTANCE_LANE_PREFIX, Span, lane_l
 DPI = 100
 STAGE_COLORS = {
     "plan": "#8c8c8c",
+    "pool": "#c7c7c7",
     "rollout": "#1f77b4",
     "reward": "#ff7f0e",
     "update": "#2ca02c",

@@ -1,6 +1,6 @@
 """Per-iteration timeline of a run: when each stage and each rollout instance was busy.
 
-The experiment flow records one span per stage (plan, rollout, reward, update, sync, eval) with
+The experiment flow records one span per stage (plan, pool, rollout, reward, update, sync, eval) with
 wall-clock start and end, plus one span per busy stretch of every rollout instance (the union of
 the generation requests it was serving, which the rollout stage writes to a file: request_spans.py).
 Spans are kept per iteration in `<run>/timeline/iteration=N.json` (rewritten atomically, so a
@@ -26,7 +26,7 @@ from libra_core.data.io import drop_partitions_after
 
 log = logging.getLogger(__name__)
 
-STAGE_LANES = ("plan", "rollout", "reward", "update", "sync", "eval", "checkpoint")
+STAGE_LANES = ("plan", "pool", "rollout", "reward", "update", "sync", "eval", "checkpoint")
 INSTANCE_LANE_PREFIX = "instance/"  # lane of one rollout instance, e.g. "instance/vllm-0"
 
 

@@ -21,6 +21,7 @@ class StageSeconds:
     """Wall seconds of each stage of one iteration (`eval_s` None: no evaluation ran)."""
 
     plan_s: float
+    pool_s: float  # starting, resizing or waking the rollout engines for the plan
     rollout_s: float
     reward_s: float
     update_s: float
@@ -45,6 +46,7 @@ def iteration_row(
         "iteration": iteration,
         "policy_version": update.new_version,
         "plan_s": seconds.plan_s,
+        "pool_s": seconds.pool_s,
         "rollout_s": seconds.rollout_s,
         "reward_s": seconds.reward_s,
         "update_s": seconds.update_s,

@@ -37,6 +37,26 @@ def test_a_history_written_before_the_migration_ratio_reads_it_as_null_and_takes
     ]
 
 
+def test_a_history_written_before_the_pool_lane_reads_pool_s_as_zero_and_takes_new_rows(
+    tmp_path: Path,
+) -> None:
+    # Until 2026-12-07 plan_s included starting the rollout engines, and the file had no pool_s:
+    # such a run's report, resume and next append must still work, its totals unchanged.
+    old_schema = pa.schema([f for f in HISTORY_SCHEMA if f.name != "pool_s"])
+    old_row = {k: v for k, v in _row(1).items() if k != "pool_s"}
+    pq.write_table(pa.Table.from_pylist([old_row], schema=old_schema), history_path(tmp_path))
+    (first,) = read_history(tmp_path)
+    assert (first["plan_s"], first["pool_s"]) == (0.5, 0.0)
+    append_history(tmp_path, _row(2) | {"pool_s": 3.0})
+    assert [(r["iteration"], r["pool_s"]) for r in read_history(tmp_path)] == [(1, 0.0), (2, 3.0)]
+    assert pq.read_schema(history_path(tmp_path)).field("pool_s").nullable is False
+    # a file that has the column keeps its null check
+    loose = pa.schema([f.with_nullable(True) for f in HISTORY_SCHEMA])
+    pq.write_table(pa.Table.from_pylist([_row(1) | {"pool_s": None}], schema=loose), history_path(tmp_path))
+    with pytest.raises(ValueError, match=r"column 'pool_s' holds null values \(1\)"):
+        read_history(tmp_path)
+
+
 def test_a_null_where_the_schema_has_none_names_the_file_and_column(tmp_path: Path) -> None:
     # another writer (pandas, a hand repair) declares every column nullable; `libra report` then
     # died on a TypeError and the next append on a pyarrow error naming no file

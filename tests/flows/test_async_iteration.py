@@ -150,7 +150,7 @@ def test_the_flow_run_stores_no_per_request_entries_and_its_timeline_reads_them_
     # the timeline has the spans the rollout recorded, as when they travelled in the result
     (spans,) = seen["spans"]
     assert _instance_spans(spans) == instance_spans(3, served) != []
-    assert [s.lane for s in spans[:2]] == ["plan", "rollout"]  # instance lanes right after rollout
+    assert [s.lane for s in spans[:3]] == ["plan", "pool", "rollout"]  # instance lanes right after rollout
 
 
 def test_a_rollout_whose_spans_file_is_missing_gives_no_instance_spans(
@@ -166,5 +166,5 @@ def test_a_rollout_whose_spans_file_is_missing_gives_no_instance_spans(
         ri.rl_iteration.fn(str(tmp_path), 2, 1, rollout)
     assert [_instance_spans(spans) for spans in seen["spans"]] == [[], []]
     assert [[s.lane for s in spans] for spans in seen["spans"]] == [
-        ["plan", "rollout", "reward", "update", "sync"]
+        ["plan", "pool", "rollout", "reward", "update", "sync"]
     ] * 2

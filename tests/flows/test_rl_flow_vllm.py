@@ -66,7 +66,8 @@ def test_two_iteration_experiment(
     for r in rows:
         for stage in STAGES:
             assert r[f"{stage}_s"] >= 0.0
-        assert r["rollout_s"] > 0 and r["update_s"] > 0
+        assert r["rollout_s"] > 0 and r["update_s"] > 0 and r["pool_s"] > 0  # iteration 1 starts engines
+        assert sum(r[f"{s}_s"] for s in STAGES) <= r["iteration_s"]
         assert r["tokens_generated"] > 0
         # one version per optimizer step: grpo.minibatches (4) steps, or one per group with mixed
         # rewards when fewer (each group stays in one minibatch; the others carry no signal)

@@ -25,12 +25,13 @@ class _Distinct(SimpleNamespace):
 def test_the_row_has_the_schemas_columns_each_from_a_different_field(tmp_path: Path) -> None:
     rollout = _Distinct(routing=_Distinct())
     stage = _Distinct(update=_Distinct(), selection=_Distinct())
-    seconds = StageSeconds(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, eval_s=None)
+    seconds = StageSeconds(0.5, 1.0, 1.5, 2.5, 3.5, 4.5, 5.5, eval_s=None)
     row = iteration_row(7, _Distinct(), rollout, _Distinct(), stage, seconds, eval_accuracy=None)  # type: ignore[arg-type]
     assert list(row) == HISTORY_SCHEMA.names
     assert row["iteration"] == 7 and row["eval_s"] is None and row["eval_accuracy"] is None
-    assert [row[f"{s}_s"] for s in ("plan", "rollout", "reward", "update", "sync")] == [
+    assert [row[f"{s}_s"] for s in ("plan", "pool", "rollout", "reward", "update", "sync")] == [
         0.5,
+        1.0,
         1.5,
         2.5,
         3.5,

@@ -407,8 +407,9 @@ class LibraConfig(Frozen):
         problems = []
         if self.pools.type != "local":
             problems.append(
-                f"pools.type {self.pools.type!r}: the experiment flow runs its trainer in a local worker "
-                "pool (Ray pools are available to code via libra_core.pools.registry.build_pool); use pools.type=local"
+                f"pools.type {self.pools.type!r}: the experiment flow runs its trainer in a local "
+                "worker pool (Ray pools are available to code via libra_core.pools.registry.build_pool); "
+                "use pools.type=local"
             )
         if self.stages.update.size != 1:
             problems.append(

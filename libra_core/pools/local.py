@@ -32,13 +32,13 @@ import os
 import pickle
 import queue
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from libra_core.config.pools import LocalPoolConfig
@@ -91,6 +91,11 @@ def _worker_main(
     """The worker's call loop: receive call frames, run them in order, send one reply frame each."""
     for name in _THREAD_ENV:
         os.environ[name] = str(threads)
+    # Too late for a torch that spawn's re-import of the driver's main module already imported
+    # (its thread pool was sized then): a driver script that imports torch at the top.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
     args = (os.getppid(), driver, driver_start)
     threading.Thread(target=_exit_with_driver, args=args, name="driver-watch", daemon=True).start()
     while True:
@@ -370,7 +375,9 @@ class LocalPool(WorkerPool):
         # Pickled before the call is registered: a call that cannot be sent leaves nothing pending
         # (a stale entry would make the worker look busy to health() for ever).
         try:
-            payload = ForkingPickler.dumps((fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
+            # pickle, not ForkingPickler: that one moves a torch tensor argument into shared memory,
+            # so a call that changed its argument in place changed the driver's tensor too
+            payload = pickle.dumps((fn, args, kwargs), pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise TypeError(
                 f"cannot send a call of {_fn_name(fn)} to worker {worker_id}: {exc}; pool calls take "

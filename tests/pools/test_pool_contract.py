@@ -179,3 +179,15 @@ def test_a_base_exception_in_a_ray_call_comes_back_as_a_runtime_error(ray_cluste
         assert p.run("w0", os.getpid, timeout_s=60) == pid  # the same worker, alive
     finally:
         p.stop()
+
+
+def test_a_call_gets_a_copy_of_its_arguments(pool: WorkerPool) -> None:
+    # The local pool pickled calls with multiprocessing's ForkingPickler, which moves a torch tensor
+    # into shared memory: a worker's in-place change reached the driver's tensor (Ray copies).
+    import torch
+
+    pool.start(1)
+    sent = torch.ones(4)
+    returned = pool.run(pool.worker_ids[0], torch.Tensor.mul_, sent, 100.0)
+    assert returned.tolist() == [100.0] * 4
+    assert sent.tolist() == [1.0] * 4 and not sent.is_shared()

@@ -93,14 +93,14 @@ class DDPBackend(TrainingBackend):
     def step(self, *, grad_clip: float | None = None) -> StepStats:
         from libra_core.training.backends.flat import clip_flat_, flat_grad, trainable
 
-        avg, divisor = self.reduce(flat_grad(trainable(self._model)))
-        try:  # every replica reduced the same sum, so every one raises here
+        try:
+            avg, divisor = self.reduce(flat_grad(trainable(self._model)))
+            # every replica reduced the same sum, so every one raises here, before applying anything
             norm = clip_flat_(avg, grad_clip)
-        except FloatingPointError:  # nothing applied; drop the gradient so the next step starts clean
+            self.apply(avg)
+        finally:  # stepped or failed, the next backward starts clean (a failure left it refused)
             self.optimizer.zero_grad(set_to_none=True)
             self._backward_pending = False
-            raise
-        self.apply(avg)
         return StepStats(norm, divisor)
 
     @property

@@ -24,8 +24,9 @@ def set_flat_grad(params: list[torch.nn.Parameter], flat: torch.Tensor) -> None:
     offset = 0
     for p in params:
         n = p.numel()
-        # a copy, on the parameter's device: a hybrid's update arrives on the CPU (elastic/wire.py)
-        p.grad = flat[offset : offset + n].view_as(p).to(p.device, copy=True)
+        # a copy, on the parameter's device (a hybrid's update arrives on the CPU: elastic/wire.py)
+        # and in its dtype (the vector of a bf16 model with fp32 norms is fp32: torch.cat promotes)
+        p.grad = flat[offset : offset + n].view_as(p).to(device=p.device, dtype=p.dtype, copy=True)
         offset += n
     assert offset == flat.numel(), f"flat gradient has {flat.numel()} values, parameters {offset}"
 
@@ -38,7 +39,8 @@ def clip_flat_(flat: torch.Tensor, max_norm: float | None, *, what: str = "the a
     NaN in the weights and the optimizer state for good. Every caller clips before it applies
     anything, so nothing has been applied when this raises. `what` names the vector in the message.
     """
-    norm = float(torch.linalg.vector_norm(flat))
+    # in fp32: an fp16 vector's own-dtype norm is inf past 65504 with every element finite
+    norm = float(torch.linalg.vector_norm(flat, dtype=torch.promote_types(flat.dtype, torch.float32)))
     if not math.isfinite(norm):
         raise FloatingPointError(
             f"{what} norm is {norm}; nothing applied (check the loss, its inputs and the learning rate)"

@@ -27,15 +27,12 @@ class TorchBackend(TrainingBackend):
         params = trainable(self._model)
         flat = flat_grad(params)
         try:
-            norm = clip_flat_(flat, grad_clip)
-        except FloatingPointError:  # nothing applied; drop the gradient so the next step starts clean
+            norm = clip_flat_(flat, grad_clip)  # a non-finite norm raises before anything is applied
+            set_flat_grad(params, flat)
+            self.optimizer.step()
+        finally:  # stepped or failed, the next backward starts clean (a failure left it refused)
             self.optimizer.zero_grad(set_to_none=True)
             self._backward_pending = False
-            raise
-        set_flat_grad(params, flat)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self._backward_pending = False
         return StepStats(norm, 1)
 
     @property

@@ -6,7 +6,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import torch
-from conftest import make_row
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -17,6 +16,7 @@ from libra_core.training.batch import build_batch
 from libra_core.training.checkpoint import OPTIMIZER_FILE, WEIGHTS_FILE, load_policy
 from libra_core.training.logprobs import token_logprobs
 from libra_core.training.update import run_grpo_update, warmup_lr
+from tests.training.builders import make_row
 
 PROMPTS = {"a": [1, 2, 3], "b": [4, 5]}
 RESPONSES = [  # (group, response, loss_mask); the 0-masked tokens play tool results

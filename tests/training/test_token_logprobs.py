@@ -1,7 +1,7 @@
 import torch
-from conftest import VOCAB_SIZE, tiny_qwen2
 
 from libra_core.training.logprobs import token_logprobs
+from tests.training.builders import VOCAB_SIZE, tiny_qwen2
 
 
 def _direct(model: torch.nn.Module, ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

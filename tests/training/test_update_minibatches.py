@@ -10,12 +10,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import torch
-from conftest import make_row, tiny_qwen2
 
 from libra_core.config.training import GRPOConfig, OptimizerConfig, TrainingConfig
 from libra_core.data.schema import table_from_rows
 from libra_core.training.checkpoint import OPTIMIZER_FILE
 from libra_core.training.update import run_grpo_update
+from tests.training.builders import make_row, tiny_qwen2
 
 # Two groups with mixed rewards (signal) and six whose rewards are all equal (advantage 0).
 GROUPS = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ from libra_core.config.yaml_io import (
 from libra_core.data.atomic import atomic_path
 
 RESOLVED_CONFIG_NAME = "config.resolved.yaml"
+TOP_LEVEL = "(top level)"  # the key path of an error about the whole config
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,7 +203,7 @@ def _walk_loc(loc: Sequence[int | str]) -> tuple[str, Any]:
                 tp = args[part] if part < len(args) else None  # fixed-length tuple[A, B]
         else:
             tp = None
-    return path or "(top level)", _strip_annotated(tp) if tp is not None else None
+    return path or TOP_LEVEL, _strip_annotated(tp) if tp is not None else None
 
 
 def _error_line(error: ErrorDetails) -> tuple[str, str]:
@@ -256,9 +258,21 @@ def _validation_problems(exc: ValidationError, override_keys: Sequence[str]) -> 
     problems = []
     for error in exc.errors(include_url=False):
         path, text = _error_line(error)
+        if path == TOP_LEVEL and error["type"] == "value_error":
+            # LibraConfig's cross-field checks (config/cross_field.py): one problem per line, each
+            # starting with the keys it is about, so neither "(top level)" nor a blame by path
+            for line in text.splitlines():
+                suffix = " (from an override)" if _names_an_overridden_key(line, override_keys) else ""
+                problems.append(f"{line}{suffix}")
+            continue
         suffix = " (from an override)" if _override_touches(path, override_keys) else ""
         problems.append(f"{path}: {text}{suffix}")
     return problems
+
+
+def _names_an_overridden_key(text: str, override_keys: Sequence[str]) -> bool:
+    """True when `text` names a key path an override set, or one inside a section it set."""
+    return any(re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", text) for key in override_keys)
 
 
 # --------------------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ class StageConfig(Frozen):
     )
 
 
-_DEFAULT_POOLS = {
+DEFAULT_POOLS = {
     "plan": "driver",
     "rollout": "rollout",
     "reward": "driver",
@@ -209,7 +209,7 @@ class StagesConfig(Frozen):
     def _default_pools(cls, data: object) -> object:
         if isinstance(data, dict):
             data = {
-                k: ({"pool": _DEFAULT_POOLS[k], **v} if k in _DEFAULT_POOLS and isinstance(v, dict) else v)
+                k: ({"pool": DEFAULT_POOLS[k], **v} if k in DEFAULT_POOLS and isinstance(v, dict) else v)
                 for k, v in data.items()
             }
         return data
@@ -363,123 +363,12 @@ class LibraConfig(Frozen):
         return data
 
     @model_validator(mode="after")
-    def _update_backend_is_wired(self) -> LibraConfig:
-        # The backends exist (libra_core/training/backends, used by the elastic pool), but the GRPO
-        # update stage runs one process; refusing here beats silently training single-process.
-        if self.training.backend != "torch":
-            raise ValueError(
-                f"training.backend {self.training.backend!r}: the GRPO update stage runs a single process "
-                "and does not launch data-parallel ranks yet; use training.backend=torch in an experiment "
-                "(ddp and deepspeed are available to rank code via libra_core.training.backends)"
-            )
-        return self
+    def _cross_field(self) -> LibraConfig:
+        # Every check runs and every problem is reported, one per line (as pydantic stops at the
+        # first validator that raises, a config with two such problems showed only the first).
+        from libra_core.config.cross_field import cross_field_problems
 
-    @model_validator(mode="after")
-    def _no_oracle_in_a_run(self) -> LibraConfig:
-        # `oracle` reads realised lengths, so only `libra trace-eval` can run it (SchedulerConfig
-        # takes it for that); a run passed every check, made its folder, warmed up, started vLLM and
-        # failed at its first rollout (until 2026-12-07).
-        if self.scheduler.type == "oracle":
-            raise ValueError(
-                "scheduler.type 'oracle' reads realised lengths and is for `libra trace-eval` only; "
-                "choose another scheduler for a run"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _planner_prices_the_pipeline_that_runs(self) -> LibraConfig:
-        # The planner's objective (planner/iteration.py) is serial at staleness 0 and overlapped at
-        # >= 1; priced the other way, an async run was planned as if its stages took turns.
-        if self.planner.type == "libra":
-            overlapped = self.pipeline.mode == "async"
-            if overlapped != (self.planner.staleness >= 1):
-                want = "at least 1" if overlapped else "0"
-                raise ValueError(
-                    f"planner.staleness {self.planner.staleness} with pipeline.mode {self.pipeline.mode}: "
-                    f"the planner must price the pipeline that runs; set planner.staleness to {want}"
-                )
-        return self
-
-    @model_validator(mode="after")
-    def _pools_are_wired(self) -> LibraConfig:
-        # The experiment flow runs the update in one local trainer process and the other stages on
-        # their default pools; these settings validated and then did nothing.
-        problems = []
-        if self.pools.type != "local":
-            problems.append(
-                f"pools.type {self.pools.type!r}: the experiment flow runs its trainer in a local "
-                "worker pool (Ray pools are available to code via libra_core.pools.registry.build_pool); "
-                "use pools.type=local"
-            )
-        if self.stages.update.size != 1:
-            problems.append(
-                f"stages.update.size {self.stages.update.size}: the update stage runs one trainer process "
-                "(data-parallel ranks are not launched yet); use 1"
-            )
-        moved = [
-            f"stages.{name}.pool={getattr(self.stages, name).pool}"
-            for name, default in _DEFAULT_POOLS.items()
-            if getattr(self.stages, name).pool != default
-        ]
-        if moved:
-            problems.append(
-                f"{', '.join(moved)}: stages run on their default pools ({_DEFAULT_POOLS}); "
-                "moving one is not wired"
-            )
+        problems = cross_field_problems(self)
         if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-    @model_validator(mode="after")
-    def _async_overlap_fits(self) -> LibraConfig:
-        steps = self.training.grpo.minibatches
-        if self.pipeline.mode == "async" and self.pipeline.max_staleness < steps:
-            raise ValueError(
-                f"pipeline.mode async overlaps one update ({steps} optimizer steps = "
-                f"training.grpo.minibatches) with the next rollout, so pipeline.max_staleness must be "
-                f">= {steps}; got {self.pipeline.max_staleness}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _tokenizer_speaks_the_prompt_format(self) -> LibraConfig:
-        # SmolLM2's vocabulary has the chatml tokens but none of the markers (<|/call|>, <|eos|>):
-        # its turns would never end on a stop token. `hf_local` is not
-        # checked: its tokenizer is read only at run time (a Libra-trained policy folder speaks
-        # markers), and the agent loop refuses a stop token missing from it.
-        if isinstance(self.model, SmolLM2ModelConfig):
-            env = self.environment
-            if isinstance(env, ArithmeticEnvConfig):
-                raise ValueError(
-                    "model.type smollm2 with environment.type arithmetic: the arithmetic task speaks "
-                    "only the `markers` format, whose special tokens SmolLM2's tokenizer lacks; use "
-                    "a data-backed environment with prompt_format chatml (e.g. environment={type: "
-                    "math_tools, prompt_format: chatml}) or model.type tiny_qwen2"
-                )
-            if env.prompt_format != "chatml":
-                raise ValueError(
-                    f"model.type smollm2 with environment.prompt_format {env.prompt_format}: "
-                    "SmolLM2's tokenizer lacks the markers' special tokens, so its turns would never "
-                    "stop; set environment.prompt_format=chatml"
-                )
-        return self
-
-    @model_validator(mode="after")
-    def _ports_fit(self) -> LibraConfig:
-        base, size = self.rollout.engine.base_port, self.stages.rollout.size
-        if base and base + size - 1 > 65535:  # bind() raised a raw OverflowError at pool start
-            raise ValueError(
-                f"rollout.engine.base_port {base} leaves no port for {size} instances "
-                f"(stages.rollout.size) below 65536; lower it, or use 0 for free ports"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _context_fits(self) -> LibraConfig:
-        limit = getattr(self.model, "max_position_embeddings", None)
-        if limit is not None and self.rollout.max_total_tokens > limit:
-            raise ValueError(
-                f"rollout.max_total_tokens ({self.rollout.max_total_tokens}) exceeds "
-                f"model.max_position_embeddings ({limit})"
-            )
+            raise ValueError("\n".join(problems))
         return self

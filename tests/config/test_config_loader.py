@@ -250,6 +250,25 @@ def test_literal_error_lists_allowed_values_and_the_bad_one() -> None:
     ]
 
 
+def test_every_cross_section_problem_is_reported_and_blamed_on_the_override_that_made_it(
+    tmp_path: Path,
+) -> None:
+    # pydantic stops at the first after-validator that raises: two problems showed one, under
+    # "(top level)", and none was ever blamed on an override (until 2026-12-07).
+    path = write(tmp_path, "stages:\n  update:\n    size: 2\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["scheduler.type=oracle", "pipeline={mode: async, max_staleness: 1}"])
+    assert info.value.problems == [
+        "scheduler.type 'oracle' reads realised lengths and is for `libra trace-eval` only; choose "
+        "another scheduler for a run (from an override)",
+        "stages.update.size 2: the update stage runs one trainer process (data-parallel ranks are "
+        "not launched yet); use 1",
+        "pipeline.max_staleness 1 with pipeline.mode async: one update (4 optimizer steps = "
+        "training.grpo.minibatches) overlaps the next rollout, so pipeline.max_staleness must be "
+        ">= 4 (from an override)",
+    ]
+
+
 def test_cross_field_check_reports_the_section(tmp_path: Path) -> None:
     path = write(tmp_path, "environment:\n  min_ops: 5\n  max_ops: 2\n")
     with pytest.raises(ConfigError) as info:

@@ -57,6 +57,11 @@ class HeaderError(FrameError):
     """An authenticated frame whose header is not a UTF-8 JSON object (a key holder's bug)."""
 
 
+class FrameCutError(ConnectionError):
+    """The peer closed the connection in the middle of a frame (a close between frames is a plain
+    ConnectionError: the end of a session)."""
+
+
 class BodyError(ValueError):
     """An authenticated body that does not decode as safetensors tensors torch can hold."""
 
@@ -81,7 +86,8 @@ def send_frame(sock: socket.socket, frame: bytes) -> None:
         sock.sendall(view[start : start + _CHUNK_BYTES])
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None, *, in_frame: bool = True) -> bytes:
+    """`n` bytes; `in_frame` False for a frame's first bytes, where a close before any is no cut."""
     chunks, remaining = [], n
     while remaining:
         if deadline is not None:
@@ -91,7 +97,9 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
             sock.settimeout(left)
         chunk = sock.recv(min(remaining, _CHUNK_BYTES))
         if not chunk:
-            raise ConnectionError(f"peer closed the connection with {remaining} of {n} bytes unread")
+            if in_frame or remaining < n:
+                raise FrameCutError(f"peer closed the connection in a frame, {remaining} of {n} bytes unread")
+            raise ConnectionError("peer closed the connection")
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks)
@@ -109,9 +117,10 @@ def read_frame(
 
     `max_bytes` and `max_header_bytes` bound the body and header before they are read. `deadline`
     (a `time.monotonic()` value) bounds the whole frame; without it the socket's own timeout bounds
-    each read. A timeout raises TimeoutError, a closed peer ConnectionError.
+    each read. A timeout raises TimeoutError, a closed peer ConnectionError (FrameCutError once the
+    frame has begun).
     """
-    prefix = _recv_exact(sock, _PREFIX.size, deadline)
+    prefix = _recv_exact(sock, _PREFIX.size, deadline, in_frame=False)
     magic, header_len, body_len = _PREFIX.unpack(prefix)
     if magic != MAGIC:
         raise FrameError(f"bad magic {magic!r}; not a Libra side-channel frame")

@@ -277,3 +277,24 @@ def test_close_shuts_open_connections_and_ends_waiting_pulls() -> None:
     finally:
         client.close()
         waiting.close()
+
+
+def test_a_frame_the_peer_cuts_short_is_counted_and_reported_a_close_between_frames_is_not() -> None:
+    # A push cut by the hybrid's crash mid-send vanished: no counter, nothing in the step's report.
+    gateway = _gateway(handshake_timeout_s=5, idle_timeout_s=10)
+    try:
+        quiet = GatewayClient(gateway.address, KEY, "h1", timeout_s=5)
+        assert quiet.pull(0, wait_s=0.01)[0]["kind"] == "pull_reply"
+        quiet.close()  # between frames: the session's end, nothing lost
+        client = GatewayClient(gateway.address, KEY, "h0", timeout_s=5)
+        assert client.pull(0, wait_s=0.01)[0]["kind"] == "pull_reply"
+        frame = wire.encode_frame(KEY, {"kind": "push"}, b"x" * 64)
+        client._sock.sendall(frame[: len(frame) // 2])
+        client.close()
+        assert wait_until(lambda: gateway.cut == 1, 5)
+        assert (gateway.unauthenticated, gateway.malformed, gateway.replayed) == (0, 0, 0)
+        _, report = gateway.collect(0, 0)
+        (rejected,) = report.rejected
+        assert rejected[0] == "<cut>" and "peer closed the connection in a frame" in rejected[1]
+    finally:
+        gateway.close()

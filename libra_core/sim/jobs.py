@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from libra_core.sim.policies import Deployment, PolicySpec
-from libra_core.sim.report import PolicyResult
+from libra_core.sim.report import PolicyFailure, PolicyResult
 from libra_core.sim.simulate import SimRun, run_policy
 
 Progress = Callable[[str, int, int], None]
@@ -31,7 +31,9 @@ def _start_worker(ticks: Any) -> None:
     _ticks = ticks
 
 
-def _simulate_one(run: SimRun, spec: PolicySpec, deployment: tuple[Deployment, float] | None) -> PolicyResult:
+def _simulate_one(
+    run: SimRun, spec: PolicySpec, deployment: tuple[Deployment, float] | None
+) -> PolicyResult | PolicyFailure:
     ticks = _ticks
     report = None if ticks is None else (lambda stage, done, total: ticks.put((stage, done, total)))
     return run_policy(run, run.load(), spec, report, deployment)
@@ -63,10 +65,11 @@ def run_in_processes(
     jobs: int,
     progress: Progress | None,
     deployments: list[tuple[Deployment, float]] | None = None,
-) -> list[PolicyResult]:
+) -> list[PolicyResult | PolicyFailure]:
     """Each of `specs` simulated in one of `min(jobs, len(specs))` worker processes, from its
     `deployments` entry (`simulate.first_deployment`'s) if given; results in the order of `specs`.
-    The first policy to fail raises here; policies not yet started never start."""
+    A policy that cannot run the workload (PolicyFailure) is a result; the first policy to raise
+    raises here, and policies not yet started never start."""
     ctx = mp.get_context("spawn")
     ticks = ctx.Queue() if progress is not None else None
     relay = None if progress is None else _Relay(progress)
@@ -75,8 +78,8 @@ def run_in_processes(
     # At most `workers` policies are handed out at a time: the pool would queue one more ahead, which
     # a worker would then run to the end after a Ctrl-C had already stopped its first one.
     queued = list(enumerate(specs))
-    futures: dict[Future[PolicyResult], int] = {}
-    results: list[PolicyResult | None] = [None] * len(specs)
+    futures: dict[Future[PolicyResult | PolicyFailure], int] = {}
+    results: list[PolicyResult | PolicyFailure | None] = [None] * len(specs)
     try:
         while queued or futures:
             while queued and len(futures) < workers:

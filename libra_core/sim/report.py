@@ -66,6 +66,16 @@ class PolicyResult:
     mixed_gap: float | None = None
 
 
+@dataclass(frozen=True)
+class PolicyFailure:
+    """A policy that could not run the workload to its end (`training.UpdateDoesNotFit`): which,
+    and why, naming the iteration. Its row in the table says so; the claims it is part of are not
+    compared."""
+
+    policy: str
+    reason: str
+
+
 @dataclass
 class SimReport:
     scenario: str
@@ -88,6 +98,9 @@ class SimReport:
     # changed fields (`--spec`); until 2026-12-06 neither was in summary.json.
     settings: dict[str, Any] = field(default_factory=dict)
     spec_overrides: dict[str, Any] = field(default_factory=dict)
+    # Policies that stopped part-way (until 2026-12-07 the first one stopped the whole simulation,
+    # the other policies' results with it).
+    failures: list[PolicyFailure] = field(default_factory=list)
 
     def result(self, policy: str) -> PolicyResult:
         for r in self.results:
@@ -239,6 +252,8 @@ def format_table(report: SimReport) -> str:
             # a deployment's label joins its halves with " | ", which would split the cell
             f"{r.long_tail_share:.0%} / {r.tail_time_share:.0%} | {r.last_deployment.replace(' | ', '; ')} |"
         )
+    for f in report.failures:
+        rows.append(f"| {f.policy} | could not run (below) | | | | | | | | |")
     rows.append(
         f"| lower bound | {report.lower_bound_tokens_per_s:,.0f} | {report.lower_bound_s:,.0f} | "
         f"{report.lower_bound_s / max(1, report.iterations):.1f} | | | | | | "
@@ -247,6 +262,7 @@ def format_table(report: SimReport) -> str:
     paper = PAPER.get(report.scenario, "")
     # The workload's line follows the table, so a script still finds the table's header on line 2.
     extra = [x for x in (f"workload: {report.workload}" if report.workload else "", paper) if x]
+    extra += [f"{f.policy} could not run: {f.reason}" for f in report.failures]
     return "\n".join([head, *rows, *extra])
 
 
@@ -292,6 +308,11 @@ def format_verdicts(report: SimReport) -> list[str]:
             lines.append(f"where the ablation's gains come from: {'; '.join(gains)}")
     if v.ordering is not None:
         lines.append(f"paper ordering Libra > static-optimal > greedy > colocated reproduced: {v.ordering}")
+    failed = {f.policy for f in report.failures}
+    asked = failed | {r.policy for r in report.results}
+    for claim, names in (("ablation", ABLATION), ("paper ordering", PAPER_ORDER)):
+        if set(names) <= asked and failed & set(names):  # asked for, left out above: say why
+            lines.append(f"{claim} not compared: {', '.join(n for n in names if n in failed)} could not run")
     return lines
 
 

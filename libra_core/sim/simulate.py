@@ -14,9 +14,17 @@ from libra_core.planner.specs import ClusterSpec, HardwareSpec, ModelSpec, get_m
 from libra_core.sim.engine import Simulator
 from libra_core.sim.instance import CostTables
 from libra_core.sim.policies import Deployment, PolicySpec, check_cluster_size, resolve_policies
-from libra_core.sim.report import PolicyResult, SimReport, lower_bound_s, tail_share, write_problem
+from libra_core.sim.report import (
+    PolicyFailure,
+    PolicyResult,
+    SimReport,
+    lower_bound_s,
+    tail_share,
+    write_problem,
+)
 from libra_core.sim.settings import SimSettings
 from libra_core.sim.stats import IterationRecord, RunStats
+from libra_core.sim.training import UpdateDoesNotFit
 from libra_core.sim.workloads import is_trace, load_scenario
 
 log = logging.getLogger(__name__)
@@ -140,9 +148,10 @@ def run_policy(
     spec: PolicySpec,
     progress: Callable[[str, int, int], None] | None = None,
     deployment: tuple[Deployment, float] | None = None,
-) -> PolicyResult:
+) -> PolicyResult | PolicyFailure:
     """Simulate `spec` on `run.load()` (every random draw is the workload's, seeded by the run),
-    from `deployment` (`first_deployment`'s, whose seconds count in the wall time) if given."""
+    from `deployment` (`first_deployment`'s, whose seconds count in the wall time) if given; a
+    PolicyFailure when an iteration's update fits no training layout of the policy."""
     cluster, wl, mspec, hw = loaded
     t0 = time.perf_counter()
     tick = None if progress is None else _ticker(progress, spec.name, run.iterations)
@@ -158,7 +167,12 @@ def run_policy(
         deployment=dep,
         on_iteration=tick,
     )
-    result = _result(spec.name, sim.run(), setup_s + time.perf_counter() - t0)
+    try:
+        stats = sim.run()
+    except UpdateDoesNotFit as err:
+        log.info("%s could not run: %s", spec.name, err)  # the report says so
+        return PolicyFailure(spec.name, str(err))
+    result = _result(spec.name, stats, setup_s + time.perf_counter() - t0)
     log.info("%s: %.0f tok/s in %.1fs wall", spec.name, result.tokens_per_s, result.wall_s)
     return result
 
@@ -206,13 +220,17 @@ def simulate(
     if jobs > 1 and len(specs) > 1:
         from libra_core.sim.jobs import run_in_processes
 
-        results = run_in_processes(run, specs, jobs, progress, deployments)
+        ran = run_in_processes(run, specs, jobs, progress, deployments)
     else:
         # One at a time, each run freed (its C-MLFQ tree is the largest live structure) before the
         # next and before the lower bound's pass, whose garbage collections would rescan it.
-        results = [
+        ran = [
             run_policy(run, loaded, spec, progress, dep) for spec, dep in zip(specs, deployments, strict=True)
         ]
+    results = [r for r in ran if isinstance(r, PolicyResult)]
+    failures = [r for r in ran if isinstance(r, PolicyFailure)]
+    if not results:  # nothing to report: the reasons are the answer
+        raise ValueError("; ".join(f"{f.policy} could not run: {f.reason}" for f in failures))
     lb_s, tokens, work_s, path_s = scenario_lower_bound(
         wl,
         iterations,
@@ -238,6 +256,7 @@ def simulate(
         mspec.model_dump(),
         asdict(settings or SimSettings()),
         dict(spec_overrides or {}),
+        failures,
     )
     if out_dir is not None:
         report.write(Path(out_dir))

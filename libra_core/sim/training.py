@@ -3,7 +3,8 @@
 An update on the layout's `train_gpus` takes `estimate_train(...)` seconds for the iteration's actual
 token counts and sequence lengths (`TrainShape`); if that layout no longer fits in memory, the best
 layout on the same GPUs (`best_train`) is used, as the planner's re-pricing does, and if none fits
-the run stops with a ValueError (an update that cannot run has no time). Progress is a
+that policy's run stops with UpdateDoesNotFit (an update that cannot run has no time); `simulate`
+reports the policy as failed and goes on with the others. Progress is a
 fraction of the update; elastic hybrids (whole data-parallel replicas, docs/elastic.md) change the
 rate while it runs: with `g` GPUs the rate is `(min(g, n) + efficiency x max(0, g - n)) / n` of the
 core rate, and fewer than `n` (hybrids not back yet) slows it proportionally.
@@ -16,6 +17,12 @@ from dataclasses import dataclass
 from libra_core.planner.search import best_train
 from libra_core.planner.specs import HardwareSpec, ModelSpec
 from libra_core.planner.train_cost import TrainLayout, TrainShape, estimate_train
+
+
+class UpdateDoesNotFit(ValueError):
+    """No training layout on the policy's training GPUs holds an iteration's update in memory: the
+    policy cannot run this workload on this cluster (a result about the policy, not a bad input)."""
+
 
 HYBRID_EFFICIENCY = 0.9  # a hybrid replica's share of a core replica's throughput (extra all-reduce)
 
@@ -32,7 +39,7 @@ def update_time_s(
     alt = best_train(model, hw, layout.num_gpus, shape)
     if alt is None:
         n = layout.num_gpus
-        raise ValueError(
+        raise UpdateDoesNotFit(
             f"{who}: the training layout {layout.label()} needs {est.memory.total_bytes / 1e9:,.1f} GB "
             f"per GPU for sequences of up to {shape.max_seq_len:,.0f} tokens, where the GPU "
             f"({hw.name}) has {hw.mem_bytes / 1e9:,.1f} GB, and no layout on {n} GPU{'s' * (n > 1)} "

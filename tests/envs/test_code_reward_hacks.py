@@ -79,6 +79,18 @@ def test_always_equal_and_arithmetic_stubs_fail_while_real_answers_pass(tmp_path
     assert env.reward(reference, sub) == 0.1
 
 
+def test_a_bare_call_assert_needs_a_real_bool(tmp_path: Path) -> None:
+    # MBPP's `assert is_x(n)`: only the outer strict() wrap keeps an always-truthy object from
+    # passing it (no `==` for the operand check to hold on to); no test covered that wrap.
+    tests = "assert is_even(4)\nassert not is_even(3)\n"
+    env = _env(tmp_path, {"id": "e", "question": "q", "tests": tests})
+    reference = env.sample_problems(1, 0)[0].reference_answer
+    assert env.reward(reference, "def is_even(n):\n    return n % 2 == 0\n") == 1.0
+    truthy = "class T:\n    __bool__ = lambda s: True\n"
+    truthy += "def is_even(n):\n    return T() if n == 4 else False\n"
+    assert env.reward(reference, truthy) == 0.1
+
+
 def test_an_answer_cannot_redefine_the_builtins_the_tests_use(tmp_path: Path) -> None:
     tests = "assert set(evens(4)) == set([0, 2])\nassert sorted(evens(6)) == [0, 2, 4]\n"
     env = _env(

@@ -112,6 +112,31 @@ def test_estimate_reports_the_1f1b_bubble() -> None:
     assert est.bubble_fraction == pytest.approx(3 / (micro + 3))
 
 
+def test_the_step_time_carries_the_bubble_and_every_slot_term() -> None:
+    # bubble_fraction was checked, the time it prices was not: a step of m slots instead of
+    # m + pp - 1 passed every planner test (only the simulator's golden trace noticed).
+    m = get_model("qwen3-8b")
+    shape = TrainShape(tokens=2e6, sum_sq_len=2e6 * 4096, max_seq_len=4096, minibatches=2)
+    for layout in (TrainLayout(1, 4, 2, zero_stage=1), TrainLayout(2, 4, 1, zero_stage=1)):
+        est = estimate_train(m, A800, layout, shape)
+        assert est.bubble_fraction > 0.0 and est.pp_comm_s > 0.0
+        parts = est.compute_s / (1.0 - est.bubble_fraction) + est.tp_comm_s + est.ep_comm_s + est.pp_comm_s
+        assert est.time_s == pytest.approx(parts + est.dp_exposed_s + est.optimizer_s, rel=1e-9)
+
+
+def test_moe_prices_the_experts_its_tokens_touch_and_the_ep_all_to_all() -> None:
+    # Neither term had a planner test: every expert read at any batch, or no EP all-to-all, passed.
+    moe = get_model("qwen3-30b-a3b")
+    cost = RolloutCostModel(moe, A800)
+    one, many = float(cost.forward_s(1, 1, 1, 512)), float(cost.forward_s(1, 64, 64, 512))
+    # one token reads 8 of 128 experts (about 3.6 of 58 GB of expert weights), 64 tokens nearly all
+    assert one < 0.4 * many
+    shape = TrainShape(tokens=2e5, sum_sq_len=2e5 * 4096, max_seq_len=4096, minibatches=1)
+    no_ep = estimate_train(moe, A800, TrainLayout(1, 1, 8, ep=1, zero_stage=1), shape)
+    ep8 = estimate_train(moe, A800, TrainLayout(1, 1, 8, ep=8, zero_stage=1), shape)
+    assert no_ep.ep_comm_s == 0.0 < ep8.ep_comm_s
+
+
 def test_dp_past_the_sequences_per_step_does_not_shorten_the_step() -> None:
     # 8 sequences per step (one of 32K, seven of 2K): a rank trains whole sequences, so the rank
     # holding the 32K one does at least its work, however many ranks share the rest.

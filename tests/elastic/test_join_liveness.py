@@ -297,3 +297,34 @@ def test_a_member_that_died_mid_step_is_not_waited_for_and_its_rejoin_survives_t
             assert life.state is not HybridState.ROLLOUT and "payload deadline" not in (life.failure or "")
         finally:
             again.close()
+
+
+def test_a_push_on_a_superseded_joins_connection_is_refused() -> None:
+    # The superseded-join tests above cover pulls; this covers a gradient pushed over the old join's
+    # connection. An ACTIVE h0 that pulls an update gone from the log is failed with its connection
+    # still open, and is asked to join again within the same step: it is still a member of the open
+    # step's frozen membership (same version and epoch), so only the join check stops the old
+    # connection's payload. Accepted, it was summed into the step as h0's (divisor 2) while the new
+    # join had not even fetched a snapshot.
+    with Harness(deadline_s=5.0, update_log_steps=2) as harness:
+        g = harness.gateway
+        harness.core_step()
+        harness.pull_and_apply(0)
+        for step in (1, 2):
+            assert harness.client.push(harness.hybrid_grad(step), step=step, version=step, epoch=1)["ok"]
+            harness.core_step()
+            harness.pull_and_apply(step)
+        assert list(g._log) == [1, 2] and g.states() == {"h0": "active"}  # step 3 is open
+        reply, _ = harness.client.pull(0)  # older than the log: the join fails, the connection stays
+        assert reply == {**reply, "ok": False, "reason": "expired"}, reply
+        g.request_join("h0")  # join 2
+        assert g.states() == {"h0": "join_requested"}
+        push = harness.client.push(harness.hybrid_grad(3), step=3, version=3, epoch=1)
+        reason = "this connection does not serve h0's current join"
+        assert not push["ok"] and push["reason"] == reason, push
+        started = time.perf_counter()
+        report = harness.core_step()  # h0 owes step 3 nothing now: not waited for
+        assert time.perf_counter() - started < 2.5
+        assert report["divisor"] == 1 and list(report["included"]) == [] and list(report["missing"]) == ["h0"]
+        assert [tuple(r) for r in report["rejected"]] == [("h0", reason)]
+        assert g.states() == {"h0": "join_requested"}  # the new join goes on

@@ -294,3 +294,38 @@ def test_a_tie_for_the_best_bucket_does_not_block_the_target(simulated: bool) ->
     assert s.admit(req) == 0
     assert s.on_tool_return(req, ToolReturn(0, 10, "calc", 20, "success", 40)) == Move(2)
     assert s.counters.disagree == 0 and s.counters.moves == 1
+
+
+@pytest.mark.parametrize("simulated", [False, True])
+def test_a_target_that_is_not_a_best_bucket_does_not_move(simulated: bool) -> None:
+    """The mean and the P90 agree on a bucket that is not a best one: the request stays, counted as
+    a disagreement. After a success 19 of 20 trajectories have 10 tokens left, 9 of them a tool
+    payload (1 generated: final size 50, bucket 1), one has 200 generated (final size 240, bucket 2).
+    Mean 19.5 (59.5: bucket 1), P90 10 (50: bucket 1); but bucket 1 expects 0.95 generated tokens
+    decoded in their right bucket and bucket 2 expects 10. Guards the `values[target] < tie_floor(...)`
+    half of the agreement check: without it the request moved to bucket 1 (a free move at cost ratio 0)."""
+    cfg = SchedulerConfig(
+        type="cmlfq",
+        buckets=(48, 64),
+        prefill_decode_cost_ratio=0.0,
+        prompt_size_bins_per_octave=0,
+        backoff_pseudocount=1e-9,
+    )
+    s = SimCMLFQScheduler(cfg, tree=SimPrefixTree.from_config(cfg)) if simulated else CMLFQScheduler(cfg)
+    ok, failed = Turn(10, "calc", 20, "success"), Turn(10, "calc", 20, "failure")
+    for k in range(40):  # most end right after a failure: the root admits to bucket 0
+        finish(s, f"f{k}", "p", (failed, Turn(1, None, 0, None)), 0)
+    for k in range(19):  # 10 left after ok, 1 of them generated
+        finish(s, f"a{k}", "p", (ok, Turn(1, "calc", 9, "success"), Turn(0, None, 0, None)), 0)
+    finish(s, "b", "p", (ok, Turn(200, None, 0, None)), 0)  # 200 left after ok, all generated
+    req = SchedRequest("new", "p", 10, 1)
+    assert s.admit(req) == 0
+    if not simulated:
+        tree = s.tree
+        est = tree.estimate("p", (tree.code(tree.state_key("calc", 20, "success")),), (0, 30))
+        assert est is not None
+        assert est.mean_bucket(s.bounds, 40) == est.tail_bucket(s.bounds, 40, cfg.tail_quantile) == 1
+        gen = est.gen_by_bucket(s.bounds, 40)
+        assert gen == pytest.approx([0.0, 0.95, 10.0]) and max(gen) == gen[2]
+    assert s.on_tool_return(req, ToolReturn(0, 10, "calc", 20, "success", 40)) is None
+    assert s.counters.disagree == 1 and s.counters.moves == 0 and s.counters.too_costly == 0

@@ -198,3 +198,71 @@ def test_dict_round_trip_keeps_markov_backoff(trajectories: list) -> None:
     tree = build(trajectories)
     assert tree.markov, "a multi-turn trace fills the Markov back-off table"
     assert tree_to_dict(tree_from_dict(tree_to_dict(tree))) == tree_to_dict(tree)
+
+
+def test_prune_drops_a_stale_child_under_a_fresh_root() -> None:
+    # A prompt seen again keeps its root fresh; a history it took only long ago must still go. The
+    # existing pruning tests drop whole roots: the child check (`aged_support`, inlined) went untested.
+    tree = PrefixTree(half_life_versions=1.0, prune_below_support=0.05, prune_nodes_per_insert=0)
+    tree.insert("p", (Turn(5, "calc", 3, "success"), Turn(5, None, 0, None)), 0)
+    tree.insert("p", (Turn(5, "calc", 3, "failure"), Turn(5, None, 0, None)), 20)
+    old = tree.code(("calc", 0, "success"))
+    new = tree.code(("calc", 0, "failure"))
+    stale = [tree.prompts["p"].child(old), tree.global_root.child(old), tree.markov[(1, old)]]
+    assert all(n is not None for n in stale) and tree.num_nodes() == 6
+    # Aged at version 20 the old history counts 2**-20 < 0.05: gone from the prompt's tree, the
+    # global tree and the Markov table; the new one (support 1) and both roots stay.
+    assert tree.prune() == 3
+    assert set(tree.prompts["p"].children or {}) == {new}
+    assert set(tree.global_root.children or {}) == {new}
+    assert set(tree.markov) == {(1, new)}
+    assert tree.num_nodes() == 4 and tree.pruned_subtrees == 3
+    assert all(n.dropped for n in stale)  # type: ignore[union-attr]
+    assert not tree.prompts["p"].dropped and not tree.prompts["p"].children[new].dropped  # type: ignore[index]
+    assert tree.prune() == 0  # the pass is done and the clock has not moved
+
+
+def test_a_full_sample_buffer_evicts_the_oldest_version_not_the_first_inserted() -> None:
+    # The async pipeline finishes trajectories out of version order: the buffer's first sample is
+    # not always its oldest. Ties on the oldest version go by position (`keep_newest`'s order).
+    tree = PrefixTree(max_samples_per_node=2)
+    for version, gen in ((5, 50), (1, 10), (6, 60)):
+        tree.insert("p", (Turn(gen, None, 0, None),), version)
+    node = tree.prompts["p"]
+    assert list(node.ver) == [5, 6] and list(node.rem) == [50, 60]
+    tree = PrefixTree(max_samples_per_node=3)
+    for version, gen in ((3, 30), (1, 11), (1, 12), (4, 40)):
+        tree.insert("p", (Turn(gen, None, 0, None),), version)
+    assert list(tree.prompts["p"].ver) == [3, 1, 4] and list(tree.prompts["p"].rem) == [30, 12, 40]
+    # The incremental statistics (`_update_stats`) remove the same sample the buffer evicted.
+    tree = PrefixTree(max_samples_per_node=2)
+    tree.insert("p", (Turn(50, None, 0, None),), 5)
+    tree.insert("p", (Turn(10, None, 0, None),), 1)
+    node = tree.prompts["p"]
+    assert node.stats(5, tree.half_life).values == [10, 50]  # cached before the eviction
+    tree.insert("p", (Turn(60, None, 0, None),), 6)
+    assert node.stats(6, tree.half_life).values == [50, 60]
+
+
+@pytest.mark.parametrize(
+    ("payload", "cls"),
+    [(0, 0), (15, 0), (16, 0), (17, 1), (255, 1), (256, 1), (257, 2), (2048, 2), (2049, 3), (10**6, 3)],
+)
+def test_a_payload_on_a_class_edge_belongs_to_the_class_below(payload: int, cls: int) -> None:
+    # Edges are inclusive upper bounds, like the bucket bounds (`bucket_of`): class i holds payloads
+    # <= payload_class_edges[i]. The edges' docs only say they "separate" classes; this pins the
+    # current rule, which saved trees' states are keyed by (a change remaps every loaded node).
+    tree = PrefixTree()  # edges (16, 256, 2048)
+    assert tree.state_key("calc", payload, "success") == ("calc", cls, "success")
+
+
+def test_a_tool_return_with_a_payload_on_an_edge_finds_the_path_of_its_class() -> None:
+    # Insert and lookup classify alike: a 16-token payload at decision time follows the path that
+    # trajectories with 10-token payloads built (class 0), not the one of 17-token payloads.
+    tree = PrefixTree(backoff_pseudocount=1e-9)
+    tree.insert("p", (Turn(5, "calc", 10, "success"), Turn(100, None, 0, None)), 0)
+    tree.insert("p", (Turn(5, "calc", 17, "success"), Turn(900, None, 0, None)), 0)
+    code = tree.code(tree.state_key("calc", 16, "success"))
+    assert code == tree.code(("calc", 0, "success")) != tree.code(("calc", 1, "success"))
+    est = tree.estimate("p", (code,), (0, 21))
+    assert est is not None and est.mean_remaining == pytest.approx(100)

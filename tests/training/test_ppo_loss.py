@@ -147,3 +147,89 @@ def test_token_counts_are_exact_with_bf16_logprobs():
         logprobs, logprobs.detach(), torch.ones(1), torch.ones(1, 1001, dtype=torch.int8), clip_eps=0.2
     )
     assert metrics["num_tokens"] == 1001 and metrics["pg_tokens"] == 1001
+
+
+def _k3(d: float) -> float:
+    return math.exp(d) - d - 1.0
+
+
+def test_kl_to_reference_is_a_mean_over_every_masked_token_not_only_the_advantage_ones():
+    # The KL term covers zero-advantage rows too (the update stage keeps them for it), so its divisor
+    # is every masked token (8), not the policy-gradient term's (5): dividing by pg_tokens
+    # overweighted the KL by 8/5 whenever a group had equal rewards.
+    logprobs = _logprobs()
+    zero_row = torch.tensor([[-0.3, -0.7, -0.2]])
+    padded = torch.cat([logprobs.detach(), zero_row]).requires_grad_(True)
+    diffs = torch.tensor([[0.0, LN(2), LN(5)], [-LN(2), 0.0, 0.0], [LN(2), -LN(2), 0.0]])  # ref - logp
+    loss, metrics = ppo_clip_loss(
+        padded,
+        torch.cat([BEHAVIOUR, zero_row - 0.5]),
+        torch.cat([ADV, torch.zeros(1)]),
+        torch.cat([MASK, torch.ones(1, 3, dtype=torch.int8)]),
+        clip_eps=0.2,
+        ref_logprobs=padded.detach() + diffs,
+        kl_coef=0.1,
+    )
+    loss.backward()
+    # k3 over the 8 masked tokens (traj 0's t2, ln 5, is masked out): sum 0.5 + 0.5 = 1.0.
+    k3_sum = sum(_k3(d) for d in [0.0, LN(2), -LN(2), 0.0, 0.0, LN(2), -LN(2), 0.0])
+    assert k3_sum == pytest.approx(1.0)
+    assert metrics["num_tokens"] == 8 and metrics["pg_tokens"] == 5
+    assert metrics["kl_ref"] == pytest.approx(k3_sum / 8, abs=1e-6)  # 0.125, not 1.0 / 5 = 0.2
+    assert loss.item() == pytest.approx(0.92 + 0.1 * k3_sum / 8, abs=1e-6)
+    # The zero-advantage row learns only from the KL: d(kl_coef * k3 / 8)/d logp = kl_coef * (1 - e^d) / 8.
+    assert padded.grad is not None
+    torch.testing.assert_close(padded.grad[2], torch.tensor([0.1 * (1 - 2) / 8, 0.1 * (1 - 0.5) / 8, 0.0]))
+
+
+def test_the_log_ratio_saturates_at_20_not_beyond():
+    # log pi/pi_old = 30 with A = -1: the unclipped branch is the pessimistic one, so the loss is the
+    # bounded ratio e^20 itself, and the token gets no gradient (the clamp saturates). A bound of 40
+    # left e^30 in the loss and a gradient of e^30 / 2 on that token.
+    logprobs = torch.tensor([[0.0, -1.0]], requires_grad=True)
+    behaviour = torch.tensor([[-30.0, -1.0]])
+    loss, metrics = ppo_clip_loss(logprobs, behaviour, torch.tensor([-1.0]), torch.ones(1, 2), clip_eps=0.2)
+    loss.backward()
+    e20 = math.exp(20.0)
+    assert loss.item() == pytest.approx((e20 + 1.0) / 2, rel=1e-5)  # token 1: ratio 1, loss 1
+    assert metrics["ratio_mean"] == pytest.approx((e20 + 1.0) / 2, rel=1e-5)
+    assert metrics["approx_kl"] == pytest.approx((e20 - 1.0 - 20.0) / 2, rel=1e-5)
+    assert metrics["clip_fraction"] == 0.0
+    assert logprobs.grad is not None
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[0.0, 0.5]]))  # -A * ratio / 2 on token 1
+
+
+def test_the_reference_log_ratio_saturates_at_20_not_beyond():
+    # ref - logp = 30 on token 0: k3 uses the bounded 20, e^20 - 20 - 1, with no gradient through it.
+    logprobs = torch.tensor([[-30.0, -1.0]], requires_grad=True)
+    ref = torch.tensor([[0.0, -1.0]])
+    loss, metrics = ppo_clip_loss(
+        logprobs,
+        logprobs.detach(),
+        torch.zeros(1),
+        torch.ones(1, 2),
+        clip_eps=0.2,
+        ref_logprobs=ref,
+        kl_coef=1.0,
+    )
+    loss.backward()
+    assert metrics["kl_ref"] == pytest.approx(_k3(20.0) / 2, rel=1e-5)
+    assert logprobs.grad is not None
+    torch.testing.assert_close(logprobs.grad, torch.zeros(1, 2))  # a bound of 40: (1 - e^30) / 2
+
+
+def test_behavior_weight_mean_is_over_masked_tokens_only():
+    # Decoupled PPO: w = exp(proximal - behaviour). Masked tokens have w = 2 and 4; the masked-out
+    # token (a tool token) holds proximal - behaviour = ln 10 and the padding ln 100, which must not
+    # count: the mean is (2 + 4) / 2 = 3 (over all positions it was (2 + 4 + 1 + 1) / 4 = 2, or
+    # 8 / 2 = 4 with the masked divisor, or 18 with the raw values).
+    behaviour = torch.tensor([[-1.0, -2.0, -3.0, -1.0]])
+    proximal = behaviour + torch.tensor([[LN(2), LN(4), LN(10), LN(100)]])
+    logprobs = proximal.clone().requires_grad_(True)
+    mask = torch.tensor([[1, 1, 0, 0]], dtype=torch.int8)
+    loss, metrics = ppo_clip_loss(
+        logprobs, behaviour, torch.ones(1), mask, clip_eps=0.2, proximal_logprobs=proximal
+    )
+    assert metrics["behavior_weight_mean"] == pytest.approx(3.0, abs=1e-5)
+    assert metrics["num_tokens"] == 2
+    assert loss.item() == pytest.approx(-3.0, abs=1e-5)  # ratio 1 vs proximal: -(w * A) averaged

@@ -128,3 +128,41 @@ def test_staleness_bound_holds_under_random_interleavings(seed: int) -> None:
     assert kept > 0
     if max_steps <= bound:
         assert dropped == 0
+
+
+def test_every_stale_trajectory_of_a_kept_group_is_counted_as_recomputed() -> None:
+    # Group a has two stale trajectories: counting groups instead of trajectories (any() for sum())
+    # reported 2 recomputed where 3 are.
+    table = table_from_rows(
+        [
+            _traj(0, "a", 1.0, (2, 10)),  # 8 steps old > 4
+            _traj(1, "a", 0.0, (5, 10)),  # 5 steps old > 4
+            _traj(2, "a", 0.5, (10, 10)),
+            _traj(3, "b", 1.0, (1, 10)),  # 9 steps old > 4
+            _traj(4, "b", 0.0, (9, 10)),
+        ]
+    )
+    sel = select_for_update(table, version=10, pipeline=PipelineConfig(max_staleness=4, stale="recompute"))
+    assert sel.recompute.tolist() == [True, True, False, True, False]
+    assert (sel.stats.stale_recomputed, sel.stats.stale_dropped, sel.stats.max_staleness_seen) == (3, 0, 9)
+    dropped = select_for_update(table, version=10, pipeline=PipelineConfig(max_staleness=4))
+    assert (dropped.stats.stale_dropped, dropped.stats.stale_recomputed, dropped.table.num_rows) == (5, 0, 0)
+
+
+def test_response_length_p90_of_all_and_of_trained_trajectories() -> None:
+    # Both are history columns (the training set's length bias): the equal-reward group of short
+    # trajectories is filtered out, so the trained p90 is over lengths [9, 13] only.
+    rows = [
+        _traj(0, "same", 1.0, (3, 3), length=5),
+        _traj(1, "same", 1.0, (3, 3), length=5),
+        _traj(2, "mixed", 1.0, (3, 3), length=9),
+        _traj(3, "mixed", 0.0, (3, 3), length=13),
+    ]
+    on = PipelineConfig(dynamic_sampling=DynamicSamplingConfig(enabled=True))
+    sel = select_for_update(table_from_rows(rows), version=3, pipeline=on)
+    assert sel.table.column("trajectory_id").to_pylist() == ["t2", "t3"]
+    # numpy's linear p90: all [5, 5, 9, 13] at position 2.7 -> 9 + 0.7 * 4; trained [9, 13] at 0.9.
+    assert sel.stats.all_response_tokens_p90 == pytest.approx(11.8)
+    assert sel.stats.train_response_tokens_p90 == pytest.approx(12.6)
+    assert sel.stats.all_response_tokens_mean == pytest.approx(8.0)
+    assert sel.stats.train_response_tokens_mean == pytest.approx(11.0)

@@ -58,8 +58,16 @@ class Served:
     def get(self, path: str) -> Any:
         return self._call("GET", path)
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
+    def post(self, path: str, body: Any) -> Any:
         return self._call("POST", path, body)
+
+    def delete(self, path: str) -> None:
+        for wait_s in (1, 2, 4, 8, 0):
+            resp = httpx.request("DELETE", self.api + path, timeout=30)
+            if resp.status_code != 503 or not wait_s:
+                break
+            time.sleep(wait_s)
+        resp.raise_for_status()
 
     def registered(self) -> bool:
         """Both deployments are visible through the API."""
@@ -169,6 +177,35 @@ def test_schedule_comes_from_stages_yaml(served: Served) -> None:
     assert dep["schedules"][0]["schedule"]["timezone"] == wanted.timezone
     assert dep["schedules"][0]["active"] is False  # --set schedule.active=false, as the test asked
     assert served.get("/deployments/name/simulate/simulate")["name"] == "simulate"
+
+
+def test_an_active_schedule_gets_its_runs_scheduled(served: Served) -> None:
+    # With SQLAlchemy 2.1, which Prefect 3.7 allows, the server's scheduler failed on every loop
+    # ("Can't evaluate bulk DML statement", in .prefect-server.log only): the nightly schedule was
+    # registered, active, and never made a run. pyproject.toml pins sqlalchemy below 2.1.
+    dep = served.get("/deployments/name/simulate/simulate")
+    cron = {"cron": "0 3 1 1 *", "timezone": "UTC"}  # next New Year: nothing runs during the test
+    (made,) = served.post(f"/deployments/{dep['id']}/schedules", [{"schedule": cron, "active": True}])
+    try:
+        deadline, scheduled = time.monotonic() + 90, []
+        while not scheduled and time.monotonic() < deadline:
+            time.sleep(2)  # the recent-deployments scheduler looks every 5 s
+            scheduled = served.post(
+                "/flow_runs/filter",
+                {
+                    "flow_runs": {
+                        "deployment_id": {"any_": [dep["id"]]},
+                        "state": {"type": {"any_": ["SCHEDULED"]}},
+                    }
+                },
+            )
+        assert scheduled, f"no run scheduled in 90 s; {served.log_tail()}"
+        assert all(
+            r["expected_start_time"].startswith(tuple(f"{y}-01-01T03:00" for y in range(2027, 2200)))
+            for r in scheduled
+        )
+    finally:
+        served.delete(f"/deployments/{dep['id']}/schedules/{made['id']}")
 
 
 def test_simulate_deployment_runs_policies_side_by_side(served: Served) -> None:

@@ -13,6 +13,9 @@ by tests/config/test_cron_parity.py, which does import it):
 - a range that wraps around (`SAT-SUN`, `5-1`, `NOV-FEB`: Prefect fires on Sat and Sun) is
   spelt as two for cronsim, which refuses it (until 2026-12-07 a weekend-only schedule could not be
   configured); one with a step (`5-1/2`) is still refused;
+- a day of the month that falls on no last or nth weekday it is paired with (`1 * L5`: Prefect's
+  croniter wants both on one date), or that no listed month has, paired with a weekday
+  (`30 2 1`): Prefect registers them and its scheduler never finds a date;
 - time zone: one of `zoneinfo.available_timezones()`, which is Prefect's list; `ZoneInfo()` alone
   also opens files such as `posixrules` or `right/UTC` that Prefect refuses.
 """
@@ -59,7 +62,48 @@ def cron_problem(cron: str) -> str | None:
         if _never_fires(fields):
             return f"{cron!r} never fires: no month in the month field ({fields[3]!r}) has day {fields[2]!r}"
         return f"{cron!r} is not a valid cron expression: {err}"
+    if fields[2] != "*" and fields[4] != "*":
+        return _unschedulable_day_and_weekday(cron, fields)
     return None
+
+
+def _unschedulable_day_and_weekday(cron: str, fields: list[str]) -> str | None:
+    """A day of the month and a weekday together: Prefect registers these, but its scheduler finds
+    no date (CroniterBadDateError on every loop, no run ever) when the day is in no listed month
+    (`0 2 30 2 1`), or when the weekday is a last or nth one (`L5`, `5#2`), which its croniter
+    requires on the same date as the day (`0 2 1 * L5`: day 1 is never a month's last Friday).
+    Passed `libra config validate` until 2026-12-07."""
+    from cronsim import CronSim, CronSimError
+
+    day_alone = [*fields[:4], "*"]
+    try:
+        dates = CronSim(" ".join(day_alone), datetime.datetime(2026, 1, 1))
+    except CronSimError:
+        if _never_fires(day_alone):
+            return (
+                f"{cron!r} never fires: no month in the month field ({fields[3]!r}) has day "
+                f"{fields[2]!r}, and Prefect's scheduler then finds no date for the weekday either"
+            )
+        return None  # cronsim judged the whole expression valid; leave it to it
+    nth = re.fullmatch(r"([0-7])#([1-5])", fields[4])
+    last = re.fullmatch(r"([0-7])L", fields[4])
+    if nth is None and last is None:
+        return None
+    weekday = int((nth or last).group(1)) % 7  # type: ignore[union-attr]
+    horizon = datetime.datetime(2026 + 28, 1, 1)  # weekdays and dates realign every 28 years
+    for date in dates:
+        if date >= horizon:
+            break
+        if (date.weekday() + 1) % 7 != weekday:
+            continue
+        if nth is not None and (date.day - 1) // 7 + 1 == int(nth.group(2)):
+            return None
+        if last is not None and (date + datetime.timedelta(days=7)).month != date.month:
+            return None
+    return (
+        f"{cron!r} never fires: Prefect's scheduler needs the day of the month ({fields[2]!r}) and "
+        f"the weekday ({cron.split()[4]!r}) on the same date, and none in 28 years has both"
+    )
 
 
 def _never_fires(fields: list[str]) -> bool:

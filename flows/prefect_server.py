@@ -123,6 +123,7 @@ def start_server(host: str, port: int, log_path: Path, timeout_s: float = 90.0) 
     prefect_cli = Path(sys.executable).with_name("prefect")
     cmd = [str(prefect_cli)] if prefect_cli.exists() else [sys.executable, "-m", "prefect"]
     with log_path.open("ab") as log:
+        start = log.tell()  # the log is kept across starts: quote only this start's lines
         proc = subprocess.Popen(
             [*cmd, "server", "start"],
             env=env,
@@ -135,7 +136,8 @@ def start_server(host: str, port: int, log_path: Path, timeout_s: float = 90.0) 
     try:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"Prefect server exited with code {proc.returncode}:\n{_tail(log_path)}")
+                tail = _tail(log_path, start)
+                raise RuntimeError(f"Prefect server exited with code {proc.returncode}:\n{tail}")
             if api_healthy(api_url, 1.0):
                 return server
             time.sleep(0.5)
@@ -146,15 +148,20 @@ def start_server(host: str, port: int, log_path: Path, timeout_s: float = 90.0) 
         raise
     server.stop()
     raise RuntimeError(
-        f"Prefect server did not answer on {api_url} within {timeout_s:.0f}s:\n{_tail(log_path)}"
+        f"Prefect server did not answer on {api_url} within {timeout_s:.0f}s:\n{_tail(log_path, start)}"
     )
 
 
-def _tail(path: Path, lines: int = 20) -> str:
+def _tail(path: Path, start: int = 0, lines: int = 20) -> str:
+    """The last `lines` lines written to `path` from byte `start` on (an earlier start's lines,
+    with their other port and URLs, were quoted above this one's error until 2026-12-07)."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with path.open("rb") as fh:
+            fh.seek(start)
+            text = fh.read().decode(errors="replace")
     except OSError:
         return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _profiles_path() -> Path:

@@ -120,16 +120,24 @@ def new_run_dir(cfg: LibraConfig, now: datetime | None = None) -> Path:
     `libra run`, or a schedule and a UI click) never share one: the second takes the next N."""
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     root = cfg.experiment.output_path / f"{cfg.experiment.name}-{stamp}"
-    root.parent.mkdir(parents=True, exist_ok=True)
     candidate, suffix = root, 1
-    while True:
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            suffix += 1
-            candidate = root.with_name(f"{root.name}-{suffix}")
-            continue
-        return candidate.resolve()
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                candidate.mkdir()
+            except FileExistsError:
+                suffix += 1
+                candidate = root.with_name(f"{root.name}-{suffix}")
+                continue
+            return candidate.resolve()
+    except OSError as err:
+        # A run started from the UI or a schedule does not go through the CLI's output check: it
+        # failed with a bare NotADirectoryError naming no setting (until 2026-12-07).
+        raise ValueError(
+            f"experiment.output_dir {str(cfg.experiment.output_dir)!r}: cannot make the run folder "
+            f"{candidate} ({err.strerror or err})"
+        ) from None
 
 
 @lru_cache(maxsize=8)

@@ -97,3 +97,18 @@ def test_start_server_refuses_a_port_in_use(tmp_path: Path, monkeypatch: pytest.
         assert api_healthy(api_url)
         with pytest.raises(RuntimeError, match="already answers"):
             start_server("127.0.0.1", port, tmp_path / "server.log")
+
+
+def test_a_failed_start_quotes_only_its_own_log_lines(tmp_path: Path) -> None:
+    # The server log is appended across starts; a start that failed on port 4302 quoted an earlier
+    # session's "dashboard at http://127.0.0.1:4300" above its own error (until 2026-12-07).
+    from flows.prefect_server import _tail
+
+    log = tmp_path / ".prefect-server.log"
+    log.write_text("old: dashboard at http://127.0.0.1:4300\n")
+    start = log.stat().st_size
+    with log.open("a") as fh:
+        fh.write("new: Port 4302 is already in use\n")
+    assert _tail(log, start) == "new: Port 4302 is already in use"
+    assert _tail(log).splitlines()[0].startswith("old:")
+    assert _tail(tmp_path / "missing.log", 0) == "(no log)"

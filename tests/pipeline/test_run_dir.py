@@ -218,3 +218,15 @@ def test_a_kill_while_rotating_leaves_no_half_deleted_checkpoint(
     monkeypatch.setattr(shutil, "rmtree", rmtree)
     for ckpt in checkpoint_dirs(layout.root):  # every checkpoint under its real name is whole
         assert (ckpt / "policy" / "model.safetensors").exists(), ckpt
+
+
+def test_an_output_dir_under_a_file_names_the_setting_and_makes_nothing(tmp_path: Path) -> None:
+    # A run started from the UI or a schedule skips the CLI's output check: start_run failed with
+    # a bare "NotADirectoryError: [Errno 20] Not a directory" naming no setting (until 2026-12-07).
+    from libra_core.pipeline.run_start import start_run
+
+    (tmp_path / "afile").write_text("x")
+    bad = tmp_path / "afile" / "sub"
+    with pytest.raises(ValueError, match=r"experiment.output_dir '.*afile/sub': cannot make the run folder"):
+        start_run(None, [f"experiment.output_dir={bad}"], None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

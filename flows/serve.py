@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import serve
 from prefect.schedules import Cron
 
 from flows.rl_experiment import rl_experiment
@@ -61,5 +60,8 @@ def build_deployments(config_path: str | None, overrides: list[str], cfg: LibraC
 
 
 def serve_forever(deployments: list[Any], limit: int) -> None:
-    """Register the deployments and execute their runs here (blocks until interrupted)."""
-    serve(*deployments, limit=limit, print_starting_message=False)
+    """Register the deployments and execute their runs here (blocks until interrupted; the runs in
+    progress then end their own way first: flows/serve_shutdown.py)."""
+    from flows.serve_shutdown import serve_until_interrupted
+
+    serve_until_interrupted(deployments, limit)

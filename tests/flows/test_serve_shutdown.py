@@ -33,7 +33,8 @@ def _wait(what: str, ready, timeout_s: float, log: Path):  # noqa: ANN001, ANN20
     raise AssertionError(f"{what} not within {timeout_s} s; serve log:\n{log.read_text()[-4000:]}")
 
 
-def test_sigterm_lets_the_run_in_progress_end_cancelled(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_stopping_serve_lets_the_run_in_progress_end_cancelled(tmp_path: Path, how: str) -> None:
     from flows.prefect_server import free_port
 
     out = tmp_path / "runs"
@@ -82,7 +83,10 @@ def test_sigterm_lets_the_run_in_progress_end_cancelled(tmp_path: Path) -> None:
 
         run_dir = _wait("the run's folder", run_folder, 180, log)
         time.sleep(2)
-        proc.send_signal(signal.SIGTERM)
+        if how == "sigterm":  # a service manager signals the main process only
+            proc.send_signal(signal.SIGTERM)
+        else:  # a terminal's Ctrl-C signals the whole foreground group, the flow-run process too
+            os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=180)
         state = json.loads((run_dir / "state.json").read_text())
         assert state["status"] == "cancelled", log.read_text()[-4000:]

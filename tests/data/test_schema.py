@@ -142,6 +142,22 @@ def test_roundtrip_ipc_and_lake(tmp_path: Path) -> None:
             },
             "tool event at turn 7 of a trajectory of 1 turns",
         ),
+        # mutation-audit edges (2026-12-07): each bound one step looser passed the suite
+        ({"behavior_logprobs": [0.5, -0.25, 0.0, 0.0, -1.0]}, "finite and <= 0"),
+        (
+            {
+                "version_spans": [
+                    {"start": 0, "end": 2, "version": 3},
+                    {"start": 3, "end": 3, "version": 3},
+                    {"start": 4, "end": 5, "version": 4},
+                ]
+            },
+            "empty",
+        ),
+        (
+            {"tool_events": [{**row()["tool_events"][0], "turn": 2}], "num_turns": 2},
+            "tool event at turn 2 of a trajectory of 2 turns",
+        ),
         ({"trajectory_id": None}, r"field 'trajectory_id' is null in row 0"),
         ({"response_ids": None}, r"field 'response_ids' is null in row 0"),
         ({"response_ids": [4, None, 6, 7, 8]}, r"field 'response_ids\[\]' is null in an item"),

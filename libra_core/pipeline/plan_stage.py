@@ -3,7 +3,8 @@
 `planner.type: static` returns the sizes written in `stages`. `libra` runs the Global Resource
 Planner (libra_core.planner) on the run's hardware spec: it observes the previous iteration's
 trajectories and measured stage times, and every `planner.replan_every` iterations proposes a plan
-that is applied only when it pays for the move. Each decision (kept or applied, with the numbers)
+that is applied only when it pays for the move (at once, due or not, when the running plan cannot
+run the recent trajectories: LibraPlanner.step). Each decision (kept or applied, with the numbers)
 is appended to `<run>/planner/decisions.jsonl`, which the history and reports read.
 
 The planner keeps state across iterations (its window, stage corrections, current plan and move

@@ -96,6 +96,12 @@ class MoveAudit:
         one move, so a second move before the verdict would leave the first never audited."""
         return self._pending is not None
 
+    def drop(self) -> None:
+        """Forget the pending move unjudged: the running plan cannot run the workload any more, and
+        the replan that must follow at once (planner/service.py, sim/pipeline.py) may not wait
+        for the verdict, nor go back to the plan before that move."""
+        self._pending = None
+
     def verdict(self, iteration: int) -> AuditVerdict | None:
         """The pending move's verdict once `window` iterations after it have finished, else None.
         An iteration after the move that was never recorded (no lake rows, a zero period) does not

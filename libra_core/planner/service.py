@@ -3,7 +3,8 @@
 The plan stage builds one `LibraPlanner` per run (`LibraPlanner.from_config(cfg)`) and, each
 iteration, calls `observe(...)` with the finished iteration's trajectories and measured stage
 times, then `step(iteration)`, which returns the plan to run and a `ReplanDecision` when a replan
-was due (every `planner.replan_every` iterations; never when it is 0). The planner mutates only
+was due (every `planner.replan_every` iterations, never when it is 0; and at once when the running
+plan, re-priced on the window, cannot run it). The planner mutates only
 its own state: the trajectory window, the stage corrections, the current plan and the audit of
 the last applied move (audit.py): when the throughput measured after a move fell, `step` returns
 the plan before it with a `revert` decision, and later replans skip the reverted plan's resources.
@@ -251,6 +252,16 @@ class LibraPlanner:
             self._plan = self._search(workload)
             return self._plan, initial_decision(iteration, self._plan, workload, self.policy)
         due = bool(self.replan_every) and iteration % self.replan_every == 0 and len(self.window) > 0
+        if len(self.window) and not due:
+            # The window's workload no longer fits the running plan (memory): waiting for the next
+            # due replan would run updates the cost model says cannot run (until 2026-12-08).
+            window = self.window.pooled()
+            current_now = self._reprice(window)
+            if not math.isfinite(current_now.t_iter_s):
+                try:
+                    return self._replan(iteration, window, current_now, forced=True)
+                except ValueError as err:  # no plan holds it either: the run goes on, as before
+                    log.warning("iteration %d: the running plan cannot run the window; %s", iteration, err)
         verdict = self.audit.verdict(iteration) if len(self.window) else None
         if verdict is not None:
             window = self.window.pooled()
@@ -263,11 +274,28 @@ class LibraPlanner:
             log.info("iteration %d: %s; the replan due now follows", iteration, decision.reason)
         if not due:
             return self._plan, None
-        if self.audit.pending:  # e.g. replan_every < audit_window + 2, or a pipelined run's lag
+        window = self.window.pooled()
+        current_now = self._reprice(window)
+        if self.audit.pending and math.isfinite(current_now.t_iter_s):
+            # e.g. replan_every < audit_window + 2, or a pipelined run's lag
             log.info("iteration %d: the last move awaits its audit; no replan before it", iteration)
             return self._plan, None
-        window = self.window.pooled()
-        current_now = evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())
+        return self._replan(iteration, window, current_now)
+
+    def _reprice(self, window: Workload) -> Plan:
+        assert self._plan is not None
+        return evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())
+
+    def _replan(
+        self, iteration: int, window: Workload, current_now: Plan, forced: bool = False
+    ) -> tuple[Plan, ReplanDecision]:
+        """Search on `window` and let the policy decide against `current_now` (the running plan
+        re-priced on it). A running plan that cannot run the window (`t_iter_s` inf) is replaced at
+        once, due or not (`forced` when not), and a move awaiting its audit is dropped unjudged:
+        going back could only be to a plan older than a workload the running one no longer holds."""
+        assert self._plan is not None
+        if not math.isfinite(current_now.t_iter_s):
+            self.audit.drop()
         proposed = self._search(window, iteration)
         margin = self.audit.extra_margin(iteration)
         left = None if self.total_iterations is None else self.total_iterations - iteration + 1
@@ -275,6 +303,9 @@ class LibraPlanner:
             iteration, self._plan, current_now, proposed, window, extra_gain_fraction=margin,
             iterations_left=left,
         )  # fmt: skip
+        if forced:
+            reason = f"replanned before it was due: {decision.reason}"
+            decision = replace(decision, reason=reason)
         if decision.action == "apply" and decision.move_cost_s > 0 and math.isfinite(current_now.t_iter_s):
             gain = decision.saving_per_iter_s / current_now.t_iter_s
             self.audit.moved(iteration, self._plan, proposed, gain)

@@ -71,6 +71,7 @@ class SimDeployments:
     hybrids: list[Instance]
     lent_ready: set[int]
     move_after_update: int | None
+    moving_until_s: float
     _ledger_s: float
     _next_id: int
 

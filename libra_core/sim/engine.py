@@ -16,7 +16,9 @@ Per trajectory: admission (scheduler `admit`), per turn prefill + decode on an i
 bucket: the whole context is prefilled again there), the next turn; the last turn ends the trajectory
 (`on_finish`). Replanning (policies with `replan`): every `replan_every` iterations, at a rollout
 start, the planner re-prices the running plan on the last `window_iterations` iterations and searches
-a new one; `ReplanPolicy` decides; an applied plan stalls that rollout start by `move_cost_s`.
+a new one; `ReplanPolicy` decides; an applied plan stalls that rollout start by `move_cost_s`. An
+update that fits no layout on the training GPUs replans at once (pipeline.try_start_train): it and
+the next rollout start wait `move_cost_s` for the move.
 
 Elastic hybrid pool (`elastic`): (1) a rollout instance that is idle in the tail of an iteration (no
 queued turn in its bucket, at most one unfinished trajectory per other instance of the bucket) is lent
@@ -145,6 +147,7 @@ class Simulator(SimTurns):
         # An applied move that takes GPUs from a running update: the next rollout's start (its
         # ROLLOUT_START target) waits for that update to end, then for the move (`on_train_done`).
         self.move_after_update = None
+        self.moving_until_s = 0.0  # a forced move's GPUs are in place (pipeline.try_start_train)
         self.bucket_flights = []
         self._ledger_s = 0.0
         self._next_id = 0

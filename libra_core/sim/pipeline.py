@@ -19,7 +19,7 @@ from libra_core.sim.events import Kind
 from libra_core.sim.instance import Instance
 from libra_core.sim.policies import Deployment, deployment_from_plan, measured_split
 from libra_core.sim.rerank import rerank, resimulated, sample_spread
-from libra_core.sim.training import HYBRID_EFFICIENCY, update_time_s
+from libra_core.sim.training import HYBRID_EFFICIENCY, UpdateDoesNotFit, update_time_s
 
 if TYPE_CHECKING:
     from libra_core.sim.engine import Simulator
@@ -102,7 +102,8 @@ def try_start_rollout(sim: Simulator) -> None:
         return
     sim._account()
     sim.rollout_running = True
-    sim.q.push(sim.q.now_s, Kind.ROLLOUT_START, j)
+    # A forced move (try_start_train) is still moving GPUs: the rollout starts on the new layout.
+    sim.q.push(max(sim.q.now_s, sim.moving_until_s), Kind.ROLLOUT_START, j)
 
 
 def replica_gpus(sim: Simulator, gpus: int) -> int:
@@ -145,12 +146,26 @@ def try_start_train(sim: Simulator) -> None:
     if sim.trainer.busy or not sim.pending_train:
         return
     assert sim.dep is not None
-    j = sim.pending_train.pop(0)
+    j = sim.pending_train[0]
     shape = TrainShape.from_workload(sim.workload_of(j))
-    t = update_time_s(sim.model, sim.hw, sim.dep.train_layout, shape, f"{sim.p.name}, iteration {j}'s update")
+    who = f"{sim.p.name}, iteration {j}'s update"
     # Colocated: rollout engines sleep, training states come back to HBM, before the update's work
     # (until 2026-12-07 that switch was booked as training busy, and the wake after it as idle).
     setup_s = sim.switch_s if sim.p.colocated else 0.0
+    try:
+        t = update_time_s(sim.model, sim.hw, sim.dep.train_layout, shape, who)
+    except UpdateDoesNotFit as err:
+        if not (sim.p.replan and sim.dep.plan is not None):
+            raise
+        if sim.rollout_running:
+            return  # no move under a running rollout: the update waits for its end (on_rollout_done)
+        if not replan(sim, j, forced=True):
+            found = f"replanning at once found no plan on {sim.G} GPUs that does"
+            raise UpdateDoesNotFit(f"{err}; {found}") from err
+        t = update_time_s(sim.model, sim.hw, sim.dep.train_layout, shape, who)
+        setup_s = sim.replanner.move_cost_s  # the update (and the next rollout) wait for the move
+        sim.moving_until_s = sim.q.now_s + setup_s
+    sim.pending_train.pop(0)
     sim._account()  # the ledger books a running update's GPUs (engine._account): close the interval
     sim.trainer.train_gpus = sim.dep.train_gpus
     sim.trainer.start(sim.q.now_s, j, t, _train_gpus_now(sim), setup_s)
@@ -349,12 +364,20 @@ def resplit(sim: Simulator, j: int) -> bool:
     return moves
 
 
-def replan(sim: Simulator, j: int) -> bool:
-    """Run the planner on the recent window; True if a plan that moves workers was applied."""
+def replan(sim: Simulator, j: int, forced: bool = False) -> bool:
+    """Run the planner on the recent window; True if a plan that moves workers was applied.
+    `forced` (try_start_train): iteration `j`'s update fits no layout on the running plan's training
+    GPUs, so the replan cannot wait until it is due, nor for a pending move's audit (that move is
+    dropped unjudged: going back would be to a plan older than a workload it may not hold either),
+    and a plan the audit refuses is still taken when no other is found. Until 2026-12-08 such an
+    update stopped the policy ("could not run") unless it fell on a due replan."""
     dep = sim.dep
     assert dep is not None and dep.plan is not None and sim.windows
-    if sim.audit.pending:  # as the plan stage does: a second move would replace the first's audit
+    if sim.audit.pending and not forced:  # as the plan stage does: a second move would replace its audit
         return False
+    if forced:
+        sim.audit.drop()
+        sim.before_move = None
     window = concat(sim.windows, name=f"window@{j}")
 
     def ok(plan: Plan) -> bool:  # not the resources of a move the audit reverted
@@ -374,10 +397,11 @@ def replan(sim: Simulator, j: int) -> bool:
         # Simulated prices need no calibration: the candidates and the running plan all run the
         # last rollout's trajectories (sim/rerank.py).
         candidates = rerank(sim, sim.rerank_candidates(window), sim.sample, sim.rerank_alternatives(window))
-        ranked = [(p, d) for p, d in candidates if ok(p)]
+        ranked = [(p, d) for p, d in candidates if ok(p)] or (candidates if forced else [])
         now_plan = resimulated(sim, now_plan, dep, sim.sample, sample_spread(sim, sim.sample))
     else:
-        proposed = [p for p in search_plans(sim.model, sim.hw, sim.G, window, settings) if ok(p)]
+        found = search_plans(sim.model, sim.hw, sim.G, window, settings)
+        proposed = [p for p in found if ok(p)] or (found if forced else [])
         ranked = [(p, deployment_from_plan(sim.p, p, sim.model, sim.hw, settings)) for p in proposed[:1]]
     if not ranked:
         return False
@@ -396,6 +420,9 @@ def replan(sim: Simulator, j: int) -> bool:
         extra_gain_fraction=margin,
         iterations_left=sim.iterations - j,
     )
+    if forced:
+        why = f"iteration {j}'s update does not fit the running plan's training GPUs; {decision.reason}"
+        decision = replace(decision, reason=why)
     sim.stats.replans.append(decision.as_record())
     if decision.action != "apply":
         _adopt_repriced(sim, now_plan, settings)

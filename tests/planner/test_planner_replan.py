@@ -327,3 +327,38 @@ def test_scaling_a_workload_keeps_the_prompt_in_each_calls_context() -> None:
         assert base.scaled(x).reprefill_ctx_tokens[0] == pytest.approx(
             one((round(30 * x), round(500 * x)), round(8 * x)), abs=1.0
         )
+
+
+def test_a_window_the_running_plan_cannot_hold_is_replanned_before_it_is_due() -> None:
+    """Until 2026-12-08 the planner replanned only every `replan_every` iterations: a workload that
+    outgrew the training layout in between ran on a plan priced at inf (memory) until then."""
+    prior = workload_preset("swe-longtail")
+    cluster = parse_cluster("48xA800")
+    planner = LibraPlanner(cluster, M, prior, ReplanPolicy(), 1, 100, 1)
+    plan, _ = planner.step(0)
+    planner.observe(prior, group_size=16, measured_s={})
+    assert planner.step(1) == (plan, None)  # it fits, and no replan is due
+    grown = prior.scaled(4.0)
+    assert not math.isfinite(evaluate_plan(plan, M, HW, grown, planner.settings()).t_iter_s)
+    planner.audit.moved(1, plan, plan, 0.1)  # a move awaiting its audit does not hold this one back
+    planner.observe(grown, group_size=16, measured_s={})
+    plan2, decision = planner.step(2)
+    assert decision is not None and decision.action == "apply"
+    assert decision.reason.startswith("replanned before it was due: the current plan cannot run")
+    assert plan2.train_gpus > plan.train_gpus
+    assert math.isfinite(evaluate_plan(plan2, M, HW, grown, planner.settings()).t_iter_s)
+    assert not planner.audit.pending  # dropped unjudged; the forced move itself is not audited
+    planner.observe(grown, group_size=16, measured_s={})
+    assert planner.step(3) == (plan2, None)  # the new plan holds it: no replan until one is due
+
+
+def test_a_window_no_plan_holds_keeps_the_run_going(caplog: pytest.LogCaptureFixture) -> None:
+    prior = workload_preset("swe-longtail")
+    planner = LibraPlanner(parse_cluster("8xA800"), M, prior, ReplanPolicy(), 1, 100, 1)
+    plan, _ = planner.step(0)
+    huge = prior.scaled(16.0)
+    assert not math.isfinite(evaluate_plan(plan, M, HW, huge, planner.settings()).t_iter_s)
+    planner.observe(huge, group_size=16, measured_s={})
+    with caplog.at_level("WARNING", logger="libra_core.planner.service"):
+        assert planner.step(1) == (plan, None)  # the plan stage goes on with the plan it has
+    assert "iteration 1: the running plan cannot run the window; no feasible plan" in caplog.text

@@ -128,24 +128,6 @@ class RolloutCostModel:
             batch = np.clip(decode_demand(q, gen, self.decode_step_s(tp, batch, ctx), pre, tool), 1.0, cap)
         return batch
 
-    def feasible_tp(self, tp: int, max_ctx: float) -> bool:
-        """The model shards over `tp`, and one instance holds the longest context."""
-        return self.model.supports_tp(tp) and self.kv_capacity_tokens(tp) >= max_ctx
-
-    def trajectory_latency_s(
-        self,
-        tp: int,
-        gen_tokens: float,
-        prefill_tokens: float,
-        ctx: float,
-        tool_latency_s: float,
-        batch: float = 1.0,
-    ) -> float:
-        """Wall time of one trajectory on an instance decoding `batch` sequences (critical path)."""
-        itl = float(self.decode_step_s(tp, np.asarray(batch), np.asarray(ctx)))
-        pre = float(self.prefill_s_per_token(tp, np.asarray(ctx)))
-        return gen_tokens * itl + prefill_tokens * pre + tool_latency_s
-
 
 def decode_demand(
     in_flight: ArrayLike, gen_each: ArrayLike, step_s: ArrayLike, prefill_s: ArrayLike, tool_s: ArrayLike

@@ -66,11 +66,6 @@ class NodeStats:
             means = (sum(w * r for w, r in zip(weights, rem, strict=True)) / total, acc_gen / total)
         return NodeStats(version, [rem[i] for i in order], cum, cum_gen, cum_rem, total, *means)
 
-    def cdf(self, tokens: float) -> float:
-        """Aged share of samples with remaining <= tokens."""
-        idx = bisect.bisect_right(self.values, tokens)
-        return self.cum_weights[idx - 1] / self.total_weight if idx else 0.0
-
     def gen_below(self, tokens: float) -> float:
         """Aged mean of `remaining generated tokens x [remaining <= tokens]`."""
         idx = bisect.bisect_right(self.values, tokens)
@@ -221,12 +216,6 @@ class Estimate:
     def mean_bucket(self, bounds: Sequence[int], context_tokens: int) -> int:
         """Bucket of the expected final size: context so far + mean remaining."""
         return bucket_of(context_tokens + self.mean_remaining, bounds)
-
-    def bucket_probability(self, bounds: Sequence[int], context_tokens: int, bucket: int) -> float:
-        """P(final size falls in `bucket`) = P(remaining in (lower - context, upper - context)]."""
-        upper = self.cdf(bounds[bucket] - context_tokens) if bucket < len(bounds) else 1.0
-        lower = self.cdf(bounds[bucket - 1] - context_tokens) if bucket > 0 else 0.0
-        return max(0.0, upper - lower)
 
     def gen_by_bucket(self, bounds: Sequence[int], context_tokens: int) -> list[float]:
         """For every bucket b, E[remaining generated tokens x (final size in b)]: the generated tokens

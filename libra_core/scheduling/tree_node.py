@@ -90,19 +90,11 @@ class Node:
             self.sum_gen += sum_gen * decay
         self._invalidate()
 
-    def add_sample(self, remaining: int, remaining_gen: int, version: int, cap: int) -> None:
-        samples = self.samples
-        if len(samples) >= 3 * cap:
-            versions = samples[2::3]
-            oldest = 3 * versions.index(min(versions))
-            del samples[oldest : oldest + 3]
-        samples.extend((remaining, remaining_gen, version))
-        self._invalidate()
-
     def record(self, remaining: int, remaining_gen: int, version: int, cap: int, half_life: float) -> None:
-        """One trajectory passing here: `add_sample` then `add_support(1.0, ...)`, in one call (the
-        same arithmetic; inserts call this once per node of every path). Cached statistics are kept
-        with the change (`_changes`), for `stats` to update rather than rebuild."""
+        """One trajectory passing here: its sample is kept (the oldest version's evicted at `cap`)
+        and `add_support(1.0, ...)` added, in one call (inserts call this once per node of every
+        path). Cached statistics are kept with the change (`_changes`), for `stats` to update rather
+        than rebuild."""
         samples = self.samples
         evicted, rank = 0, -1
         if len(samples) >= 3 * cap:

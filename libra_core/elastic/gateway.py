@@ -29,7 +29,8 @@ Message kinds and their checks (a failed check is a typed rejection, logged and 
   update older than the log is `expired` (the join fails); one not published within `wait_s` is
   refused with `retry` (the hybrid pulls again; its join goes on).
 - `push` (step, version, epoch, grad): accepted only for the open step, at its frozen version and
-  membership epoch, from an ACTIVE member on the connection serving its current join, once, with a
+  membership epoch, from a member still ACTIVE (or LEAVING) on the connection serving its current
+  join (not one that failed in the step and is joining again), once, with a
   body that decodes as one finite tensor of the expected size and dtype, with a finite norm.
 """
 
@@ -345,6 +346,9 @@ class Gateway(SideChannelServer):
             return f"{worker} is not an active member of step {m.step}"
         if join is None or self.joins.superseded(join):
             return f"this connection does not serve {worker}'s current join"
+        state = self.coordinator.state(worker)
+        if state not in _PAYING:  # failed in this step and joining again: it has no weights to train
+            return f"{worker} is {state.value}, not a member that trains step {m.step}"
         if worker in current.received:
             return f"duplicate payload from {worker} for step {m.step}"
         return None

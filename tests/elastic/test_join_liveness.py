@@ -328,3 +328,34 @@ def test_a_push_on_a_superseded_joins_connection_is_refused() -> None:
         assert report["divisor"] == 1 and list(report["included"]) == [] and list(report["missing"]) == ["h0"]
         assert [tuple(r) for r in report["rejected"]] == [("h0", reason)]
         assert g.states() == {"h0": "join_requested"}  # the new join goes on
+
+
+def test_a_push_from_a_rejoining_member_on_its_new_joins_connection_is_refused() -> None:
+    # The case beside the one above: h0, a member of the open step, dies while leaving, is asked to
+    # join again and fetches the new join's snapshot (the start's is still fresh) on a new
+    # connection. That connection serves h0's current join and h0 is still in the open step's frozen
+    # membership (same version and epoch), so until 2026-12-08 a gradient pushed on it for the open
+    # step was summed as h0's (divisor 2), from a process that had not even loaded the snapshot: a
+    # member pays a step only while ACTIVE or LEAVING (the states `collect` waits for).
+    with Harness(deadline_s=5.0, update_log_steps=16) as h:
+        g = h.gateway
+        h.core_step()  # step 0: core only; h0 active from step 1
+        h.pull_and_apply(0)
+        g.request_leave("h0")
+        h.client.close()  # its process dies mid-step 1
+        assert wait_until(lambda: g.states()["h0"] == "rollout", 5), g.states()
+        g.request_join("h0")
+        again = GatewayClient(g.address, KEY, "h0")
+        try:
+            fetched, _ = again.snapshot(wait_s=10)
+            assert fetched["step"] == 0 and g.states() == {"h0": "loading"}, (fetched, g.states())
+            push = again.push(h.hybrid_grad(1), step=1, version=1, epoch=1)
+            reason = "h0 is loading, not a member that trains step 1"
+            assert not push["ok"] and push["reason"] == reason, push
+            report = h.core_step()
+            assert report["divisor"] == 1 and list(report["included"]) == []
+            assert list(report["missing"]) == ["h0"]
+            assert [tuple(r) for r in report["rejected"]] == [("h0", reason)]
+            assert g.states() == {"h0": "loading"}  # the new join goes on
+        finally:
+            again.close()

@@ -254,7 +254,7 @@ class LibraPlanner:
         due = bool(self.replan_every) and iteration % self.replan_every == 0 and len(self.window) > 0
         if len(self.window) and not due:
             # The window's workload no longer fits the running plan (memory): waiting for the next
-            # due replan would run updates the cost model says cannot run (until 2026-12-08).
+            # due replan would run updates the cost model says cannot run (until 2026-12-07).
             window = self.window.pooled()
             current_now = self._reprice(window)
             if not math.isfinite(current_now.t_iter_s):

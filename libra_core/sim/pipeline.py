@@ -369,7 +369,7 @@ def replan(sim: Simulator, j: int, forced: bool = False) -> bool:
     `forced` (try_start_train): iteration `j`'s update fits no layout on the running plan's training
     GPUs, so the replan cannot wait until it is due, nor for a pending move's audit (that move is
     dropped unjudged: going back would be to a plan older than a workload it may not hold either),
-    and a plan the audit refuses is still taken when no other is found. Until 2026-12-08 such an
+    and a plan the audit refuses is still taken when no other is found. Until 2026-12-07 such an
     update stopped the policy ("could not run") unless it fell on a due replan."""
     dep = sim.dep
     assert dep is not None and dep.plan is not None and sim.windows

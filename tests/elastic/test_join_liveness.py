@@ -334,7 +334,7 @@ def test_a_push_from_a_rejoining_member_on_its_new_joins_connection_is_refused()
     # The case beside the one above: h0, a member of the open step, dies while leaving, is asked to
     # join again and fetches the new join's snapshot (the start's is still fresh) on a new
     # connection. That connection serves h0's current join and h0 is still in the open step's frozen
-    # membership (same version and epoch), so until 2026-12-08 a gradient pushed on it for the open
+    # membership (same version and epoch), so until 2026-12-07 a gradient pushed on it for the open
     # step was summed as h0's (divisor 2), from a process that had not even loaded the snapshot: a
     # member pays a step only while ACTIVE or LEAVING (the states `collect` waits for).
     with Harness(deadline_s=5.0, update_log_steps=16) as h:

@@ -330,7 +330,7 @@ def test_scaling_a_workload_keeps_the_prompt_in_each_calls_context() -> None:
 
 
 def test_a_window_the_running_plan_cannot_hold_is_replanned_before_it_is_due() -> None:
-    """Until 2026-12-08 the planner replanned only every `replan_every` iterations: a workload that
+    """Until 2026-12-07 the planner replanned only every `replan_every` iterations: a workload that
     outgrew the training layout in between ran on a plan priced at inf (memory) until then."""
     prior = workload_preset("swe-longtail")
     cluster = parse_cluster("48xA800")

@@ -1,5 +1,5 @@
 """A Libra policy whose next update fits no layout on its training GPUs replans at once, not at the
-next due replan (pipeline.try_start_train): until 2026-12-08 it stopped as "could not run" unless
+next due replan (pipeline.try_start_train): until 2026-12-07 it stopped as "could not run" unless
 the update fell on a replan iteration. The move stalls that update, and the rollout after it, by
 `move_cost_s`; a pending audit is dropped; with no plan that holds it, the policy still fails."""
 

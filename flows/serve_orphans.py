@@ -1,0 +1,232 @@
+"""Flow runs left RUNNING or PENDING by a `libra serve` that was killed outright, marked Crashed.
+
+A graceful stop ends the runs in progress (flows/serve_shutdown.py); a SIGKILL or a machine crash
+does not. Prefect's runner records no process id for the runs it starts (Prefect 3.7), and its
+flow-run heartbeats are off by default and need an automation to act on them (Prefect's "detect
+zombie flows" guide), so those runs stayed RUNNING in the server for good, and their run folders
+said `running`. `libra serve` calls `mark_orphaned_runs` once at start, before it serves: a run of
+a deployment it is about to serve that is RUNNING or PENDING then was started by an earlier serve
+process (one serve process serves a deployment), and it is an orphan unless its process still runs:
+
+- a flow-run process is `python -m prefect.engine` with `PREFECT__FLOW_RUN_ID=<run id>` in its
+  environment (how the runner starts it); one found in /proc is alive (a serve killed alone leaves
+  it running), and its run is left alone. Its vLLM engines inherit the variable but are no
+  flow-run process: they do not keep a dead run alive. Without /proc nothing can be checked, and
+  the one-serve rule alone decides;
+- a run folder whose lock (`RUN_DIR/.lock`, held while a process runs it) is held is in use (the
+  run, or a `libra run --resume` of it started since), and that run is left alone too.
+
+An orphan is marked Crashed with `ORPHAN_MESSAGE`, and so are its RUNNING or PENDING subflow runs
+(`iteration-N`, which ran in its process). Its run folder, when it can be told (`_run_folder`),
+gets `status: failed` in `state.json`, what a run that raised records (`run_start.finish_run`), if
+it still says `running`. Runs of other deployments, and runs with no deployment, are never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from prefect import get_client
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterDeploymentId,
+    FlowRunFilterId,
+    FlowRunFilterParentFlowRunId,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+    TaskRunFilter,
+    TaskRunFilterName,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.exceptions import ObjectNotFound
+from prefect.states import Crashed
+
+from libra_core.config import ConfigError, load_config
+from libra_core.pipeline.run_dir import RunLayout, read_state
+from libra_core.pipeline.run_lock import run_holder
+from libra_core.pipeline.run_start import anchor_paths, finish_run
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT_FLOW = "rl-experiment"  # the flow whose runs have run folders
+ORPHAN_MESSAGE = "The `libra serve` that ran it stopped without ending it"
+_UNFINISHED = [StateType.RUNNING, StateType.PENDING]
+_PAGE = 200  # flow runs per API call (the server's default limit)
+_PROC = Path("/proc")
+
+
+def mark_orphaned_runs(deployment_names: list[str]) -> list[UUID]:
+    """Mark the orphaned runs of `deployment_names` ("flow/deployment"; not registered yet: none)
+    Crashed, with one log line each; returns their ids (subflow runs included). Called once by
+    `libra serve` before its runner starts; an API error is logged and ends the check (serving
+    goes on: the orphans only stay as they were)."""
+    try:
+        with get_client(sync_client=True) as client:
+            marked: list[UUID] = []
+            live = _live_flow_run_ids()
+            for name in deployment_names:
+                try:
+                    deployment = client.read_deployment_by_name(name)
+                except ObjectNotFound:
+                    continue
+                for run in _read_all(client, FlowRunFilterDeploymentId(any_=[deployment.id])):
+                    if live is not None and run.id in live:
+                        continue
+                    marked += _mark_orphan(client, run, name)
+            return marked
+    except Exception as err:  # the API down or refusing: the orphans stay; serving is unaffected
+        log.warning("could not check for flow runs left by an earlier `libra serve`: %s", err)
+        return []
+
+
+def _read_all(client: Any, deployment_id: FlowRunFilterDeploymentId) -> list[FlowRun]:
+    """The deployment's RUNNING and PENDING flow runs, all pages (read before any is changed)."""
+    flt = FlowRunFilter(
+        deployment_id=deployment_id,
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_UNFINISHED)),
+    )
+    runs: list[FlowRun] = []
+    while True:
+        page = client.read_flow_runs(
+            flow_run_filter=flt, sort=FlowRunSort.ID_DESC, limit=_PAGE, offset=len(runs)
+        )
+        runs += page
+        if len(page) < _PAGE:
+            return runs
+
+
+def _mark_orphan(client: Any, run: FlowRun, deployment: str) -> list[UUID]:
+    """Mark `run`, whose process is gone, and its unfinished subflow runs Crashed, and its folder
+    `failed`; returns the ids marked (none when another process holds its folder)."""
+    has_folder = deployment.startswith(f"{EXPERIMENT_FLOW}/")  # a simulate run keeps no state.json
+    folder = _run_folder(client, run) if has_folder else None
+    holder = run_holder(folder) if folder is not None else None
+    if holder is not None:  # the run, or a resume of its folder since, is running it
+        log.info("flow run %s (%s): its folder %s is in use by process %s", run.name, run.id, folder, holder)
+        return []
+    parent = FlowRunFilterParentFlowRunId(any_=[run.id])
+    unfinished = FlowRunFilterState(type=FlowRunFilterStateType(any_=_UNFINISHED))
+    children = client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(parent_flow_run_id=parent, state=unfinished)
+    )
+    for each in [run, *children]:
+        client.set_flow_run_state(each.id, Crashed(message=f"{ORPHAN_MESSAGE}."), force=True)
+    notes = [_fail_folder(folder)] if folder is not None else ["run folder not known"] if has_folder else []
+    if children:
+        notes.append(f"{len(children)} subflow run(s) too")
+    log.warning(
+        "marked flow run %s (%s) of %s Crashed: %s%s",
+        run.name,
+        run.id,
+        deployment,
+        ORPHAN_MESSAGE[0].lower() + ORPHAN_MESSAGE[1:],
+        f" ({'; '.join(notes)})" if notes else "",
+    )
+    return [run.id, *(c.id for c in children)]
+
+
+def _run_folder(client: Any, run: FlowRun) -> Path | None:
+    """The run folder of an experiment run: a resumed one's `resume` parameter (anchored as the run
+    anchored it), else the `run_dir` its iterations were given, else the folder its create-run task
+    made (`_made_folder`); None when none of them says."""
+    params = run.parameters
+    if params.get("resume"):
+        try:
+            _, _, resume = anchor_paths(
+                None, list(params.get("overrides") or []), params["resume"], params.get("base_dir") or "."
+            )
+        except (ConfigError, ValueError):  # overrides the run itself would have refused
+            return None
+        return Path(resume) if resume else None
+    parent = FlowRunFilterParentFlowRunId(any_=[run.id])
+    for child in client.read_flow_runs(flow_run_filter=FlowRunFilter(parent_flow_run_id=parent), limit=1):
+        run_dir = child.parameters.get("run_dir")  # every iteration has the same
+        if isinstance(run_dir, str) and run_dir:
+            return Path(run_dir)
+    return _made_folder(client, run)
+
+
+def _made_folder(client: Any, run: FlowRun) -> Path | None:
+    """The new folder of a run killed before its first iteration, which Prefect records nowhere:
+    `new_run_dir` names it `<experiment.name>-<stamp>[-N]` under the `output_dir` of the config the
+    run loaded, the stamp (local time, in seconds) taken while its create-run task ran. The one such
+    folder that says `running`; None when there is none, or more than one (runs started in the
+    same second)."""
+    made = client.read_task_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])),
+        task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="create-run")),
+    )
+    started = [t for t in made if t.start_time is not None]
+    if len(started) != 1:
+        return None
+    params = run.parameters
+    try:
+        config_path, overrides, _ = anchor_paths(
+            params.get("config_path"),
+            list(params.get("overrides") or []),
+            None,
+            params.get("base_dir") or ".",
+        )
+        cfg = load_config(config_path, overrides)
+        folders = list(cfg.experiment.output_path.iterdir())
+    except (ConfigError, ValueError, OSError):  # the config changed or went since: no folder known
+        return None
+    task = started[0]
+    assert task.start_time is not None
+    first = task.start_time.astimezone().replace(tzinfo=None, microsecond=0)
+    last = task.end_time.astimezone().replace(tzinfo=None) if task.end_time else datetime.now()
+    name = re.compile(re.escape(cfg.experiment.name) + r"-(\d{8}-\d{6})(?:-\d+)?")
+    found = []
+    for folder in folders:
+        m = name.fullmatch(folder.name)
+        if m is None:
+            continue
+        with contextlib.suppress(ValueError, OSError):  # no date; no state.json, a damaged one
+            made_at = datetime.strptime(m.group(1), "%Y%m%d-%H%M%S")
+            if first <= made_at <= last and read_state(folder).status == "running":
+                found.append(folder)
+    return found[0] if len(found) == 1 else None
+
+
+def _fail_folder(folder: Path) -> str:
+    """`status: failed` into the folder's state.json if it says `running`; says what was done."""
+    if not RunLayout(folder).state.is_file():
+        return f"its run folder {folder} has no state.json"
+    try:
+        status = read_state(folder).status
+        if status != "running":
+            return f"its run folder {folder} says {status}"
+        finish_run(str(folder), "failed")
+    except (ValueError, OSError) as err:  # a damaged state.json: resume refuses it with this message
+        return f"its run folder {folder} was left: {err}"
+    return f"its run folder {folder} now says failed"
+
+
+def _live_flow_run_ids() -> set[UUID] | None:
+    """The flow runs whose flow-run process runs on this machine (readable ones: this user's);
+    None without /proc."""
+    if not (_PROC / "self" / "environ").exists():
+        return None
+    live = set()
+    for proc in _PROC.iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"prefect.engine" not in argv:
+                continue
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        for var in environ:
+            if var.startswith(b"PREFECT__FLOW_RUN_ID="):
+                with contextlib.suppress(ValueError):  # not a run id: no flow-run process of ours
+                    live.add(UUID(var.split(b"=", 1)[1].decode()))
+    return live

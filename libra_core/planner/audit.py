@@ -102,6 +102,14 @@ class MoveAudit:
         for the verdict, nor go back to the plan before that move."""
         self._pending = None
 
+    def keep_reverted(self, verdict: AuditVerdict) -> None:
+        """The caller keeps the move `verdict` said to revert (the plan before it cannot run the
+        workload any more): its plan is not refused, nor its model error added to the margin."""
+        assert verdict.action == "revert", verdict
+        self._refused = [(p, until) for p, until in self._refused if p is not verdict.applied]
+        if self._margins:
+            self._margins.pop()
+
     def verdict(self, iteration: int) -> AuditVerdict | None:
         """The pending move's verdict once `window` iterations after it have finished, else None.
         An iteration after the move that was never recorded (no lake rows, a zero period) does not

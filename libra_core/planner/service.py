@@ -42,6 +42,11 @@ from libra_core.planner.workload import Workload, workload_from_trajectory_table
 log = logging.getLogger(__name__)
 
 
+class NoFeasiblePlan(ValueError):
+    """No plan on the cluster holds the workload (the model does not fit, or its sequences fit no
+    layout): raised by the first plan, logged by a replan (the run goes on with its plan)."""
+
+
 class LibraPlanner:
     def __init__(
         self,
@@ -168,7 +173,7 @@ class LibraPlanner:
         allowed = [p for p in plans if not self.audit.refuses(p, iteration)]
         plans = allowed or plans  # every candidate refused: the search's best, rather than none
         if not plans:
-            raise ValueError(
+            raise NoFeasiblePlan(
                 f"no feasible plan for {self.model.name} on {self.num_gpus}x{self.cluster.hardware.name}"
             )
         return plans[0]
@@ -252,51 +257,61 @@ class LibraPlanner:
             self._plan = self._search(workload)
             return self._plan, initial_decision(iteration, self._plan, workload, self.policy)
         due = bool(self.replan_every) and iteration % self.replan_every == 0 and len(self.window) > 0
-        if len(self.window) and not due:
+        if len(self.window) and self.replan_every and not due:
             # The window's workload no longer fits the running plan (memory): waiting for the next
             # due replan would run updates the cost model says cannot run (until 2026-12-07).
+            # `replan_every: 0` means never, this too.
             window = self.window.pooled()
-            current_now = self._reprice(window)
+            current_now = self._reprice(self._plan, window)
             if not math.isfinite(current_now.t_iter_s):
-                try:
-                    return self._replan(iteration, window, current_now, forced=True)
-                except ValueError as err:  # no plan holds it either: the run goes on, as before
-                    log.warning("iteration %d: the running plan cannot run the window; %s", iteration, err)
+                return self._replan(iteration, window, current_now, forced=True)
         verdict = self.audit.verdict(iteration) if len(self.window) else None
         if verdict is not None:
             window = self.window.pooled()
             decision = audit_decision(iteration, verdict, window, self.policy, self.policy.move_cost_s)
-            if verdict.action == "revert":  # the plan as it ran (the next replan re-prices it)
-                self._plan = verdict.previous
-                return self._plan, decision
+            if verdict.action == "revert":
+                if math.isfinite(self._reprice(verdict.previous, window).t_iter_s):
+                    self._plan = verdict.previous  # the plan as it ran (the next replan re-prices it)
+                    return self._plan, decision
+                # The plan before the move cannot run the window: going back would only force a
+                # move again; the move stays, and its plan is not refused (until 2026-12-07 the
+                # revert ran a plan priced at inf until the next replan).
+                self.audit.keep_reverted(verdict)
+                reason = f"{decision.reason}; kept: the plan before the move cannot run the window (memory)"
+                decision = replace(decision, action="confirm", reason=reason)
             if not due:
                 return self._plan, decision
             log.info("iteration %d: %s; the replan due now follows", iteration, decision.reason)
         if not due:
             return self._plan, None
         window = self.window.pooled()
-        current_now = self._reprice(window)
+        current_now = self._reprice(self._plan, window)
         if self.audit.pending and math.isfinite(current_now.t_iter_s):
             # e.g. replan_every < audit_window + 2, or a pipelined run's lag
             log.info("iteration %d: the last move awaits its audit; no replan before it", iteration)
             return self._plan, None
         return self._replan(iteration, window, current_now)
 
-    def _reprice(self, window: Workload) -> Plan:
-        assert self._plan is not None
-        return evaluate_plan(self._plan, self.model, self.cluster.hardware, window, self.settings())
+    def _reprice(self, plan: Plan | None, window: Workload) -> Plan:
+        assert plan is not None
+        return evaluate_plan(plan, self.model, self.cluster.hardware, window, self.settings())
 
     def _replan(
         self, iteration: int, window: Workload, current_now: Plan, forced: bool = False
-    ) -> tuple[Plan, ReplanDecision]:
+    ) -> tuple[Plan, ReplanDecision | None]:
         """Search on `window` and let the policy decide against `current_now` (the running plan
         re-priced on it). A running plan that cannot run the window (`t_iter_s` inf) is replaced at
         once, due or not (`forced` when not), and a move awaiting its audit is dropped unjudged:
-        going back could only be to a plan older than a workload the running one no longer holds."""
+        going back could only be to a plan older than a workload the running one no longer holds.
+        When no plan holds the window, the plan stays (logged; no decision)."""
         assert self._plan is not None
+        try:
+            proposed = self._search(window, iteration)
+        except NoFeasiblePlan as err:
+            log.warning("iteration %d: no replan, the running plan stays: %s", iteration, err)
+            return self._plan, None
         if not math.isfinite(current_now.t_iter_s):
             self.audit.drop()
-        proposed = self._search(window, iteration)
         margin = self.audit.extra_margin(iteration)
         left = None if self.total_iterations is None else self.total_iterations - iteration + 1
         decision = self.policy.decide(

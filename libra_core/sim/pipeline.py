@@ -398,7 +398,8 @@ def replan(sim: Simulator, j: int, forced: bool = False) -> bool:
         # last rollout's trajectories (sim/rerank.py).
         candidates = rerank(sim, sim.rerank_candidates(window), sim.sample, sim.rerank_alternatives(window))
         ranked = [(p, d) for p, d in candidates if ok(p)] or (candidates if forced else [])
-        now_plan = resimulated(sim, now_plan, dep, sim.sample, sample_spread(sim, sim.sample))
+        if math.isfinite(now_plan.t_iter_s):  # a plan that cannot run has no simulation either
+            now_plan = resimulated(sim, now_plan, dep, sim.sample, sample_spread(sim, sim.sample))
     else:
         found = search_plans(sim.model, sim.hw, sim.G, window, settings)
         proposed = [p for p in found if ok(p)] or (found if forced else [])
@@ -459,8 +460,16 @@ def audit_move(sim: Simulator, j: int) -> bool:
         return False
     window = concat(sim.windows, name=f"window@{j}")
     record = audit_decision(j, verdict, window, sim.replanner, sim.replanner.move_cost_s)
-    sim.stats.replans.append(record.as_record())
     back, sim.before_move = sim.before_move, None
+    plan = back.plan if verdict.action == "revert" and back is not None else None
+    price = evaluate_plan(plan, sim.model, sim.hw, window, sim.search) if plan is not None else None
+    if price is not None and not math.isfinite(price.t_iter_s):
+        # As the live planner (service.py): the plan before the move cannot run the window any
+        # more, so the move stays and its plan is not refused.
+        sim.audit.keep_reverted(verdict)
+        why = f"{record.reason}; kept: the plan before the move cannot run the window (memory)"
+        record, back = replace(record, action="confirm", reason=why), None
+    sim.stats.replans.append(record.as_record())
     if verdict.action != "revert" or back is None:
         return False
     _redeploy(sim, back)

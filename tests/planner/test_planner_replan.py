@@ -352,13 +352,46 @@ def test_a_window_the_running_plan_cannot_hold_is_replanned_before_it_is_due() -
     assert planner.step(3) == (plan2, None)  # the new plan holds it: no replan until one is due
 
 
-def test_a_window_no_plan_holds_keeps_the_run_going(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("due", [False, True])
+def test_a_window_no_plan_holds_keeps_the_run_going(due: bool, caplog: pytest.LogCaptureFixture) -> None:
+    # Due or not, with a move awaiting its audit: the plan stays, the audit too (nothing moved).
     prior = workload_preset("swe-longtail")
-    planner = LibraPlanner(parse_cluster("8xA800"), M, prior, ReplanPolicy(), 1, 100, 1)
+    planner = LibraPlanner(parse_cluster("8xA800"), M, prior, ReplanPolicy(), 1, 2, 1, audit_window=3)
     plan, _ = planner.step(0)
     huge = prior.scaled(16.0)
     assert not math.isfinite(evaluate_plan(plan, M, HW, huge, planner.settings()).t_iter_s)
+    planner.audit.moved(0, plan, plan, 0.1)
     planner.observe(huge, group_size=16, measured_s={})
+    iteration = 2 if due else 1
     with caplog.at_level("WARNING", logger="libra_core.planner.service"):
-        assert planner.step(1) == (plan, None)  # the plan stage goes on with the plan it has
-    assert "iteration 1: the running plan cannot run the window; no feasible plan" in caplog.text
+        assert planner.step(iteration) == (plan, None)  # the plan stage goes on with the plan it has
+    assert f"iteration {iteration}: no replan, the running plan stays: no feasible plan" in caplog.text
+    assert planner.audit.pending
+
+
+def test_replan_every_zero_never_replans_even_a_plan_that_cannot_run() -> None:
+    prior = workload_preset("swe-longtail")
+    planner = LibraPlanner(parse_cluster("48xA800"), M, prior, ReplanPolicy(), 1, 0, 1)
+    plan, _ = planner.step(0)
+    planner.observe(prior.scaled(4.0), group_size=16, measured_s={})
+    assert planner.step(1) == (plan, None)  # `planner.replan_every: 0` means never
+
+
+def test_a_revert_to_a_plan_that_cannot_run_the_window_keeps_the_move() -> None:
+    # A move A -> B, measured slower after it: the audit says revert, but A no longer holds the
+    # window. Until 2026-12-07 the planner went back to A (priced at inf) until the next replan.
+    prior = workload_preset("swe-longtail")
+    grown = prior.scaled(4.0)
+    planner = LibraPlanner(parse_cluster("48xA800"), M, prior, ReplanPolicy(), 1, 100, 1, audit_window=1)
+    a, _ = planner.step(0)
+    b = search_plans(M, HW, 48, grown, planner.settings())[0]
+    assert not math.isfinite(evaluate_plan(a, M, HW, grown, planner.settings()).t_iter_s)
+    assert math.isfinite(evaluate_plan(b, M, HW, grown, planner.settings()).t_iter_s)
+    planner._plan = b
+    planner.audit.moved(2, a, b, 0.1)  # applied before iteration 2
+    planner.observe(prior, 16, {}, iteration=0, period_s=100.0)  # before the move: fast
+    planner.observe(grown, 16, {}, iteration=3, period_s=10000.0)  # after it: much slower
+    plan, decision = planner.step(4)
+    assert plan is b and decision is not None and decision.action == "confirm"
+    assert decision.reason.endswith("; kept: the plan before the move cannot run the window (memory)")
+    assert not planner.audit.refuses(b, 5) and planner.audit.extra_margin(5) == 0.0

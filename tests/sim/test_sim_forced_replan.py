@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from libra_core.planner.audit import AuditPolicy
-from libra_core.sim import simulate
+from libra_core.sim import pipeline, simulate
+from libra_core.sim.settings import SimSettings
 from libra_core.sim.training import UpdateDoesNotFit
 from tests.sim.builders import build_sim
 
@@ -37,7 +38,7 @@ def test_an_update_that_outgrew_its_gpus_moves_them_at_once() -> None:
 def test_the_forced_move_drops_a_pending_audit() -> None:
     sim = build_sim("tiny", "+planning", 3, gpus="16xA800", **GROWING)
     assert sim.dep is not None and sim.dep.plan is not None
-    sim.audit.policy = AuditPolicy(window=2)  # audits on (the simulator's default has them off)
+    sim.audit.policy = AuditPolicy(window=2)
     sim.audit.moved(0, sim.dep.plan, sim.dep.plan, 0.1)
     sim.before_move = sim.dep
     st = sim.run()
@@ -56,3 +57,36 @@ def test_policies_without_a_planner_are_not_rescued() -> None:
     report = simulate("tiny", "16xA800", 3, ["static-optimal", "+planning"], spec_overrides=GROWING)
     assert [r.policy for r in report.results] == ["+planning"]
     assert [f.policy for f in report.failures] == ["static-optimal"]
+
+
+def test_a_forced_replan_with_reranked_plans() -> None:
+    # The running plan is priced at inf there: re-simulating it ran the update that does not fit,
+    # and its error escaped (iteration 0's, the probe's numbering) until the same day's fix.
+    settings = SimSettings(rerank_plans=2)
+    report = simulate(
+        "tiny", "16xA800", 3, ["+planning", "+elastic"], spec_overrides=GROWING, settings=settings
+    )
+    assert [r.policy for r in report.results] == ["+planning", "+elastic"] and not report.failures
+    for r in report.results:
+        forced = [d for d in r.replans if "does not fit the running plan's training GPUs" in d["reason"]]
+        assert forced and all(d["action"] == "apply" for d in forced)
+
+
+def test_an_audit_does_not_revert_to_a_plan_that_cannot_run_the_window() -> None:
+    sim = build_sim("tiny", "+planning", 3, gpus="16xA800", **GROWING)
+    first = sim.dep
+    assert first is not None and first.plan is not None
+    sim.run()  # two forced moves: the window (iteration 2's) no longer fits the first plan
+    moved_to = sim.dep
+    assert moved_to is not None and moved_to.plan is not None
+    sim.audit.policy = AuditPolicy(window=1)
+    sim.audit.moved(3, first.plan, moved_to.plan, 0.1)
+    sim.before_move = first
+    sim.audit.record(1, 1000, 1.0)  # before the move: fast
+    sim.audit.record(4, 1000, 100.0)  # after it: slower
+    assert not pipeline.audit_move(sim, 5)
+    record = sim.stats.replans[-1]
+    assert record["action"] == "confirm" and record["reason"].endswith(
+        "; kept: the plan before the move cannot run the window (memory)"
+    )
+    assert sim.dep is moved_to and not sim.audit.refuses(moved_to.plan, 6)

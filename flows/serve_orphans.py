@@ -88,9 +88,15 @@ def mark_orphaned_runs(deployment_names: list[str]) -> list[UUID]:
 
 def _read_all(client: Any, deployment_id: FlowRunFilterDeploymentId) -> list[FlowRun]:
     """The deployment's RUNNING and PENDING flow runs, all pages (read before any is changed)."""
+    return deployment_runs(client, deployment_id.any_ or [], _UNFINISHED)
+
+
+def deployment_runs(client: Any, deployment_ids: list[UUID], states: list[StateType]) -> list[FlowRun]:
+    """The flow runs of `deployment_ids` in `states`, all pages (read before any is changed; also
+    serve_schedule_refresh.py's)."""
     flt = FlowRunFilter(
-        deployment_id=deployment_id,
-        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=_UNFINISHED)),
+        deployment_id=FlowRunFilterDeploymentId(any_=deployment_ids),
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=states)),
     )
     runs: list[FlowRun] = []
     while True:

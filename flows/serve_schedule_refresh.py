@@ -27,19 +27,12 @@ from typing import Any
 from uuid import UUID
 
 from prefect import get_client
-from prefect.client.schemas.filters import (
-    FlowRunFilter,
-    FlowRunFilterDeploymentId,
-    FlowRunFilterState,
-    FlowRunFilterStateType,
-)
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.client.schemas.sorting import FlowRunSort
 from prefect.exceptions import ObjectNotFound
 
-log = logging.getLogger(__name__)
+from flows.serve_orphans import deployment_runs
 
-_PAGE = 200  # flow runs per API call (the server's default limit)
+log = logging.getLogger(__name__)
 
 
 def refresh_scheduled_runs(deployments: list[Any]) -> list[UUID]:
@@ -98,15 +91,4 @@ def _refresh(client: Any, deployment: Any) -> list[UUID]:
 
 def _scheduled(client: Any, deployment_id: UUID) -> list[FlowRun]:
     """The deployment's SCHEDULED flow runs, all pages (read before any is changed)."""
-    flt = FlowRunFilter(
-        deployment_id=FlowRunFilterDeploymentId(any_=[deployment_id]),
-        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
-    )
-    runs: list[FlowRun] = []
-    while True:
-        page = client.read_flow_runs(
-            flow_run_filter=flt, sort=FlowRunSort.ID_DESC, limit=_PAGE, offset=len(runs)
-        )
-        runs += page
-        if len(page) < _PAGE:
-            return runs
+    return deployment_runs(client, [deployment_id], [StateType.SCHEDULED])

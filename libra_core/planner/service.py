@@ -256,18 +256,19 @@ class LibraPlanner:
             workload = self.window.pooled() if len(self.window) else self._prior
             self._plan = self._search(workload)
             return self._plan, initial_decision(iteration, self._plan, workload, self.policy)
-        due = bool(self.replan_every) and iteration % self.replan_every == 0 and len(self.window) > 0
-        if len(self.window) and self.replan_every and not due:
+        if not len(self.window):
+            return self._plan, None
+        window = self.window.pooled()
+        due = bool(self.replan_every) and iteration % self.replan_every == 0
+        if self.replan_every and not due:
             # The window's workload no longer fits the running plan (memory): waiting for the next
             # due replan would run updates the cost model says cannot run (until 2026-12-07).
             # `replan_every: 0` means never, this too.
-            window = self.window.pooled()
             current_now = self._reprice(self._plan, window)
             if not math.isfinite(current_now.t_iter_s):
                 return self._replan(iteration, window, current_now, forced=True)
-        verdict = self.audit.verdict(iteration) if len(self.window) else None
+        verdict = self.audit.verdict(iteration)
         if verdict is not None:
-            window = self.window.pooled()
             decision = audit_decision(iteration, verdict, window, self.policy, self.policy.move_cost_s)
             if verdict.action == "revert":
                 if math.isfinite(self._reprice(verdict.previous, window).t_iter_s):
@@ -284,7 +285,6 @@ class LibraPlanner:
             log.info("iteration %d: %s; the replan due now follows", iteration, decision.reason)
         if not due:
             return self._plan, None
-        window = self.window.pooled()
         current_now = self._reprice(self._plan, window)
         if self.audit.pending and math.isfinite(current_now.t_iter_s):
             # e.g. replan_every < audit_window + 2, or a pipelined run's lag

@@ -81,7 +81,9 @@ def loan_pays(sim: Simulator, gpus: int) -> bool:
     """Whether `gpus` more replicas, ready `join_s` from now, save the running update more time
     than the wake (`switch_s`) they will cost at the next rollout start."""
     tr = sim.trainer
-    left_s = tr.done_s() - (sim.q.now_s + sim.join_s)  # the update's time left once they join
+    # The update's work left once they join. Its work may start later (a forced move's GPUs are
+    # still moving): that wait is no work they speed up (it was counted, until 2026-12-07).
+    left_s = tr.done_s() - max(sim.q.now_s + sim.join_s, tr.started_s)
     attached = spare_gpus(sim) + sum(i.tp for i in sim.lent)  # ready or on their way
     extra = HYBRID_EFFICIENCY * (replica_gpus(sim, attached + gpus) - replica_gpus(sim, attached))
     return left_s * extra / (tr.rate() * tr.core_time_s * tr.train_gpus + extra) > sim.switch_s

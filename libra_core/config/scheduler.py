@@ -98,7 +98,8 @@ class SchedulerConfig(Frozen):
         1.0,
         gt=0,
         description="C-MLFQ: share of a token's decode cost saved by decoding it in its right bucket; a "
-        "move needs expected right-bucket generated tokens gained x this > context tokens x "
+        "move needs expected right-bucket generated tokens gained x this > the tokens to re-prefill "
+        "(context minus the tool return's payload, which is prefilled wherever it goes) x "
         "prefill_decode_cost_ratio.",
     )
 

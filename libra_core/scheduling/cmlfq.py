@@ -42,7 +42,7 @@ from libra_core.scheduling.base import (
     ToolReturn,
     reprefill_tokens,
 )
-from libra_core.scheduling.prefix_tree import PrefixTree
+from libra_core.scheduling.prefix_tree import PrefixTree, StateKey
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,23 @@ log = logging.getLogger(__name__)
 class _Progress:
     codes: list[int] = field(default_factory=list)  # state code of each tool return so far
     consumed: list[int] = field(default_factory=lambda: [0])  # tokens after the prompt, per depth
+    unknown: dict[int, StateKey] = field(default_factory=dict)  # index in `codes` -> state, code -1
+
+    def push(self, code: int, key: StateKey) -> None:
+        """Add a tool return's state code (-1: a state the tree has not seen yet; kept by its key)."""
+        if code < 0:
+            self.unknown[len(self.codes)] = key
+        self.codes.append(code)
+
+    def resolve(self, tree: PrefixTree) -> None:
+        """Look up again the states that were new at their return: trajectories that finished since
+        may have taught the tree them. A -1 kept in the path missed every exact-path node for the
+        rest of the request (until 2026-12-07), leaving the Markov node and the shallower ancestors."""
+        for index, key in list(self.unknown.items()):
+            code = tree.code(key)
+            if code >= 0:
+                self.codes[index] = code
+                del self.unknown[index]
 
 
 @dataclass(slots=True)
@@ -137,7 +154,10 @@ class CMLFQScheduler:
         tree = self.tree
         with self.tracker.lock:
             progress = self._progress[request.request_id]
-            progress.codes.append(tree.code(tree.state_key(ret.tool, ret.payload_tokens, ret.status)))
+            key = tree.state_key(ret.tool, ret.payload_tokens, ret.status)
+            progress.push(tree.code(key), key)
+            if progress.unknown:
+                progress.resolve(tree)
             progress.consumed.append(ret.context_tokens - request.prompt_tokens)
             codes, consumed = tuple(progress.codes), tuple(progress.consumed)
         est = tree.estimate(request.prompt_id, codes, consumed, prompt_tokens=request.prompt_tokens)

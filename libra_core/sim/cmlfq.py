@@ -208,10 +208,15 @@ class SimCMLFQScheduler(CMLFQScheduler):
         key = (ret.tool, ret.payload_tokens, ret.status)
         code = self._codes.get(key)
         if code is None:
-            code = tree.code(tree.state_key(*key))
+            state = tree.state_key(*key)
+            code = tree.code(state)
             if code >= 0:
                 self._codes[key] = code
-        progress.codes.append(code)
+            progress.push(code, state)
+        else:
+            progress.codes.append(code)
+        if progress.unknown:  # a resolved code extends the cached walks (`Paths`) from where they stopped
+            progress.resolve(tree)
         paths = self._paths.get(rid)
         if paths is None:
             paths = self._paths[rid] = Paths(tree.size_class(request.prompt_tokens))

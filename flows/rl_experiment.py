@@ -13,6 +13,7 @@ iterations, as it reads its own.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from uuid import UUID
 
 from prefect import flow, get_client
@@ -23,7 +24,8 @@ from prefect.states import Cancelled
 
 from flows.rl_iteration import rl_iteration
 from libra_core.observability.progress import report
-from libra_core.pipeline.run_dir import load_run_config
+from libra_core.pipeline.run_dir import load_run_config, read_state
+from libra_core.pipeline.run_lock import held_runs
 from tasks.artifacts import run_artifacts_task
 from tasks.setup import create_run_task, finish_run_task, prepare_policy_task, release_run
 from tasks.stages import stop_pool_task
@@ -89,15 +91,17 @@ def rl_experiment(
             config's `experiment.output_dir`. `libra serve` sets it to its working folder at start;
             None (`libra run`): this process's working folder.
     """
-    start = create_run_task(config_path, list(overrides or []), resume, base_dir)
-    run_dir = start.run_dir
-    started_runs.append(run_dir)  # for `libra run`'s interrupt message
-    cfg = load_run_config(run_dir)
     status = "failed"
     cancelled_from = None
-    if start.start_iteration > 1:  # a resumed run's progress bar starts at the iterations done
-        report("iterations", start.start_iteration - 1, cfg.experiment.iterations)
+    run_dir: str | None = None
+    held = set(held_runs())
     try:
+        start = create_run_task(config_path, list(overrides or []), resume, base_dir)
+        run_dir = start.run_dir
+        started_runs.append(run_dir)  # for `libra run`'s interrupt message
+        cfg = load_run_config(run_dir)
+        if start.start_iteration > 1:  # a resumed run's progress bar starts at the iterations done
+            report("iterations", start.start_iteration - 1, cfg.experiment.iterations)
         if not start.resumed or start.start_iteration == 1:
             prepare_policy_task(run_dir)
         version = start.policy_version
@@ -115,30 +119,53 @@ def rl_experiment(
         status = "cancelled"
         raise
     finally:
-        try:
-            if status == "cancelled":
-                # Cancelled from the UI (SIGTERM, or seen between iterations) or Ctrl-C: no more task
-                # runs, just make the folder consistent: state says cancelled, engines stopped,
-                # resumable from its checkpoint.
-                # The state goes first: it takes milliseconds, while stopping engines can outlast the
-                # runner's grace period (30 s, then SIGKILL) on a loaded machine.
-                try:
-                    finish_run_task.fn(run_dir, status)
-                finally:
-                    stop_pool_task.fn(run_dir)
-            else:
-                # Each step whatever the one before did: a pool that fails to stop (or a task call
-                # that fails, the API being down) must not leave the state at `running`.
-                try:
-                    stop_pool_task(run_dir)
-                finally:
-                    try:
-                        finish_run_task(run_dir, status)
-                    finally:
-                        run_artifacts_task(run_dir)
-        finally:
-            release_run.fn(run_dir)  # the folder's lock, taken by create_run_task
+        if run_dir is None:
+            _end_unreturned_start(held, status)
+        else:
+            _end_run(run_dir, status)
     if cancelled_from is not None:  # the flow run ends CANCELLED; calling the flow raises CancelledRun
         log.warning("run %s cancelled from %s; resume it with `libra run --resume`", run_dir, cancelled_from)
         return Cancelled(message=f"Cancelled from {cancelled_from}; the run folder is {run_dir}.")
     return run_dir
+
+
+def _end_run(run_dir: str, status: str) -> None:
+    """Make the run folder say how the run ended (`status`), stop its engines, release its lock."""
+    try:
+        if status == "cancelled":
+            # Cancelled from the UI (SIGTERM, or seen between iterations) or Ctrl-C: no more task
+            # runs, just make the folder consistent: state says cancelled, engines stopped,
+            # resumable from its checkpoint.
+            # The state goes first: it takes milliseconds, while stopping engines can outlast the
+            # runner's grace period (30 s, then SIGKILL) on a loaded machine.
+            try:
+                finish_run_task.fn(run_dir, status)
+            finally:
+                stop_pool_task.fn(run_dir)
+        else:
+            # Each step whatever the one before did: a pool that fails to stop (or a task call
+            # that fails, the API being down) must not leave the state at `running`.
+            try:
+                stop_pool_task(run_dir)
+            finally:
+                try:
+                    finish_run_task(run_dir, status)
+                finally:
+                    run_artifacts_task(run_dir)
+    finally:
+        release_run.fn(run_dir)  # the folder's lock, taken by create_run_task
+
+
+def _end_unreturned_start(held_before: set[Path], status: str) -> None:
+    """End the folder the create-run task made or restored, and locked, if the flow never got it
+    back: a Ctrl-C or a cancel's SIGTERM landed after the folder said `running`, before the task
+    returned (seen on a loaded machine, a Ctrl-C 2 s after the folder appeared), or the task failed
+    after taking the lock. Until 2026-12-07 such a folder said `running` for good."""
+    for folder in set(held_runs()) - held_before:
+        try:
+            if read_state(folder).status == "running":
+                finish_run_task.fn(str(folder), status)
+        except (OSError, ValueError) as err:  # interrupted before its state.json was written
+            log.warning("run folder %s left as it was: %s", folder, err)
+        finally:
+            release_run.fn(str(folder))

@@ -42,6 +42,11 @@ def lock_run(run_dir: str | Path) -> None:
     _held[root] = fd
 
 
+def held_runs() -> list[Path]:
+    """The run folders whose lock this process holds (resolved paths)."""
+    return list(_held)
+
+
 def unlock_run(run_dir: str | Path) -> None:
     """Release this process's lock on the folder (none held: a no-op)."""
     fd = _held.pop(Path(run_dir).resolve(), None)

@@ -1,9 +1,14 @@
 """Shared test settings and helpers (importable from tests as `tests.support`)."""
 
 import http.server
+import subprocess
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # A small but learnable setup: short SFT so tests start from a policy that sometimes succeeds.
 TEST_OVERRIDES = [
@@ -59,3 +64,20 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
 # an eager engine starts in about half the time on this CPU (no torch.compile warm-up; 24.6 s vs
 # 51.6 s in docs/results.md's "Rollout throughput") and generates about half as fast.
 EAGER_ENGINE = {"extra_args": ("--enforce-eager",)}
+
+
+def start_serve(
+    args: Sequence[str], overrides: Sequence[str], log: Path, env: Mapping[str, str]
+) -> subprocess.Popen[bytes]:
+    """`libra serve ARGS --set OVERRIDE...` started from the repository root in its own session
+    (so a test can signal its whole process group), its output (stdout and stderr) into `log`."""
+    sets = [x for override in overrides for x in ("--set", override)]
+    with log.open("w") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "serve", *args, *sets],
+            cwd=ROOT,
+            env=dict(env),
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

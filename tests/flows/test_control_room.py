@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import TEST_OVERRIDES
+from tests.support import TEST_OVERRIDES, start_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -39,7 +39,7 @@ pytestmark = [
 
 
 class Served:
-    def __init__(self, proc: subprocess.Popen[str], port: int, out: Path, log: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, out: Path, log: Path) -> None:
         self.proc, self.port, self.out, self.log = proc, port, out, log
         self.api = f"http://127.0.0.1:{port}/api"
         self.ui = f"http://127.0.0.1:{port}"
@@ -140,18 +140,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, cache_root: Path, warm_poli
         "schedule.active=false",
         "experiment.artifacts_every=1",  # iteration 1's page must carry its artifacts
     ]
-    sets = [x for o in overrides for x in ("--set", o)]
     log = out / "serve.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--port", str(port), *sets],
-            cwd=ROOT,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+    proc = start_serve(["--port", str(port)], overrides, log, env)
     s = Served(proc, port, out, log)
     # "serving" is printed before Prefect's serve() registers the deployments: wait for both
     deadline = time.monotonic() + 180

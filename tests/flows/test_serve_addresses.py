@@ -10,7 +10,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,8 +18,7 @@ from pathlib import Path
 import pytest
 
 import flows.prefect_server as ps
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import start_serve
 
 
 def _has_ipv6_loopback() -> bool:
@@ -156,12 +154,8 @@ def test_libra_serve_on_ipv6_port_0_serves_its_ui(tmp_path: Path) -> None:
     }
     env.pop("PREFECT_API_URL", None)
     log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "flows.cli", "serve", "--host", "::1", "--port", "0"]
-    cmd += ["--set", f"experiment.output_dir={tmp_path / 'runs'}", "--set", "schedule.active=false"]
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
-        )
+    overrides = [f"experiment.output_dir={tmp_path / 'runs'}", "schedule.active=false"]
+    proc = start_serve(["--host", "::1", "--port", "0"], overrides, log, env)
     try:
         deadline = time.monotonic() + 180
         while not (found := re.search(r"Prefect UI: (http://\[::1\]:\d+)\n", log.read_text())):

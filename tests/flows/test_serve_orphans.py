@@ -11,12 +11,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support import TEST_OVERRIDES
+from tests.support import ROOT, TEST_OVERRIDES, start_serve
 
-ROOT = Path(__file__).resolve().parents[2]
 _HOLD_LOCK = (
     "import sys, time\nfrom libra_core.pipeline.run_lock import lock_run\n"
     "lock_run(sys.argv[1]); print('locked', flush=True); time.sleep(120)"
@@ -28,6 +29,50 @@ def _running_run(client: Any, deployment_id: Any, state: Any, **parameters: Any)
     run = client.create_flow_run_from_deployment(deployment_id, parameters=parameters)
     client.set_flow_run_state(run.id, state, force=True)
     return client.read_flow_run(run.id)
+
+
+@contextmanager
+def alive_and_held(alive_id: Any, held_dir: Path) -> Iterator[None]:
+    """For the block: a flow-run process of run `alive_id` as the runner starts one (`python -m
+    prefect.engine`, the run's id in its environment), outliving the serve that started it, and
+    `held_dir`'s lock held by another process (a `libra run --resume` of it started since)."""
+    live = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "-m", "prefect.engine"],
+        env={**os.environ, "PREFECT__FLOW_RUN_ID": str(alive_id)},
+    )
+    locker = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(held_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
+        yield
+    finally:
+        live.kill()
+        locker.kill()
+
+
+def _serve_until_polled(api_url: str, deployment_id: Any, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """Start `libra serve` against `api_url`; return once its runner has polled the deployment,
+    which it does only after the start-up check (the caller stops the process)."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        polled = client.read_deployment(deployment_id).last_polled
+    home = tmp_path / "prefect-home"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_MEMO_STORE_PATH": str(home / "memo.toml")}
+    overrides = [*TEST_OVERRIDES, f"experiment.output_dir={tmp_path / 'out'}", "schedule.active=false"]
+    log = tmp_path / "serve.log"
+    serve = start_serve(["--api-url", api_url], overrides, log, env)
+    with get_client(sync_client=True) as client:
+        deadline = time.monotonic() + 60
+        while client.read_deployment(deployment_id).last_polled == polled:
+            if serve.poll() is not None or time.monotonic() > deadline:
+                if serve.poll() is None:
+                    os.killpg(serve.pid, signal.SIGTERM)
+                    serve.wait(timeout=60)
+                raise AssertionError(log.read_text()[-4000:])
+            time.sleep(0.5)
+    return serve, log
 
 
 def test_serve_marks_runs_left_by_a_killed_serve_crashed(prefect_quiet, test_config, tmp_path: Path) -> None:
@@ -85,49 +130,16 @@ def test_serve_marks_runs_left_by_a_killed_serve_crashed(prefect_quiet, test_con
         elsewhere = _running_run(client, other, Running())
         held = _running_run(client, experiment, Running(), resume=str(held_dir))
     api_url = SubprocessASGIServer().api_url  # the server the client above started
-    with get_client(sync_client=True) as client:
-        polled = client.read_deployment(experiment).last_polled
-    home = tmp_path / "prefect-home"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_MEMO_STORE_PATH": str(home / "memo.toml")}
-    overrides = [*TEST_OVERRIDES, f"experiment.output_dir={out}", "schedule.active=false"]
-    log = tmp_path / "serve.log"
-    # The flow-run process of `alive` as the runner starts one (`python -m prefect.engine`, the
-    # run's id in its environment), outliving the serve that started it.
-    live = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)", "-m", "prefect.engine"],
-        env={**os.environ, "PREFECT__FLOW_RUN_ID": str(alive.id)},
-    )
-    # `held`'s folder in use by another process (a `libra run --resume` of it started since).
-    locker = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_LOCK, str(held_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    serve = None
-    try:
-        assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
-        with log.open("w") as fh:
-            serve = subprocess.Popen(
-                [sys.executable, "-m", "flows.cli", "serve", "--api-url", api_url]
-                + [x for o in overrides for x in ("--set", o)],
-                cwd=ROOT,
-                env=env,
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        with get_client(sync_client=True) as client:
-            # The runner polls its deployments once it serves, after the start-up check.
-            deadline = time.monotonic() + 60
-            while client.read_deployment(experiment).last_polled == polled:
-                assert serve.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-                time.sleep(0.5)
-            runs = (new, iteration, warming, resumed, sim, alive, held, elsewhere)
-            states = {r.id: client.read_flow_run(r.id).state for r in runs}
-    finally:
-        live.kill()
-        locker.kill()
-        if serve is not None and serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGTERM)
-            serve.wait(timeout=60)
+    with alive_and_held(alive.id, held_dir):
+        serve, log = _serve_until_polled(api_url, experiment, tmp_path)
+        try:
+            with get_client(sync_client=True) as client:
+                runs = (new, iteration, warming, resumed, sim, alive, held, elsewhere)
+                states = {r.id: client.read_flow_run(r.id).state for r in runs}
+        finally:
+            if serve.poll() is None:
+                os.killpg(serve.pid, signal.SIGTERM)
+                serve.wait(timeout=60)
     output = log.read_text()
     for run in (new, iteration, warming, resumed, sim):
         state = states[run.id]

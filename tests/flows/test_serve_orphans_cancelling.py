@@ -10,14 +10,10 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from tests.flows.test_serve_orphans import _HOLD_LOCK, ROOT, _running_run
-from tests.support import TEST_OVERRIDES
+from tests.flows.test_serve_orphans import _running_run, _serve_until_polled, alive_and_held
 
 
 def _cancelling_run(client: Any, deployment_id: Any, **parameters: Any) -> Any:
@@ -30,39 +26,6 @@ def _cancelling_run(client: Any, deployment_id: Any, **parameters: Any) -> Any:
     run = client.read_flow_run(run.id)
     assert run.state is not None and run.state.is_cancelling(), run.state
     return run
-
-
-def _serve_until_polled(api_url: str, deployment_id: Any, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
-    """Start `libra serve` against `api_url`; return once its runner has polled the deployment,
-    which it does only after the start-up check (the caller stops the process)."""
-    from prefect import get_client
-
-    with get_client(sync_client=True) as client:
-        polled = client.read_deployment(deployment_id).last_polled
-    home = tmp_path / "prefect-home"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_MEMO_STORE_PATH": str(home / "memo.toml")}
-    overrides = [*TEST_OVERRIDES, f"experiment.output_dir={tmp_path / 'out'}", "schedule.active=false"]
-    log = tmp_path / "serve.log"
-    with log.open("w") as fh:
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--api-url", api_url]
-            + [x for o in overrides for x in ("--set", o)],
-            cwd=ROOT,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    with get_client(sync_client=True) as client:
-        deadline = time.monotonic() + 60
-        while client.read_deployment(deployment_id).last_polled == polled:
-            if serve.poll() is not None or time.monotonic() > deadline:
-                if serve.poll() is None:
-                    os.killpg(serve.pid, signal.SIGTERM)
-                    serve.wait(timeout=60)
-                raise AssertionError(log.read_text()[-4000:])
-            time.sleep(0.5)
-    return serve, log
 
 
 def test_serve_marks_cancelling_runs_left_by_a_killed_serve_cancelled(
@@ -104,28 +67,17 @@ def test_serve_marks_cancelling_runs_left_by_a_killed_serve_cancelled(
         alive = _cancelling_run(client, experiment, resume=str(alive_dir))
         held = _cancelling_run(client, experiment, resume=str(held_dir))
     api_url = SubprocessASGIServer().api_url  # the server the client above started
-    # `alive`'s flow-run process, still stopping, outliving the serve that started it.
-    live = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)", "-m", "prefect.engine"],
-        env={**os.environ, "PREFECT__FLOW_RUN_ID": str(alive.id)},
-    )
-    # `held`'s folder in use by another process (a `libra run --resume` of it started since).
-    locker = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_LOCK, str(held_dir)], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    serve = None
-    try:
-        assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
+    # `alive`'s flow-run process, still stopping; `held`'s folder in use by another process.
+    with alive_and_held(alive.id, held_dir):
         serve, log = _serve_until_polled(api_url, experiment, tmp_path)
-        with get_client(sync_client=True) as client:
-            runs = (cancelling, iteration, sim, alive, held)
-            states = {r.id: client.read_flow_run(r.id).state for r in runs}
-    finally:
-        live.kill()
-        locker.kill()
-        if serve is not None and serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGTERM)
-            serve.wait(timeout=60)
+        try:
+            with get_client(sync_client=True) as client:
+                runs = (cancelling, iteration, sim, alive, held)
+                states = {r.id: client.read_flow_run(r.id).state for r in runs}
+        finally:
+            if serve.poll() is None:
+                os.killpg(serve.pid, signal.SIGTERM)
+                serve.wait(timeout=60)
     output = log.read_text()
     for run in (cancelling, iteration, sim):
         state = states[run.id]

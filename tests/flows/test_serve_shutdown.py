@@ -8,17 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support import TEST_OVERRIDES
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import TEST_OVERRIDES, start_serve
 
 pytestmark = pytest.mark.slow
 
@@ -51,16 +47,7 @@ def test_stopping_serve_lets_the_run_in_progress_end_cancelled(tmp_path: Path, h
     api = f"http://127.0.0.1:{port}/api"
     overrides = [*TEST_OVERRIDES, f"experiment.output_dir={out}", "schedule.active=false"]
     log = tmp_path / "serve.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "serve", "--port", str(port)]
-            + [x for o in overrides for x in ("--set", o)],
-            cwd=ROOT,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = start_serve(["--port", str(port)], overrides, log, env)
     try:
 
         def deployment() -> dict | None:

@@ -124,8 +124,10 @@ class Completion:
     finish_reason: str  # "stop" (a stop token) or "length"
 
 
-def parse_completion(payload: dict[str, Any]) -> Completion:
-    """Read one choice of a /v1/completions response; raise EngineRequestError if malformed."""
+def parse_completion(payload: dict[str, Any], max_tokens: int | None = None) -> Completion:
+    """Read one choice of a /v1/completions response; raise EngineRequestError if malformed, or if
+    it holds more than `max_tokens` tokens (the row would overrun `rollout.max_total_tokens` and
+    still validate: until 2026-12-07 such a reply was taken as it was)."""
     try:
         choice = payload["choices"][0]
         token_ids = [int(t) for t in choice["token_ids"]]
@@ -135,12 +137,19 @@ def parse_completion(payload: dict[str, Any]) -> Completion:
         raise EngineRequestError(f"malformed completion payload ({err!r}): {str(payload)[:300]}") from err
     if len(token_ids) != len(logprobs):
         raise EngineRequestError(f"{len(token_ids)} token ids but {len(logprobs)} log-probs in completion")
+    if max_tokens is not None and len(token_ids) > max_tokens:
+        raise EngineRequestError(
+            f"completion of {len(token_ids)} tokens for a request of max_tokens {max_tokens}"
+        )
     return Completion(token_ids, logprobs, finish)
 
 
-def parse_completions(payload: dict[str, Any], prompts: list[list[int]]) -> list[Completion]:
+def parse_completions(
+    payload: dict[str, Any], prompts: list[list[int]], max_tokens: int | None = None
+) -> list[Completion]:
     """Read every choice of a multi-prompt /v1/completions response, in prompt order. A choice that
-    echoes its prompt's token ids (`return_token_ids`) must echo the prompt sent at its index."""
+    echoes its prompt's token ids (`return_token_ids`) must echo the prompt sent at its index; none
+    may hold more than `max_tokens` tokens."""
     expected = len(prompts)
     choices = payload.get("choices") if isinstance(payload, dict) else None
     if not isinstance(choices, list) or len(choices) != expected:
@@ -163,7 +172,7 @@ def parse_completions(payload: dict[str, Any], prompts: list[list[int]]) -> list
                 f"choice {choice['index']} answers a different prompt ({len(echoed)} tokens echoed, "
                 f"{len(prompt)} sent)"
             )
-    return [parse_completion({"choices": [c]}) for c in ordered]
+    return [parse_completion({"choices": [c]}, max_tokens) for c in ordered]
 
 
 @dataclass
@@ -232,7 +241,9 @@ class EngineClient:
             # offset"). Sampling is seeded per engine (`--seed`) instead.
         }
         if self.coalesce_window_s == 0:
-            return parse_completion(await self._post_completions(http, {**body, "prompt": prompt_ids}))
+            return parse_completion(
+                await self._post_completions(http, {**body, "prompt": prompt_ids}), max_tokens
+            )
         loop = asyncio.get_running_loop()
         key = (id(http), max_tokens, temperature, top_p, tuple(stop_token_ids), ignore_eos)
         batch = self._open.get(key)
@@ -260,7 +271,9 @@ class EngineClient:
     async def _post_batch(self, http: aiohttp.ClientSession, batch: _Batch) -> None:
         try:
             payload = await self._post_completions(http, {**batch.body, "prompt": batch.prompts})
-            results: list[Completion] | None = parse_completions(payload, batch.prompts)
+            results: list[Completion] | None = parse_completions(
+                payload, batch.prompts, batch.body["max_tokens"]
+            )
             error: BaseException | None = None
         except asyncio.CancelledError:
             for future in batch.futures:
@@ -335,8 +348,20 @@ class EngineClient:
                 url=self.url,
             ) from err
         if resp.status_code != 200:
-            raise EngineRequestError(f"{self.url}{path} failed ({resp.status_code}): {resp.text[:300]}")
-        return resp.json() if resp.content else None
+            raise EngineRequestError(
+                f"{self.url}{path} failed ({resp.status_code}): {resp.text[:300]}", url=self.url
+            )
+        if not resp.content:
+            return None
+        try:
+            return resp.json()
+        except ValueError as err:
+            # Raised bare until 2026-12-07: `pause` then left its mark open (no request to the
+            # engine timed out again) and `swap_weights` sent no /resume.
+            raise EngineRequestError(
+                f"{self.url}{path} answered 200 with a body that is not JSON: {resp.text[:300]!r}",
+                url=self.url,
+            ) from err
 
     def pause(self, mode: str = "keep") -> None:
         """Stop scheduling; `keep` freezes in-flight requests so they continue after `resume`

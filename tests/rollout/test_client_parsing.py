@@ -204,3 +204,45 @@ def test_an_echo_that_is_not_a_list_is_an_error() -> None:
     choice = _choice(0, [1, 2], [7]) | {"prompt_token_ids": 12}
     with pytest.raises(EngineRequestError, match="not a list"):
         parse_completions({"choices": [choice]}, [[1, 2]])  # was a bare TypeError
+
+
+@pytest.mark.parametrize("window", [0.0, 0.05], ids=["alone", "coalesced"])
+def test_a_completion_longer_than_max_tokens_is_an_error(window: float) -> None:
+    # A reply of 5 tokens to max_tokens 4 was taken as it was: the trajectory overran
+    # rollout.max_total_tokens and still validated.
+    import asyncio
+    import http.server
+    import json
+
+    import aiohttp
+
+    from tests.support import serving
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompts = body["prompt"] if isinstance(body["prompt"][0], list) else [body["prompt"]]
+            size = body["max_tokens"] + (1 if prompts[0] == [1] else 0)  # prompt [1]: one too many
+            out = {"choices": [_choice(i, p, [7] * size) for i, p in enumerate(prompts)]}
+            data = json.dumps(out).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    async def turn(url: str, prompt: list[int]) -> list[int]:
+        client = EngineClient(url, timeout_s=5.0, coalesce_window_s=window)
+        async with aiohttp.ClientSession() as http:
+            done = await client.complete(
+                http, prompt, max_tokens=4, temperature=1.0, top_p=1.0, stop_token_ids=[]
+            )
+        return done.token_ids
+
+    with serving(Handler) as url:
+        assert asyncio.run(turn(url, [2])) == [7] * 4  # at the limit: taken
+        with pytest.raises(EngineRequestError, match="completion of 5 tokens for a request of max_tokens 4"):
+            asyncio.run(turn(url, [1]))

@@ -151,3 +151,17 @@ def test_a_prefix_cache_the_engine_kept_fails_the_sync_and_the_engine_is_resumed
         with pytest.raises(EngineRequestError, match="kept its prefix cache"):
             EngineClient(url, timeout_s=TIMEOUT_S).swap_weights("/policy")
         assert calls == ["/pause?mode=keep", "/collective_rpc", "/reset_prefix_cache", "/resume"]
+
+
+def test_a_pause_answered_with_a_body_that_is_not_json_is_resumed_and_closed() -> None:
+    # A bare JSONDecodeError escaped (naming no engine): no /resume was sent and the pause stayed
+    # open, so no request to this engine timed out again.
+    with _control_engine({"/pause": (200, b"OK")}) as (url, calls):
+        with pytest.raises(
+            EngineRequestError, match=r"/pause\?mode=keep answered 200 with a body that is not JSON"
+        ) as err:
+            EngineClient(url, timeout_s=TIMEOUT_S).swap_weights("/policy")
+        assert err.value.url == url
+        time.sleep(0.2)
+        assert calls == ["/pause?mode=keep", "/resume"]
+        assert paused_seconds(url) < 0.1

@@ -304,6 +304,10 @@ _MATH_WORDS = frozenset(  # function names written without a backslash: sin(x) i
 )
 
 
+# Sentence punctuation after a bare answer; `\,` `\;` `\:` are LaTeX spaces, not punctuation.
+_TRAILING_STOP = re.compile(r"(?:(?<!\\)[.,;:])+$")
+
+
 def _is_prose(text: str) -> bool:
     """Words outside LaTeX commands and \\text{} ("The answer is 72", "72 dollars"), as opposed to a
     bare expression ("x^5 - x^4 + 1", "6 + 9i") that reads best as a boxed expression."""
@@ -321,8 +325,13 @@ def _parse(text: str, *, gold: bool) -> list[Any]:
     delimited = "\\boxed" in text or "\\fbox" in text or re.search(r"(?<!\\)\$", text) is not None
     if delimited or (not gold and _is_prose(text)):
         sources = [text, boxed]  # extracted from as written
+    elif gold:
+        sources = [boxed]
     else:
-        sources = [boxed] if gold else [boxed, text]
+        # A bare answer ending a sentence ("72.", "1,000.", "1/2.", "72,"): boxed with its stop,
+        # it parsed as the string "72." and a correct answer scored well_formed (until 2026-12-07).
+        bare = _TRAILING_STOP.sub("", text) or text
+        sources = [f"\\boxed{{{bare}}}", text]
     for source in sources:
         parsed = _mv_parse(source, parsing_timeout=None)  # type: ignore[arg-type]
         if parsed:

@@ -52,7 +52,13 @@ ARGUMENT_KEYS = ("code", "expression", "query")  # what the python, calculator a
 _TOOL_NAME = re.compile(r"[A-Za-z_][\w.-]*")
 _MARKER_CALL = re.compile(re.escape(CALL) + r"(.*?)" + re.escape(END_CALL), re.S)
 _MARKER_ANSWER = re.compile(re.escape(ANSWER) + r"(.*?)" + re.escape(EOS), re.S)
-_CHATML_CALL = re.compile(re.escape(TOOL_CALL) + r"(.*?)(?:" + re.escape(END_TOOL_CALL) + r"|$)", re.S)
+# A call is a `<tool_call>` closed by `</tool_call>`, with no other `<tool_call>` inside. Generation
+# stops only at `<|im_end|>`/`<|endoftext|>`, so no stop string eats the closing tag: a tag left open
+# is prose mentioning it (until 2026-12-07 it read as a call to the end of the turn, and a final
+# answer that named the tag was lost to a failed tool call).
+_CHATML_CALL = re.compile(
+    re.escape(TOOL_CALL) + r"((?:(?!" + re.escape(TOOL_CALL) + r").)*?)" + re.escape(END_TOOL_CALL), re.S
+)
 # Every fenced block (info string, body), Windows line ends too; `_python_blocks` keeps those with
 # no info string or a Python one, in any case (```Python, ```python3, ```py3). One pattern that
 # only opened at a Python fence also opened at another block's closing fence: after a ```text
@@ -155,6 +161,8 @@ def _arguments_text(args: object) -> str:
 
 
 def _valid_text(text: str) -> str:
+    """`text` with each lone surrogate (what a JSON escape like \\ud800 decodes to) as `?`: neither
+    a tool nor a tokenizer can encode one."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
@@ -180,6 +188,10 @@ class TextFormat:
         return f"{TOOL_CALL}\n{payload}\n{END_TOOL_CALL}{IM_END}"
 
     def observation(self, text: str) -> str:
+        # Every data-backed environment's tool output passes here on its way to the tokenizer, which
+        # raises on a lone surrogate (a search service's JSON `\ud800`): until 2026-12-07 that lost
+        # the iteration.
+        text = _valid_text(text)
         # A tool's output is data: a special token in it (a program printing `<|eos|>`, a passage
         # quoting `<|im_end|>`) must not end the observation or the turn, or forge an answer.
         for token in self.special_tokens:

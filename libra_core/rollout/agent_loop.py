@@ -135,6 +135,20 @@ class AgentLoop:
             latency_s = time.perf_counter() - start
             return ToolResult(name, "failure", f"error: the tool failed ({type(exc).__name__})", latency_s)
 
+    def _observation_ids(self, result: ToolResult, req: RolloutRequest) -> list[int] | None:
+        """The tool result's observation as token ids; None (logged) when it cannot be formatted or
+        encoded, which ends this trajectory as an error (until 2026-12-07 a tokenizer raising on a
+        lone surrogate in a search result lost the whole iteration)."""
+        try:
+            return self.tok.encode(self.env.format_observation(result), add_special_tokens=False)
+        except Exception:
+            log.exception(
+                "trajectory %s: tool %r's observation cannot be encoded; it ends as an error",
+                req.group_id,
+                result.tool,
+            )
+            return None
+
     async def run_one(
         self, http: aiohttp.ClientSession, req: RolloutRequest, router: InstanceRouter
     ) -> dict[str, Any]:
@@ -199,7 +213,12 @@ class AgentLoop:
             t1 = time.perf_counter()
             result = await asyncio.to_thread(self._run_tool, action, req)
             tool_s += time.perf_counter() - t1
-            obs = self.tok.encode(self.env.format_observation(result), add_special_tokens=False)
+            obs = self._observation_ids(result, req)
+            if obs is None:
+                # The call turn stays in the row; with nothing to follow it, it is the last turn.
+                turns_seen.append(Turn(len(out.token_ids), None, 0, None))
+                finish = "error"
+                break
             room = self.cfg.max_total_tokens - len(prompt_ids) - len(response)
             obs = obs[: max(room, 0)]
             events.append(

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from libra_core.data.atomic import atomic_path
-from libra_core.data.schema import parquet_schema_problems
+from libra_core.data.schema import DAMAGED_FILE_ERRORS, parquet_schema_problems
 
 # pool: starting, resizing or waking the rollout engines for the iteration's plan (part of plan_s
 # in files written before 2026-12-07)
@@ -89,7 +89,7 @@ def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
         try:
             names = set(pq.read_schema(path).names)
             table = pq.read_table(path, schema=_READ_SCHEMA)
-        except (pa.ArrowException, OSError) as err:  # a footer that reads, a damaged page
+        except DAMAGED_FILE_ERRORS as err:  # a footer that reads, a damaged page
             problems = [f"cannot be read ({' '.join(str(err).split())})"]
         else:
             absent = {c: v for c, v in HISTORY_BACKFILL.items() if c not in names}
@@ -131,7 +131,7 @@ def refuse_unknown_history_columns(run_dir: str | Path) -> None:
         return
     try:
         names = pq.read_schema(path).names
-    except (pa.ArrowException, OSError):
+    except DAMAGED_FILE_ERRORS:
         return  # read_history names what is wrong with the file
     extra = [n for n in names if n not in HISTORY_SCHEMA.names]
     if extra:

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from libra_core.data.atomic import atomic_path
 from libra_core.data.schema import (
+    DAMAGED_FILE_ERRORS,
     TRAJECTORY_SCHEMA,
     TrajectorySchemaError,
     parquet_schema_problems,
@@ -50,14 +51,14 @@ def read_ipc(path: str | Path, *, require_reward: bool = False) -> pa.Table:
     try:
         with pa.memory_map(str(path), "r") as source:
             table = ipc.open_file(source).read_all()
-    except pa.ArrowException as err:
+    except DAMAGED_FILE_ERRORS as err:
         raise TrajectorySchemaError(f"{path} is not an Arrow IPC file: {err}") from err
     try:
         # The footer says where each buffer is, not that its contents agree: damaged list offsets
         # would send the row checks past the end of the mapping (a SIGBUS that kills the process,
         # not an exception). A full validation checks them against the buffers first.
         table.validate(full=True)
-    except pa.ArrowException as err:
+    except DAMAGED_FILE_ERRORS as err:
         raise TrajectorySchemaError(f"{path} is damaged: {err}; write it again") from err
     try:
         validate_trajectories(table, require_reward=require_reward)
@@ -112,7 +113,7 @@ def read_lake(run_dir: str | Path, iteration: int | None = None) -> pa.Table:
         expected = iteration if iteration is not None else _partition_iteration(p)
         try:
             table = pq.read_table(p, schema=TRAJECTORY_SCHEMA)
-        except (pa.ArrowException, OSError) as err:  # a footer that reads, a damaged page
+        except DAMAGED_FILE_ERRORS as err:  # a footer that reads, a damaged page
             reason = " ".join(str(err).split())
             raise TrajectorySchemaError(f"lake file {p}: cannot be read ({reason})") from err
         # Each partition on its own, so that a problem names its file and the row within it.

@@ -102,6 +102,12 @@ def table_from_rows(rows: Iterable[dict[str, Any]]) -> pa.Table:
     return table
 
 
+# What pyarrow raises on a damaged file: its own errors, an OSError from its I/O layer ("File too
+# short"), or a UnicodeDecodeError (a ValueError) from a damaged footer's strings. Readers catch
+# all three and name the file; until 2026-12-07 the last two escaped naming nothing.
+DAMAGED_FILE_ERRORS = (pa.ArrowException, OSError, ValueError)
+
+
 def parquet_schema_problems(path: Path, schema: pa.Schema) -> list[str]:
     """Why the Parquet file at `path` cannot be read as `schema`, before reading it with
     `schema=`: that read fills a missing column with nulls, so a file of another table would
@@ -109,8 +115,8 @@ def parquet_schema_problems(path: Path, schema: pa.Schema) -> list[str]:
     existed); a missing non-nullable one, or a column of another type, is a problem."""
     try:
         have = pq.read_schema(path)
-    except (pa.ArrowInvalid, OSError) as err:
-        return [f"not a Parquet file ({err})"]
+    except DAMAGED_FILE_ERRORS as err:
+        return [f"not a Parquet file ({' '.join(str(err).split())})"]
     got = {f.name: f for f in have}
     missing = [f.name for f in schema if f.name not in got and not f.nullable]
     problems = [f"missing columns {', '.join(missing)} (is it this kind of file?)"] if missing else []

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from libra_core.data.io import write_arrow_file
+from libra_core.data.schema import DAMAGED_FILE_ERRORS
 
 # One row per generation request the agent loop sent, in the order they finished (AgentLoop's
 # `requests_served`). Times are Unix seconds: `time.time()` when the request was sent, plus the
@@ -57,7 +58,7 @@ def read_request_spans(path: str | Path | None) -> list[RequestSpan]:
         with pa.OSFile(str(path), "rb") as source:
             table = ipc.open_file(source).read_all()
         table.validate(full=True)
-    except (pa.ArrowException, OSError) as err:  # damaged, a folder of that name, no permission
+    except DAMAGED_FILE_ERRORS as err:  # damaged, a folder of that name, no permission
         raise ValueError(f"{path}: not a request-spans Arrow IPC file ({err})") from err
     if not table.schema.equals(REQUEST_SPAN_SCHEMA):
         fields = ", ".join(f"{f.name}: {f.type}" for f in table.schema)

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from libra_core.data.atomic import atomic_path
+from libra_core.data.schema import DAMAGED_FILE_ERRORS
 from libra_core.scheduling.base import ToolStatus, Turn, total_tokens
 
 TOOL_STATUSES = ("success", "failure", "timeout")
@@ -285,7 +286,7 @@ def read_trace(path: str | Path) -> list[TraceTrajectory]:
         table = pq.read_table(path)
     except FileNotFoundError:  # removed since the check above: not a damaged trace
         raise
-    except (pa.ArrowException, OSError) as err:  # not Parquet; or a footer that reads, a damaged page
+    except DAMAGED_FILE_ERRORS as err:  # not Parquet; or a footer that reads, a damaged page
         reason = " ".join(str(err).split())
         raise TraceSchemaError(f"{path} cannot be read as a Parquet trace ({reason})") from err
     for name in OPTIONAL_COLUMNS:  # an older trace: the column reads as null

@@ -17,7 +17,8 @@ serve process serves a deployment), and it is an orphan unless its process still
   flow-run process: they do not keep a dead run alive. Without /proc nothing can be checked, and
   the one-serve rule alone decides;
 - a run folder whose lock (`RUN_DIR/.lock`, held while a process runs it) is held is in use (the
-  run, or a `libra run --resume` of it started since), and that run is left alone too.
+  run, or a `libra run --resume` of it started since), and that run is left alone too. The check
+  takes the lock itself and holds it until the folder is written, so no resume can start between.
 
 An orphan is marked Crashed with `ORPHAN_MESSAGE`, and so are its RUNNING, PENDING or CANCELLING
 subflow runs (`iteration-N`, which ran in its process). Its run folder, when it can be told
@@ -56,7 +57,7 @@ from prefect.states import Cancelled, Crashed, State
 
 from libra_core.config import ConfigError, load_config
 from libra_core.pipeline.run_dir import RunLayout, read_state
-from libra_core.pipeline.run_lock import run_holder
+from libra_core.pipeline.run_lock import RunLockedError, lock_run, unlock_run
 from libra_core.pipeline.run_start import anchor_paths, finish_run
 
 log = logging.getLogger(__name__)
@@ -131,10 +132,29 @@ def _mark_orphan(client: Any, run: FlowRun, deployment: str) -> list[UUID]:
     process holds its folder)."""
     has_folder = deployment.startswith(f"{EXPERIMENT_FLOW}/")  # a simulate run keeps no state.json
     folder = _run_folder(client, run) if has_folder else None
-    holder = run_holder(folder) if folder is not None else None
-    if holder is not None:  # the run, or a resume of its folder since, is running it
-        log.info("flow run %s (%s): its folder %s is in use by process %s", run.name, run.id, folder, holder)
-        return []
+    # Held from here to the folder's write: a resume that took it between a check and the write
+    # would have had its folder marked while it ran (until 2026-12-07 the lock was only looked at).
+    held = False
+    if folder is not None:
+        try:
+            lock_run(folder)
+            held = True
+        except RunLockedError as err:  # the run, or a resume of its folder since, is running it
+            log.info("flow run %s (%s) left alone: %s", run.name, run.id, err)
+            return []
+        except OSError:  # the folder is gone: `_end_folder` says so
+            pass
+    try:
+        return _end_orphan(client, run, deployment, folder, has_folder)
+    finally:
+        if held and folder is not None:
+            unlock_run(folder)
+
+
+def _end_orphan(
+    client: Any, run: FlowRun, deployment: str, folder: Path | None, has_folder: bool
+) -> list[UUID]:
+    """`_mark_orphan`'s work, the folder's lock held (when there is a folder)."""
     parent = FlowRunFilterParentFlowRunId(any_=[run.id])
     unfinished = FlowRunFilterState(type=FlowRunFilterStateType(any_=_UNFINISHED))
     children = client.read_flow_runs(

@@ -54,7 +54,10 @@ class GRPOConfig(Frozen):
         ge=0,
         le=1,
         description="Multiplier on negative advantages (1: plain GRPO; below 1 leans on reinforcing "
-        "a group's better samples rather than pushing its worse ones down).",
+        "a group's better samples rather than pushing its worse ones down). 0 is not the limit of "
+        "small values: the worse samples then carry no advantage, so their tokens leave the loss's "
+        "divisor too (the tokens with an advantage) and each step on the better ones is larger by "
+        "(all tokens) / (the better samples' tokens).",
     )
     whole_groups: bool = Field(
         True,

@@ -130,9 +130,10 @@ def _observe(
     )
 
 
-def _drop_unfinished_decisions(run_dir: str, iteration: int) -> list[dict[str, Any]]:
+def drop_unfinished_decisions(run_dir: str | Path, iteration: int) -> list[dict[str, Any]]:
     """Remove logged decisions of `iteration` and later (an iteration that did not finish) and a
-    torn last line; returns the records kept. The log is rewritten atomically."""
+    torn last line; returns the records kept. The log is rewritten atomically. Called by the first
+    plan stage of a process and by `apply_resume` (which a static planner's run also goes through)."""
     path = decisions_path(run_dir)
     records, torn = _read_decisions(path)
     kept = [r for r in records if r["iteration"] < iteration]
@@ -146,7 +147,7 @@ def _drop_unfinished_decisions(run_dir: str, iteration: int) -> list[dict[str, A
 
 
 def _catch_up(planner: Any, cfg: LibraConfig, run_dir: str, iteration: int) -> None:
-    logged = _drop_unfinished_decisions(run_dir, iteration)
+    logged = drop_unfinished_decisions(run_dir, iteration)
     history = _history(run_dir)
     start = time.perf_counter()
     replayed = planner.catch_up(iteration, lambda k: _observe(planner, cfg, run_dir, k, history))

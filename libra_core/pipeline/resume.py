@@ -10,13 +10,13 @@ missing `state.json` in a folder with checkpoints, overrides that change the mod
 tokenizer (the policy folder holds that model's weights; a tiny model's fields are also compared
 with the policy folder's config.json, in case config.resolved.yaml was edited by hand; its
 tokenizer was trained for the environment's type and prompt format, which are frozen too) or what the
-C-MLFQ tree is keyed by, fewer
-iterations than the run completed, a checkpoint with a file missing, a history file that cannot be
-read or has columns this version does not know, and turning the KL penalty on in a run that kept
-no reference policy. The checkpoint resumed from is the newest the run's state covers. A resume
-forgets what the abandoned attempt recorded after the point it continues from: history rows, lake
-partitions, timeline spans and checkpoints of later iterations (the planner's log is trimmed by the
-plan stage).
+C-MLFQ tree it restores is keyed by (the checkpoint's copy: the live tree is replaced), fewer
+iterations than the run completed, a checkpoint with a file missing or damaged (its optimizer state
+and C-MLFQ tree included), a history file that cannot be read or has columns this version does not
+know, and turning the KL penalty on in a run that kept no reference policy. The checkpoint resumed
+from is the newest the run's state covers. A resume forgets what the abandoned attempt recorded
+after the point it continues from: history rows, lake partitions, timeline spans, the planner's
+decisions and checkpoints of later iterations.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from libra_core.data.atomic import atomic_path
 from libra_core.data.history import drop_history_after, read_history, refuse_unknown_history_columns
 from libra_core.data.io import drop_lake_after
 from libra_core.observability.timeline import drop_timeline_after
+from libra_core.pipeline.plan_stage import drop_unfinished_decisions, read_decisions
 from libra_core.pipeline.run_dir import (
     RunLayout,
     RunState,
@@ -44,15 +45,14 @@ from libra_core.pipeline.run_dir import (
     read_state,
     write_state,
 )
-from libra_core.training.checkpoint import WEIGHTS_FILE
+from libra_core.scheduling.tree_io import load_tree
+from libra_core.training.checkpoint import OPTIMIZER_FILE, WEIGHTS_FILE, optimizer_file_problem
 
 # Config sections that the run folder's files embody: changing them on resume would pair a config
 # with weights (and a tokenizer) of another model.
 FROZEN_ON_RESUME = ("model", "tokenizer")
 # Environment settings a tiny model's tokenizer was trained for (its alphabet and special tokens).
 TOKENIZER_ENV_KEYS = ("type", "prompt_format")
-# Scheduler settings the C-MLFQ tree's states are keyed by (the rest apply to a resumed tree).
-TREE_KEYS = ("payload_class_edges", "prompt_size_bins_per_octave")
 
 
 class ResumeError(ValueError):
@@ -96,16 +96,6 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
             f"{layout.root}: the config says {', '.join(differ)}; the model cannot change on resume "
             f"(was {layout.config.name} edited?); start a new run instead"
         )
-    keyed = [
-        f"scheduler.{key}"
-        for key in TREE_KEYS
-        if getattr(cfg.scheduler, key) != getattr(before.scheduler, key)
-    ]
-    if keyed and layout.scheduler_tree.exists():
-        raise ResumeError(
-            f"{layout.root}: {', '.join(keyed)} cannot change on resume (the run's C-MLFQ tree is "
-            "keyed by them); start a new run instead"
-        )
     if not layout.state.exists() and checkpoint_dirs(layout.root):
         # Read as a fresh run, the resume restarted at iteration 1 beside the old checkpoints, and
         # the next save's rotation deleted the new one as the oldest.
@@ -116,10 +106,8 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
         )
     state = read_state(layout.root)
     try:  # apply_resume rewrites it, after it has replaced the policy: a damaged one fails here
-        # ... and so does the planner's decision log, which the first plan stage rewrites: a
-        # damaged one failed there, after apply_resume had changed the folder (until 2026-12-07)
-        from libra_core.pipeline.plan_stage import read_decisions
-
+        # ... and so does the planner's decision log, which apply_resume trims too: a damaged one
+        # failed at the first plan stage, after apply_resume had changed the folder (until 2026-12-07)
         read_decisions(layout.root)
         read_history(layout.root)
         # ... as it does when the file has columns this version does not know (a newer Libra's):
@@ -151,6 +139,10 @@ def plan_resume(run_dir: str | Path, overrides: Sequence[str] = ()) -> ResumePla
                 f"checkpoint {ckpt} says {resumed.completed_iterations} iterations completed, the run's "
                 f"state.json {state.completed_iterations}; nothing was changed"
             )
+        # The tree apply_resume makes live is the checkpoint's copy (none restored: the live one is
+        # deleted, and the rollout builds one with this config's keys). The live tree was checked
+        # until 2026-12-07: with it removed, new keys passed and the old-keyed copy came back.
+        refuse_tree_key_changes(layout.root, cfg, RunLayout(ckpt).scheduler_tree)
     else:
         resumed = RunState()
     if resumed.completed_iterations and cfg.training.grpo.kl_coef > 0 and not layout.reference.is_dir():
@@ -222,8 +214,42 @@ def policy_disagreements(cfg: LibraConfig, policy_config: Path) -> list[str]:
     ]
 
 
+def refuse_tree_key_changes(root: Path, cfg: LibraConfig, tree: Path) -> None:
+    """Raise ResumeError if `cfg` asks for other keys than the C-MLFQ tree a resume restores,
+    `tree` (a checkpoint's copy; absent: nothing to compare)."""
+    keyed = tree_key_changes(cfg, tree) if tree.is_file() else {}
+    if not keyed:
+        return
+    built = ", ".join(f"{key}={have}" for key, (_, have) in keyed.items())
+    asked = ", ".join(f"{key}={want}" for key, (want, _) in keyed.items())
+    compact = {key: json.dumps(have, separators=(",", ":")) for key, (_, have) in keyed.items()}
+    raise ResumeError(
+        f"{root}: {', '.join(keyed)} cannot change on resume (the run's C-MLFQ tree is keyed by them: "
+        f"{tree}, which the resume restores, was built with {built}; the config asks for {asked}); "
+        f"resume with the tree's values ({' '.join(f'--set {k}={v}' for k, v in compact.items())}), "
+        "or start a new run instead; nothing was changed"
+    )
+
+
+def tree_key_changes(cfg: LibraConfig, tree_path: Path) -> dict[str, tuple[object, object]]:
+    """`scheduler.KEY` -> (the config's value, the tree's) for each key the C-MLFQ tree in
+    `tree_path` is keyed by on which it and `cfg` disagree: what `CMLFQScheduler` refuses at the
+    first rollout (the bins only once the tree has a size level: an empty one takes the config's)."""
+    tree = load_tree(tree_path)
+    pairs: dict[str, tuple[object, object]] = {
+        "payload_class_edges": (list(cfg.scheduler.payload_class_edges), list(tree.payload_edges))
+    }
+    if tree.size_classes:
+        bins = (float(cfg.scheduler.prompt_size_bins_per_octave), tree.size_bins_per_octave)
+        pairs["prompt_size_bins_per_octave"] = bins
+    return {f"scheduler.{key}": pair for key, pair in pairs.items() if pair[0] != pair[1]}
+
+
 def checkpoint_problems(ckpt: Path) -> list[str]:
-    """What a checkpoint folder lacks to be restored (empty: it is whole)."""
+    """What a checkpoint folder lacks, or holds damaged, to be restored (empty: it is whole).
+    Reads every file `apply_resume` copies over the live ones: a damaged copy was restored, and the
+    run failed later with an error naming no file (torch's "failed reading zip archive") or only the
+    live copy, which a resume then restored again (until 2026-12-07)."""
     problems = [
         f"no {name}"
         for name in ("state.json", f"policy/{WEIGHTS_FILE}", "policy/config.json")
@@ -233,6 +259,18 @@ def checkpoint_problems(ckpt: Path) -> list[str]:
         try:
             parse_state(ckpt / "state.json")
         except ValueError as err:
+            problems.append(str(err))
+    # A checkpoint mirrors the run folder's layout; either file may be absent (taken before the
+    # first optimizer step; a static scheduler), not empty or damaged.
+    optimizer = RunLayout(ckpt).trainer / OPTIMIZER_FILE
+    problem = optimizer_file_problem(optimizer) if optimizer.exists() else None
+    if problem is not None:
+        problems.append(f"{optimizer} is damaged: {problem}")
+    tree = RunLayout(ckpt).scheduler_tree
+    if tree.exists():
+        try:
+            load_tree(tree)
+        except ValueError as err:  # it names the file
             problems.append(str(err))
     return problems
 
@@ -268,6 +306,9 @@ def apply_resume(run_dir: str | Path, plan: ResumePlan, overrides: Sequence[str]
     drop_history_after(layout.root, kept)
     drop_lake_after(layout.root, kept)
     drop_timeline_after(layout.root, kept)
+    # A static planner never trims it, and the libra planner's first plan stage trims it only
+    # when it runs: the report showed the abandoned attempt's decisions (until 2026-12-07).
+    drop_unfinished_decisions(layout.root, kept + 1)
     _drop_stages_after(layout, kept)
     if overrides:  # written back so the folder stays self-describing
         write_resolved_config(plan.cfg, layout.root)

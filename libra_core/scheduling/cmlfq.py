@@ -109,9 +109,14 @@ class CMLFQScheduler:
                 self.tree.size_bins_per_octave = float(cfg.prompt_size_bins_per_octave)
             for name, (want, have) in keyed.items():
                 if want != have:
+                    # Removing the run's scheduler/cmlfq_tree.json was advised until 2026-12-07:
+                    # a resume restores its checkpoint's copy, keyed as before.
+                    value = str(have).replace(" ", "")
                     raise ValueError(
                         f"the C-MLFQ tree was built with {name}={have}, the config asks for {want}: "
-                        "its states are keyed by it; start a new run (or remove scheduler/cmlfq_tree.json)"
+                        f"its states are keyed by it; resume the run with --set scheduler.{name}={value} "
+                        "(a resume restores the tree of the checkpoint it continues from), or start a "
+                        "new run"
                     )
             self.tree.half_life = float(cfg.aging_half_life_versions)
             self.tree.backoff = float(cfg.backoff_pseudocount)

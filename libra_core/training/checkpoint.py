@@ -9,6 +9,7 @@ The optimizer state lives in a separate state folder (it is the trainer's, not t
 from __future__ import annotations
 
 import logging
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -96,7 +97,19 @@ def load_optimizer_state(
     path = Path(state_dir) / OPTIMIZER_FILE
     if not path.exists():
         return False
-    saved = torch.load(path, map_location=device, weights_only=True)
+    try:
+        saved = torch.load(path, map_location=device, weights_only=True)
+    except Exception as err:
+        # torch.load fails on damaged bytes with a dozen exception types (RuntimeError, EOFError,
+        # UnpicklingError, KeyError, ...), none naming the file. Only a file the archive check
+        # finds damaged is reported as such; any other failure is re-raised as it came.
+        problem = optimizer_file_problem(path)
+        if problem is None:
+            raise
+        raise ValueError(
+            f"{path} is damaged ({problem}); resume the run from a checkpoint (libra run --resume "
+            "RUN_DIR restores its optimizer state), or delete the file to restart the optimizer"
+        ) from err
     params = [p for group in optimizer.param_groups for p in group["params"]]
     for index, param in enumerate(params):
         exp_avg = saved.get("state", {}).get(index, {}).get("exp_avg")
@@ -110,6 +123,35 @@ def load_optimizer_state(
     for group, keep in zip(optimizer.param_groups, hyper, strict=True):
         group.update(keep)
     return True
+
+
+def optimizer_file_problem(path: Path) -> str | None:
+    """Why `path` is not a whole `torch.save` archive (None: it is). torch.save writes a zip
+    archive, so zipfile checks it without torch: the central directory (a truncated copy has none),
+    a `data.pkl` member, and every member's CRC-32, which torch.load does not check (a flipped byte
+    in a tensor loads silently). Reads the whole file: `plan_resume` calls it on a checkpoint's
+    copy, `load_optimizer_state` only once a load has failed."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if not any(name.rsplit("/", 1)[-1] == "data.pkl" for name in archive.namelist()):
+                return "a zip archive without data.pkl, not a torch.save file"
+            bad = archive.testzip()
+    # What zipfile raises on damaged bytes (fuzzed): BadZipFile, EOFError, NotImplementedError (a
+    # flipped flag or version), ValueError (a negative seek, an undecodable name), OverflowError,
+    # RuntimeError ("encrypted"); OSError: the file cannot be read at all.
+    except (
+        OSError,
+        EOFError,
+        zipfile.BadZipFile,
+        NotImplementedError,
+        ValueError,
+        OverflowError,
+        RuntimeError,
+    ) as err:
+        return f"not a readable torch.save archive: {type(err).__name__}: {err}"
+    if bad is not None:
+        return f"its member {bad} fails its CRC-32 check"
+    return None
 
 
 def save_optimizer_state(optimizer: torch.optim.Optimizer, state_dir: Path) -> Path:

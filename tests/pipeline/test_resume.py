@@ -13,7 +13,9 @@ from libra_core.config import load_config
 from libra_core.pipeline.resume import apply_resume, plan_resume
 from libra_core.pipeline.run_dir import RunLayout, RunState, read_state, save_checkpoint, write_state
 from libra_core.pipeline.run_lock import lock_run, run_holder, unlock_run
-from tests.pipeline.test_run_dir import make_run
+from libra_core.scheduling.prefix_tree import PrefixTree
+from libra_core.scheduling.tree_io import load_tree, save_tree
+from tests.pipeline.test_run_dir import make_run, write_optimizer_state
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -24,7 +26,7 @@ def _run_with_checkpoint(tmp_path: Path, completed: int = 4, ckpt_at: int | None
     layout = make_run(tmp_path)
     for it in range(1, completed + 1):
         (layout.policy / "model.safetensors").write_text(f"weights-{it}")
-        (layout.trainer / "optimizer.pt").write_text(f"adam-{it}")
+        write_optimizer_state(layout.trainer / "optimizer.pt", f"adam-{it}")
         write_state(layout.root, RunState(it, it, "running"))
         if it == ckpt_at:
             save_checkpoint(layout.root, it, RunState(it, it, "running"), keep=2)
@@ -37,7 +39,9 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
     layout.scheduler_tree.parent.mkdir(parents=True)
     for it in range(1, 5):
         (layout.policy / "model.safetensors").write_text(f"weights-{it}")
-        layout.scheduler_tree.write_text(f"tree-{it}")
+        tree = PrefixTree()
+        tree.version = it
+        save_tree(tree, layout.scheduler_tree)
         write_state(layout.root, RunState(it, it, "running"))
         if it == 3:
             save_checkpoint(layout.root, it, RunState(it, it, "running"), keep=2)
@@ -50,7 +54,7 @@ def test_the_plan_says_where_the_run_continues(tmp_path: Path) -> None:
     assert plan.note.endswith("at iteration 4 of 6 from iter_00003; iterations 4-4 are redone")
     apply_resume(layout.root, plan, ["experiment.iterations=6"])
     assert (layout.policy / "model.safetensors").read_text() == "weights-3"
-    assert layout.scheduler_tree.read_text() == "tree-3"  # the router's statistics of iteration 3
+    assert load_tree(layout.scheduler_tree).version == 3  # the router's statistics of iteration 3
     assert load_config(layout.config).experiment.iterations == 6
 
 
@@ -151,9 +155,9 @@ def test_a_refused_resume_changes_nothing(
         }[damage]
         (layout.root / "planner").mkdir(exist_ok=True)
         (layout.root / "planner" / "decisions.jsonl").write_text(lines)
-    elif damage == "tree":
-        layout.scheduler_tree.parent.mkdir(parents=True)
-        layout.scheduler_tree.write_text("{}")
+    elif damage == "tree":  # the checkpoint's tree, which the resume restores, has the default edges
+        (ckpt / "scheduler").mkdir()
+        save_tree(PrefixTree(), ckpt / "scheduler" / "cmlfq_tree.json")
     elif damage is not None and damage.startswith("history"):
         _write_history(layout.root, 4)
         data = bytearray((layout.root / "history.parquet").read_bytes())

@@ -12,7 +12,8 @@ as the rollout router calls it); the router picks the instance inside the bucket
 - `round_robin`: a trajectory is pinned at admission to the next instance in turn and always waits
   for that one (no load awareness: the static-uniform baseline).
 With several buckets, a turn whose bucket has no room, or whose least-loaded instance runs more
-than `spill_factor` (default `SPILL_FACTOR`) x the cluster's mean sequences per GPU, spills to the
+than `spill_factor` (default `SPILL_FACTOR`) x its TP degree x (the cluster's mean sequences per
+GPU + 1) sequences (the + 1: an idle cluster does not make one sequence an overload), spills to the
 least-loaded instance of this or a longer bucket (the planner sized each bucket for the trajectories
 that *end* in its range, but a scheduler that admits to the shortest bucket sends every new
 trajectory there first); only when no such instance has room does it wait in its bucket's queue,

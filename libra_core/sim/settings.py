@@ -34,7 +34,8 @@ MAX_NUM_BINS = 128
 # the library's trace score); 100 leaves two orders of magnitude past that for what-ifs. Past ~1e7
 # (a trajectory's token cap) no move can pay, and at 1e308 a context's cost overflowed to inf.
 MAX_CMLFQ_COST_RATIO = 100.0
-# `spill_factor` is a ratio of loads (a bucket's best instance against the cluster's mean per GPU).
+# `spill_factor` is a ratio of loads (a bucket's best instance per GPU against the cluster's mean
+# per GPU + 1; sim/router.py).
 # Every value up to 0.5 ran the same as 1e-300 on the mixed layout of test_sim_engine.py (a turn
 # spills whenever its bucket runs anything); past 4,096 (`MAX_NUM_SEQS`) no load spills, and 1e9 is
 # the documented "never spill" (benchmarks/sim_diag.py).

@@ -348,7 +348,9 @@ def test_a_push_from_a_rejoining_member_on_its_new_joins_connection_is_refused()
         again = GatewayClient(g.address, KEY, "h0")
         try:
             fetched, _ = again.snapshot(wait_s=10)
-            assert fetched["step"] == 0 and g.states() == {"h0": "loading"}, (fetched, g.states())
+            assert fetched["step"] == 0, fetched
+            # LOADING once the last part has been sent (joins._after_part), after the reply went out
+            assert wait_until(lambda: g.states() == {"h0": "loading"}, 5), g.states()
             push = again.push(h.hybrid_grad(1), step=1, version=1, epoch=1)
             reason = "h0 is loading, not a member that trains step 1"
             assert not push["ok"] and push["reason"] == reason, push

@@ -160,7 +160,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from flows.cli_common import fail
 
-    if args.resume:
+    if args.resume is not None:  # `--resume ''` is refused by input_path; no blank means a fresh run
         from libra_core.config.loader import RESOLVED_CONFIG_NAME
 
         if args.config:  # the run's own resolved config is what resumes; another would be ignored
@@ -275,6 +275,12 @@ def main(argv: list[str] | None = None) -> int:
         code = _main(args)
         sys.stdout.flush()  # here, not at exit: a pipe's reader may be gone
         return code
+    except KeyboardInterrupt:
+        # Ctrl-C in a command that does not handle it itself (`run`, `simulate` and `serve` do, and
+        # say how to go on): a traceback and exit -2 until 2026-12-07. Every file a command writes
+        # goes through atomic_path, so none is left half-written.
+        print(f"libra {args.command}: interrupted; no file was left half-written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`libra plan --top 20 | head -1`): for a command that only prints,
         # what it read is what it wanted (a traceback and exit 1 until 2026-12-07). stdout goes to

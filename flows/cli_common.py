@@ -7,8 +7,10 @@ is, and a `[/x]` in it cannot crash the printer), and is not wrapped, so a log k
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -47,7 +49,15 @@ def output_path(value: str) -> str:
 def input_path(value: str) -> str:
     """argparse `type=` of a path to read, or a name that may be one (`--resume`, `--trace`,
     `--workload`): `~` expanded, as `output_path` does (a shell leaves `--x=~/y` alone, and the
-    commands looked for a folder named `~`)."""
+    commands looked for a folder named `~`).
+
+    A blank value is refused here: `Path("")` is the current folder, so `report ''` read the cwd as
+    a run folder and `trace-eval --trace ''` said "is a folder" (until 2026-12-07).
+    """
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            f"empty path {value!r}; give a file or folder path (`.` for the current folder)"
+        )
     return os.path.expanduser(value)
 
 
@@ -85,6 +95,10 @@ def output_problem(
             return f"{text}: exists and is not a folder"
     elif out.is_dir() or text.endswith(("/", "\\")):
         return f"{text}: is a folder; give a file name"
+    elif out.exists() and not out.is_file():
+        # the write renames a temp file over the path: /dev/null or a FIFO would be replaced by a
+        # regular file, not written to (until 2026-12-07)
+        return f"{text}: is {_special_kind(out)}, not a regular file; give a file path"
     resolved = out.resolve()
     problem = _name_too_long(resolved, folder)
     if problem:
@@ -108,6 +122,19 @@ def output_problem(
         if is_run_file(Path(run_dir).expanduser(), resolved):
             return f"{text}: is part of the run folder {run_dir}; write it elsewhere"
     return None
+
+
+def _special_kind(path: Path) -> str:
+    """What existing non-file, non-folder `path` (links followed) is, for a message."""
+    mode = path.stat().st_mode
+    kinds = [
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    kind = next((name for test, name in kinds if test(mode)), "a special file")
+    return f"a link to {os.readlink(path)}, {kind}" if path.is_symlink() else kind
 
 
 # What atomic_path adds to a file's name for its temp file: `.NAME.tmp-PID-` + 12 hex digits.

@@ -12,12 +12,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flows.cli_common import fail, output_path, output_problem
+from flows.cli_common import fail, input_path, output_path, output_problem
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="write an HTML or Markdown report of a run (timeline, curves, tables)")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder, e.g. runs/arith-grpo-20250101-120000")
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        type=input_path,
+        help="a run folder, e.g. runs/arith-grpo-20250101-120000",
+    )
     p.add_argument("--format", dest="fmt", choices=("html", "md"), default="html", help="default: html")
     p.add_argument(
         "--out",

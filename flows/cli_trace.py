@@ -25,7 +25,7 @@ def add_parsers(
     trace = sub.add_parser("trace", help="routing traces (one row per trajectory)")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True)
     export = trace_sub.add_parser("export", help="write the trace of a run's trajectory lake")
-    export.add_argument("run_dir", metavar="RUN_DIR", help="a run folder (has lake/)")
+    export.add_argument("run_dir", metavar="RUN_DIR", type=input_path, help="a run folder (has lake/)")
     export.add_argument(
         "-o", "--output", required=True, type=output_path, metavar="FILE", help="Parquet file to write"
     )

@@ -23,8 +23,14 @@ from pathlib import Path
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield the temp path to write; on leaving the block rename it to `path` (parents created),
-    or, if the block or the rename raised, delete it and re-raise."""
+    or, if the block or the rename raised, delete it and re-raise.
+
+    A `path` that is a symlink has its target replaced and stays a link: renaming over the link
+    itself turned it into a regular file and left the target stale (until 2026-12-07).
+    """
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     # One temp file per call, not per process: two threads writing the same target would otherwise
     # write (and rename, and delete) one file. `.NAME.tmp-*` is what a resume clears away

@@ -204,10 +204,18 @@ def _lane_order(lane: str) -> tuple[int, int, list[tuple[int, int, str]]]:
     """Stages in pipeline order, rollout instances right after the rollout stage, numbers in names
     by value (`vllm-2` before `vllm-10`)."""
     parts = re.split(r"(\d+)", lane)  # odd positions: the runs of digits
-    natural = [(1, int(part), "") if i % 2 else (0, 0, part) for i, part in enumerate(parts)]
+    natural = [(1, *_by_value(part)) if i % 2 else (0, 0, part) for i, part in enumerate(parts)]
     if lane.startswith(INSTANCE_LANE_PREFIX):
         return (STAGE_LANES.index("rollout"), 1, natural)
     return (STAGE_LANES.index(lane) if lane in STAGE_LANES else len(STAGE_LANES), 0, natural)
+
+
+def _by_value(digits: str) -> tuple[int, str]:
+    """A run of digits as a key that orders by value without `int()`: a lane name with over 4300
+    digits made `int` raise, and the whole report failed without naming the file (until
+    2026-12-07). Fewer significant digits is smaller; of as many, the text compares as the value."""
+    significant = digits.lstrip("0") or "0"
+    return (len(significant), significant)
 
 
 def lane_order(lanes: Iterable[str]) -> list[str]:

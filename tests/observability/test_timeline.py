@@ -207,3 +207,19 @@ def test_write_perfetto_leaves_out_a_damaged_span_file_and_says_so(
     assert len(damaged) == 1 and "iteration=2.json" in damaged[0]
     with pytest.raises(ValueError, match=r"iteration=2\.json"):  # strict without the list
         read_timeline(tmp_path)
+
+
+def test_lane_order_of_a_name_with_thousands_of_digits() -> None:
+    # int() of over 4300 digits raised ValueError, and the whole report failed without naming a file
+    huge = "instance/vllm-" + "9" * 5000
+    lanes = [huge, "instance/vllm-10", "instance/vllm-007", "instance/vllm-2", "rollout", "update"]
+    assert lane_order(lanes) == [
+        "rollout",
+        "instance/vllm-2",
+        "instance/vllm-007",
+        "instance/vllm-10",
+        huge,
+        "update",
+    ]
+    events = to_perfetto([Span(1, huge, 0.0, 1.0), Span(1, "rollout", 0.0, 1.0)])["traceEvents"]
+    assert [e["args"]["name"] for e in events if e["name"] == "thread_name"][-1] == huge

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 # models.py imports this module inside its validator, after it is loaded: no import cycle
 from libra_core.config.models import DEFAULT_POOLS, ArithmeticEnvConfig, LibraConfig
+from libra_core.config.pools import ElasticConfig
 from libra_core.config.pretrained import SmolLM2ModelConfig
 
 
@@ -78,6 +79,20 @@ def _pools_are_wired(cfg: LibraConfig) -> list[str]:
         problems.append(
             f"{', '.join(moved)}: stages run on their default pools ({DEFAULT_POOLS}); "
             "moving one is not wired"
+        )
+    # No flow builds the gateway from config: these validated and changed nothing (until 2026-12-07
+    # the gateway's own errors even told users to change them).
+    default = ElasticConfig()
+    changed = [
+        f"pools.elastic.{key}={value!r}"
+        for key, value in cfg.pools.elastic.model_dump().items()
+        if value != getattr(default, key)
+    ]
+    if changed:
+        problems.append(
+            f"{', '.join(changed)}: the elastic hybrid pool is not wired into the experiment flow yet "
+            "(code builds its Gateway with constructor arguments; see docs/elastic.md); "
+            "keep the pools.elastic defaults"
         )
     return problems
 

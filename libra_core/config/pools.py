@@ -2,8 +2,9 @@
 
 `pools.type` picks the pool backend from libra_core/pools/registry.py (`local` subprocesses on this
 machine, or `ray` actors on a Ray cluster); `pools.local` and `pools.ray` hold each backend's
-settings and only the selected one is used. `pools.elastic` configures how hybrid workers join
-core training (libra_core/elastic; the rules are in docs/elastic.md).
+settings and only the selected one is used. `pools.elastic` describes how hybrid workers join
+core training (libra_core/elastic; the rules are in docs/elastic.md); no flow builds the gateway
+from it yet, so a run refuses any value but the defaults (config/cross_field.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ class LocalPoolConfig(Frozen):
         "spawn", description="multiprocessing start method; spawn never inherits threads or locks."
     )
     threads_per_worker: int = Field(
-        1, ge=1, description="torch/OMP intra-op threads set in each worker before it runs anything."
+        1,
+        ge=1,
+        description="torch/OMP intra-op threads set in each worker before it runs anything. Not the "
+        "run's trainer process: that one uses training.threads (0 in the async pipeline: half the "
+        "cores), which the update also sets in it; this applies to pools built from the config in "
+        "code (libra_core.pools.registry.build_pool).",
     )
     start_timeout_s: float = Field(60.0, gt=0, description="Give up if a worker has not answered by then.")
 
@@ -50,7 +56,11 @@ class RayPoolConfig(Frozen):
 
 
 class ElasticConfig(Frozen):
-    """Elastic Hybrid Pool: hybrid replicas that join and leave data-parallel training."""
+    """Elastic Hybrid Pool: hybrid replicas that join and leave data-parallel training.
+
+    Not read by the experiment flow yet (code passes the matching `Gateway` constructor arguments:
+    `deadline_s`, `host`, `port`, `max_frame_bytes`, `update_log_steps`), so a run refuses any value
+    but these defaults rather than ignore it."""
 
     payload_deadline_s: float = Field(
         5.0,

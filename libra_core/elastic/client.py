@@ -10,11 +10,14 @@ recorded reply played back could otherwise make `run_hybrid` apply an update twi
 The snapshot arrives in parts no larger than this client's frame limit (`snapshot` asks for them in
 order and joins them), so its size is not capped by any one frame. A refused `snapshot` or `loaded`
 raises `JoinEndedError`: the gateway has ended (or never had) the join this connection asked for.
+A snapshot (or, in `run_hybrid`, an update) still refused with `retry` after `max_wait_s` raises
+TimeoutError: a core that stopped stepping without ending the join must not hold the hybrid for ever.
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
 from libra_core.elastic.session import ClientSession
@@ -46,11 +49,18 @@ class GatewayClient:
         timeout_s: float = 150.0,
         max_frame_bytes: int = 1 << 30,
         pull_wait_s: float = 60.0,
+        max_wait_s: float = 1800.0,
     ) -> None:
         self.key, self.worker_id, self.max_frame_bytes = key, worker_id, max_frame_bytes
         # How long one pull waits for its update (the gateway caps it at MAX_PULL_WAIT_S); a core
         # step that takes longer answers `retry`, and run_hybrid pulls again.
         self.pull_wait_s = pull_wait_s
+        # How long one snapshot or update is asked for again (`retry`) before TimeoutError: longer
+        # than the slowest core step. A failed core step ends the join (`ended`); only a core that
+        # hangs without failing (a stuck collective, a stopped process whose socket stays open)
+        # leaves the hybrid asking, and until 2026-12-07 it asked for ever.
+        assert max_wait_s > 0, f"max_wait_s must be positive, got {max_wait_s}"
+        self.max_wait_s = max_wait_s
         self._session = ClientSession(worker_id)
         self._sock = socket.create_connection(address, timeout=timeout_s)
         try:
@@ -75,9 +85,16 @@ class GatewayClient:
         return reply, reply_body
 
     def snapshot(self, wait_s: float = 60.0) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        """Fetch the join's snapshot (every part, in order); return the first reply and its tensors."""
+        """Fetch the join's snapshot (every part, in order); return the first reply and its tensors.
+        Asks again while the reply says `retry`, for at most `max_wait_s` (then TimeoutError)."""
+        deadline = time.monotonic() + self.max_wait_s
         reply, body = self.request("snapshot", wait_s=wait_s, part_bytes=self.max_frame_bytes)
         while reply.get("retry"):  # the core's step outlasted the wait: it goes on, so does the join
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"no snapshot for {self.worker_id} within max_wait_s={self.max_wait_s} s "
+                    f"(last reply: {reply.get('reason')})"
+                )
             reply, body = self.request("snapshot", wait_s=wait_s, part_bytes=self.max_frame_bytes)
         if not reply.get("ok"):
             raise JoinEndedError(f"snapshot refused for {self.worker_id}: {reply.get('reason')}")

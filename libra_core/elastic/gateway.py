@@ -8,7 +8,8 @@ core rank applies the same update without knowing hybrids exist. Connections, ha
 their limits are the server layer's (libra_core/elastic/server.py); this module holds the requests.
 
 Call context: the core training loop on rank 0 calls `collect` then `publish` once per step, in that
-order; handler threads (one per hybrid connection) call into the coordinator under one lock.
+order, or `collect` then `abandon` when the step failed in between (nothing applied); handler
+threads (one per hybrid connection) call into the coordinator under one lock.
 
 Joins (which connection serves which join, snapshots in parts, and when an abandoned join fails)
 are the join desk's (libra_core/elastic/joins.py); a request on a connection bound to an earlier
@@ -49,7 +50,7 @@ from libra_core.elastic.membership import Coordinator, Membership
 from libra_core.elastic.server import HELLO_MAX_HEADER_BYTES, Reply, SideChannelServer
 from libra_core.elastic.session import ServerSession
 from libra_core.elastic.snapshot import Hyperparams, Snapshot
-from libra_core.elastic.state_machine import HybridState, IllegalTransition
+from libra_core.elastic.state_machine import TRAINING_SIDE, HybridState, IllegalTransition
 from libra_core.elastic.wire import BodyError, bytes_to_tensors, tensors_to_bytes
 
 if TYPE_CHECKING:
@@ -118,16 +119,16 @@ class Gateway(SideChannelServer):
         connection to ask for its snapshot (its training loop queued or dead) before it fails."""
         assert update_log_steps >= 2, (
             f"update_log_steps={update_log_steps}: a join replays from a snapshot taken within half the "
-            "log, so the log must keep at least 2 updates (pools.elastic.update_log_steps)"
+            "log, so the log must keep at least 2 updates (Gateway(update_log_steps=...))"
         )
         assert join_timeout_s > 0, "join_timeout_s must be positive"
         payload_bytes = numel * dtype.itemsize + _PAYLOAD_OVERHEAD_BYTES
         if payload_bytes > max_frame_bytes:
             raise ValueError(
                 f"a gradient of {numel} {dtype} values is a {payload_bytes / 2**20:.1f} MiB frame, over the "
-                f"side channel's frame limit of {max_frame_bytes / 2**20:.1f} MiB: raise max_frame_bytes "
-                f"(pools.elastic.max_frame_mib) to at least {-(-payload_bytes // 2**20)} MiB (gradients "
-                "and updates travel as one frame each; snapshots are sent in parts)"
+                f"side channel's frame limit of {max_frame_bytes / 2**20:.1f} MiB: raise the Gateway's "
+                f"max_frame_bytes to at least {-(-payload_bytes // 2**20)} MiB (gradients and updates "
+                "travel as one frame each; snapshots are sent in parts)"
             )
         super().__init__(
             key,
@@ -259,6 +260,29 @@ class Gateway(SideChannelServer):
             self.joins.expire()
             self._cond.notify_all()
         return nxt
+
+    def abandon(self, step: int, reason: str) -> Membership:
+        """Close the books on `step` after the core's step failed between `collect` and `publish`
+        (a non-finite reduced gradient: nothing was applied, so the core's model is still at the
+        step's version), and open it again. Every hybrid on the training side fails with `reason`:
+        its waiting and later pulls and snapshot requests are answered `ended` with that reason (a
+        failed step is never published, so until 2026-12-07 they were answered `retry` for ever, and
+        the core's retry of the step failed `collect`'s check). The step opens again at the same
+        version with no hybrid in it: the core may take it again (on another batch), or stop; a
+        hybrid asked to join again starts from a new snapshot."""
+        with self._cond:
+            current = self._open
+            m = current.membership
+            assert m.step == step and current.closed, (
+                f"abandon(step={step}) does not match the collected step {m.step} (closed={current.closed})"
+            )
+            for worker_id, life in self.coordinator.hybrids.items():
+                if life.state in TRAINING_SIDE:
+                    self.coordinator.fail(worker_id, f"core step {step} failed: {reason}")
+            # The boundary after update step-1 again: with every hybrid failed, nobody is active.
+            self._open = _Open(self.coordinator.freeze_next(step - 1, m.version))
+            self._cond.notify_all()
+            return self._open.membership
 
     def _log_needed(self) -> bool:
         """Whether a hybrid may pull an update published now: one is joining, training or leaving

@@ -91,23 +91,43 @@ class CoreReplica:
             self.gateway.set_snapshot(tensors, step=self.step_index, version=self.version)
 
     def step(self, loss_fn: LossFn) -> CoreStepReport:
+        """Take step `step_index` on every core rank (each calls it once per step, in lockstep).
+
+        A reduced gradient that is not finite raises FloatingPointError before any weight changes
+        (every rank reduced the same sum, so every rank raises). Then, as after any error between
+        the backward and the apply, the step is left undone and clean: the gradient is dropped, the
+        backend takes a new backward, `step_index` and `version` stay, and on rank 0 the gateway
+        fails every hybrid on the training side with the error (their pulls are answered `ended`)
+        and opens the step again (`Gateway.abandon`). The caller may call `step` again (on another
+        batch; all ranks must) or stop; hybrids rejoin only when the plan asks them to.
+        """
         t0 = time.perf_counter()
         model, step = self.backend.model, self.step_index
         loss = loss_fn(model, step)
         self.backend.backward(loss)
-        local = flat_grad(trainable(model))
         extra, collection = None, None
-        if self.gateway is not None:
-            extra, collection = self.gateway.collect(step, self.version)
-        count = len(collection.included) if collection else 0
-        if extra is not None:  # decoded from the wire on the CPU; the core may train on a GPU
-            extra = extra.to(local.device)
-        update, divisor = self.backend.reduce(local, extra_sum=extra, extra_count=count)
-        # A non-finite norm raises FloatingPointError here, before any weight changes; every replica
-        # reduced the same sum, so every one stops.
-        clip_flat_(update, self.grad_clip, what=f"core step {step}: the reduced gradient")
-        hyper = optimizer_hyperparams(self.backend.optimizer) if self.gateway is not None else None
-        self.backend.apply(update)
+        try:
+            local = flat_grad(trainable(model))
+            if self.gateway is not None:
+                extra, collection = self.gateway.collect(step, self.version)
+            count = len(collection.included) if collection else 0
+            if extra is not None:  # decoded from the wire on the CPU; the core may train on a GPU
+                extra = extra.to(local.device)
+            update, divisor = self.backend.reduce(local, extra_sum=extra, extra_count=count)
+            # A non-finite norm raises FloatingPointError here, before any weight changes; every
+            # replica reduced the same sum, so every one stops.
+            clip_flat_(update, self.grad_clip, what=f"core step {step}: the reduced gradient")
+            hyper = optimizer_hyperparams(self.backend.optimizer) if self.gateway is not None else None
+            self.backend.apply(update)
+        except BaseException as exc:
+            # Until 2026-12-07 a failed step kept its gradient and the backend's pending backward (a
+            # retry raised "backward() called twice"), and rank 0's gateway kept the step closed and
+            # unpublished: the retry failed `collect`'s check and every hybrid pulled `retry` for ever.
+            self.backend.optimizer.zero_grad(set_to_none=True)
+            self.backend._backward_pending = False  # as DDPBackend.step does after a failed step
+            if self.gateway is not None and collection is not None:
+                self.gateway.abandon(step, f"{type(exc).__name__}: {exc}")
+            raise
         self.version += 1
         self.step_index += 1
         epoch = collection.membership.epoch if collection else 0
@@ -154,8 +174,9 @@ def run_hybrid(
 
     The loop runs while the gateway reports the worker WARMING, ACTIVE or LEAVING, and ends on any
     other state, on a refused pull (one refused with `retry`, a core step that outlasted the wait,
-    is pulled again), or when the gateway says this join is over (`ended`: cancelled,
-    failed, or superseded by a later join of the same worker, which then goes on without this loop).
+    is pulled again, for at most the client's `max_wait_s`, then TimeoutError), or when the gateway
+    says this join is over (`ended`: cancelled, failed, which includes a failed core step, or
+    superseded by a later join of the same worker, which then goes on without this loop).
     `final_state` is the last state seen, or "ended: <reason>" / "failed: <reason>". If anything here
     raises, the connection is closed first, so the gateway fails the join at once rather than after
     its idle timeout. `step_delay_s(step)` is a fault-injection hook for tests and benchmarks.
@@ -200,8 +221,14 @@ def _run_hybrid(
                 report.rejections.append((step, str(reply.get("reason"))))
         else:
             report.replayed_steps.append(step)
+        deadline = time.monotonic() + client.max_wait_s
         reply, update = client.pull(step)
         while reply.get("retry"):  # the core's step outlasted the wait: it goes on, so does the join
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"hybrid {client.worker_id}: update {step} not published within max_wait_s="
+                    f"{client.max_wait_s} s (last reply: {reply.get('reason')})"
+                )
             reply, update = client.pull(step)
         if not reply.get("ok") or update is None:
             report.final_state = f"{'ended' if reply.get('ended') else 'failed'}: {reply.get('reason')}"

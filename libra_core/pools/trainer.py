@@ -11,6 +11,13 @@ process: nothing overlaps there, so a pipe hop would buy nothing.
 
 Like the rollout pool, workers live in a per-process registry keyed by the run's pool id and are
 stopped at interpreter exit.
+
+Threads. The worker's torch/OMP thread count is the `threads` its caller passes; `pools.local`'s
+`threads_per_worker` is used only when that is 0 (the caller leaves the choice open). The update
+stage passes `training.threads`, or, when that is 0 in the async pipeline, half the cores
+(libra_core/pipeline/cpu_split.py), and the update sets torch's threads to the same number, so in a
+run `training.threads` decides and `threads_per_worker` does not apply to the trainer (until
+2026-12-07 it was replaced without a word, and a `threads` of 0 meant 1 thread, not the setting).
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ def _pool(pool_id: str, cfg: LocalPoolConfig, threads: int) -> LocalPool:
         pool = _POOLS.get(pool_id)
         if pool is not None:
             return pool
-        pool = LocalPool(cfg.model_copy(update={"threads_per_worker": max(1, threads)}))
+        if threads > 0:
+            cfg = cfg.model_copy(update={"threads_per_worker": threads})
+        pool = LocalPool(cfg)
         try:
             pool.start(1)
         except BaseException:
@@ -50,7 +59,8 @@ def run_on_trainer(
     pool_id: str, cfg: LocalPoolConfig, threads: int, fn: Callable[..., T], /, *args: Any, **kwargs: Any
 ) -> T:
     """Run `fn(*args, **kwargs)` in the pool's trainer process (started on first use, with
-    `threads` torch/OMP threads) and return its result; its exceptions are re-raised here. A
+    `threads` torch/OMP threads, or `cfg.threads_per_worker` when `threads` is 0; a running
+    worker keeps the count it started with) and return its result; its exceptions are re-raised here. A
     worker that died between calls (killed while idle) is replaced before the call is sent: until
     2026-12-06 the call went to the dead worker and failed, and with it the run's update."""
     pool = _pool(pool_id, cfg, threads)

@@ -175,7 +175,9 @@ def test_the_join_is_loading_only_once_the_last_part_is_sent_and_fails_if_the_hy
 
 def test_a_gradient_over_the_frame_limit_is_refused_at_start_naming_the_setting() -> None:
     # Gradients and updates still travel as one frame each: say so at start, not at the first push.
-    with pytest.raises(ValueError, match=r"\(pools.elastic.max_frame_mib\) to at least 2 MiB"):
+    # It names the constructor argument: pools.elastic is not wired into the experiment flow (the
+    # message named pools.elastic.max_frame_mib, which changed nothing, until 2026-12-07).
+    with pytest.raises(ValueError, match=r"raise the Gateway's max_frame_bytes to at least 2 MiB"):
         Gateway(
             KEY, Coordinator(1), numel=200_000, dtype=torch.float64, deadline_s=1.0, max_frame_bytes=1 << 20
         )

@@ -112,3 +112,12 @@ def test_a_pool_whose_start_fails_is_stopped(pool: str, monkeypatch: pytest.Monk
     assert {p.pid for p in mp.active_children()} == before, "the failed pool's worker still runs"
     monkeypatch.undo()
     assert run_on_trainer(pool, LocalPoolConfig(), 1, divmod, 7, 2) == (3, 1)
+
+
+def test_the_callers_threads_win_and_zero_leaves_them_to_threads_per_worker(pool: str) -> None:
+    # The documented rule: a run passes training.threads (async, 0: half the cores), which wins over
+    # pools.local.threads_per_worker; a caller passing 0 gets the setting (it got 1 until 2026-12-07).
+    cfg = LocalPoolConfig(threads_per_worker=3)
+    assert run_on_trainer(pool, cfg, 2, os.getenv, "OMP_NUM_THREADS") == "2"
+    stop_trainer_pool(pool)
+    assert run_on_trainer(pool, cfg, 0, os.getenv, "OMP_NUM_THREADS") == "3"

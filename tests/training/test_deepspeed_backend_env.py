@@ -1,6 +1,7 @@
 """The deepspeed backend's process-level set-up, in this process (one rank on gloo, about a second
 per engine): ranks come from DistSpec, not inherited launcher variables; a single replica needs no
-port; a second backend works after close(); step() refuses a clip DeepSpeed would not apply."""
+port; a second backend works after close(); step() refuses a clip DeepSpeed would not apply, and
+raises on a non-finite gradient as torch and ddp do."""
 
 from __future__ import annotations
 
@@ -144,3 +145,26 @@ def test_step_accepts_the_configured_clip(
 ) -> None:
     backend = DeepSpeedBackend(DistSpec(0, 1, _file_init(tmp_path)), zero_stage=1, grad_clip=configured)
     _train(backend, clip=asked)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_a_non_finite_gradient_raises_like_torch_and_ddp_and_the_next_step_trains(
+    tmp_path: Path, bad: float
+) -> None:
+    # DeepSpeed skips such a step quietly and reports the norm as inf (for NaN too): step() returned
+    # StepStats(grad_norm=inf) as if it had trained, where torch and ddp raise.
+    backend = DeepSpeedBackend(DistSpec(0, 1, _file_init(tmp_path)), zero_stage=2, grad_clip=1.0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    backend.setup(model, optimizer)
+    try:
+        before = [p.detach().clone() for p in backend.model.parameters()]
+        backend.backward((backend.model(X) * bad).sum())
+        with pytest.raises(FloatingPointError, match=r"the averaged gradient norm is inf; nothing applied"):
+            backend.step(grad_clip=1.0)
+        assert all(torch.equal(p, b) for p, b in zip(backend.model.parameters(), before, strict=True))
+        backend.backward(((backend.model(X) - 5) ** 2).mean())  # not refused as a second backward
+        assert torch.isfinite(torch.tensor(backend.step(grad_clip=1.0).grad_norm))
+        assert not torch.equal(backend.model.weight, before[0])
+    finally:
+        backend.close()

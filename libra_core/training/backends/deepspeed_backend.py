@@ -5,8 +5,10 @@ optimizer state (ZeRO-1) and the gradients (ZeRO-2) across ranks. On CPU it runs
 first start on a machine compiles a small communication op into TORCH_EXTENSIONS_DIR (about a
 minute here; cached afterwards). Clipping is part of DeepSpeed's config, so it is fixed at
 construction: `step(grad_clip=...)` must ask for the same value (None only when the backend does
-not clip). This backend cannot fold in elastic hybrid gradients (DeepSpeed owns the reduction);
-the Elastic Hybrid Pool uses the ddp backend.
+not clip). A gradient whose norm is not finite raises FloatingPointError from `step` with nothing
+applied, as in the torch and ddp backends (DeepSpeed itself skips such a step). This backend cannot
+fold in elastic hybrid gradients (DeepSpeed owns the reduction); the Elastic Hybrid Pool uses the ddp
+backend.
 
 The DistSpec is the truth about this process: `setup` overwrites RANK, WORLD_SIZE and LOCAL_RANK
 (DeepSpeed picks its device from LOCAL_RANK) whatever a launcher exported. A group it creates needs
@@ -17,6 +19,7 @@ state too, so another DeepSpeedBackend can be set up later in the same process.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,6 +114,14 @@ class DeepSpeedBackend(TrainingBackend):
         self.engine.step()
         self._backward_pending = False
         norm = self.engine.get_global_grad_norm()
+        if norm is not None and not math.isfinite(float(norm)):
+            # DeepSpeed finds the overflow itself, skips the update and drops the gradient, then
+            # reports the norm as inf (NaN gradients included); it returned that as a normal step
+            # until 2026-12-07, where torch and ddp raise (clip_flat_'s wording, so callers match one).
+            raise FloatingPointError(
+                f"the averaged gradient norm is {float(norm)}; nothing applied (check the loss, its "
+                "inputs and the learning rate)"
+            )
         return StepStats(float(norm) if norm is not None else float("nan"), self.dist.world_size)
 
     @property

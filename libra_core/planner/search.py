@@ -202,7 +202,11 @@ def search_plans(
         return [single] if single else []
     if not np.isfinite(table.crit_s).any():
         return []
-    plans = _search_splits(model, hw, num_gpus, s, table, shape, t_sync, spread)
+    # The heterogeneous search returns mixed layouts only (below), so it refines the best splits
+    # whose DP layout is mixed, not the best splits and then drops their one-degree layouts: when
+    # the DP's top splits were all one degree, no mixed plan was priced at all (until 2026-12-07).
+    mixed_only = None if s.homogeneous else _is_mixed
+    plans = _search_splits(model, hw, num_gpus, s, table, shape, t_sync, spread, mixed_only)
     if not s.homogeneous:
         # Balanced groups end with the slowest of them (balanced_groups_factor), so a one-degree
         # layout may be expected faster; the split ranking by the DP's price need not surface its
@@ -212,7 +216,6 @@ def search_plans(
         # A one-bucket layout is priced by the one-bucket search alone: the DP's several ranges on
         # one degree run as one least-load bucket (the router merges them), and priced it cheaper
         # (until 2026-12-06; evaluate_plan re-prices such a plan as one range too).
-        plans = [p for p in plans if bucket_count(p.rollout) > 1]
         if s.promote:
             # A one-bucket layout has no longer bucket to promote to: it runs as admission by
             # final length does, so price it (and only the one-bucket search) without promotion.
@@ -260,15 +263,17 @@ def _search_splits(
     shape: TrainShape,
     t_sync: float,
     spread: Spread | None,
+    keep: Callable[[Assignment], bool] | None = None,
 ) -> list[Plan]:
-    """The `s.top_k` best splits' plans (unsorted), rollout priced by `assign_rollout` on `table`."""
+    """The plans of the `s.top_k` best splits (unsorted) whose rollout layout, by `assign_rollout`
+    on `table`, passes `keep` (every layout when None). Splits are refined in order of a lower
+    bound on their objective and the walk stops once no later split can enter the top `top_k`; the
+    objective prices rollout by the DP's frontier, a lower bound on any layout `keep` passes."""
     f_r, f_t = s.corrections.get("rollout", 1.0), s.corrections.get("update", 1.0)
     rollout_s = _rollout_frontier(table, s)
-    candidates: list[tuple[float, int, TrainEstimate, float]] = []
-    best_obj = math.inf
+    bounds: list[tuple[float, int, float]] = []
     for n_train in _split_candidates(num_gpus, hw.gpus_per_node):
-        n_roll = num_gpus - n_train
-        t_r = rollout_s(n_roll) * f_r
+        t_r = rollout_s(num_gpus - n_train) * f_r
         if not math.isfinite(t_r):
             continue
         bound = train_lower_bound_s(model, hw, n_train, shape) * f_t
@@ -276,27 +281,38 @@ def _search_splits(
         lower = iteration_time_s(
             t_r, bound, t_sync, s.staleness, spread=spread, sync_overlaps=s.sync_overlaps
         ) + TIE_BREAK * (t_r + bound)
-        if lower >= best_obj and len(candidates) >= s.top_k:
-            continue
+        bounds.append((lower, n_train, t_r))
+    bounds.sort(key=lambda b: (b[0], b[1]))
+    kept: list[tuple[float, int, TrainEstimate, Assignment]] = []
+    searched = 0
+    for lower, n_train, t_r in bounds:
+        if len(kept) >= s.top_k and lower >= kept[s.top_k - 1][0]:
+            break  # sorted by the bound: no later split beats the top_k-th kept one
         est = best_train(model, hw, n_train, shape)
         if est is None:
             continue
+        searched += 1
         obj = iteration_time_s(
             t_r, est.time_s * f_t, t_sync, s.staleness, spread=spread, sync_overlaps=s.sync_overlaps
         ) + TIE_BREAK * (t_r + est.time_s * f_t)
-        candidates.append((obj, n_train, est, t_r))
-        candidates.sort(key=lambda c: c[0])
-        best_obj = candidates[min(len(candidates), s.top_k) - 1][0]
-    plans = []
-    for _, n_train, est, _ in candidates[: s.top_k]:
-        assignment = assign_rollout(table, num_gpus - n_train, s)
-        if assignment is None:
+        if len(kept) >= s.top_k and obj >= kept[s.top_k - 1][0]:
             continue
+        assignment = assign_rollout(table, num_gpus - n_train, s)
+        if assignment is None or (keep is not None and not keep(assignment)):
+            continue
+        kept.append((obj, n_train, est, assignment))
+        kept.sort(key=lambda c: (c[0], c[1]))
+    plans = []
+    for _, n_train, est, assignment in kept[: s.top_k]:
         t_r = assignment.makespan_s * f_r * balanced_groups_factor(bucket_count(assignment), spread)
         t_t = est.time_s * f_t
         plans.append(_plan(num_gpus, n_train, est, assignment, t_r, t_t, t_sync, spread, s, shape, table))
-    log.debug("searched %d splits for %d GPUs", len(candidates), num_gpus)
+    log.debug("searched %d splits for %d GPUs", searched, num_gpus)
     return plans
+
+
+def _is_mixed(a: Assignment) -> bool:
+    return bucket_count(a) > 1
 
 
 def mixed_gap(plans: list[Plan]) -> float | None:

@@ -37,6 +37,7 @@ from libra_core.planner.replan import (
 from libra_core.planner.reprice import evaluate_plan
 from libra_core.planner.search import Plan, SearchSettings, search_plans
 from libra_core.planner.specs import ClusterSpec, ModelSpec, get_model, model_spec_from_tiny, parse_cluster
+from libra_core.planner.train_cost import TrainShape, estimate_train
 from libra_core.planner.workload import Workload, workload_from_trajectory_table
 
 log = logging.getLogger(__name__)
@@ -219,10 +220,14 @@ class LibraPlanner:
         # for (the preset, an older window): compared with those, drift and a preset unlike the
         # task were learned as model error and applied again on top of the next window's prices
         # (until 2026-12-06; the simulator re-priced already, sim/pipeline.py).
-        now = evaluate_plan(
-            self._plan, self.model, self.cluster.hardware, w, replace(self.settings(), corrections={})
-        )
-        predicted = {"rollout": now.t_rollout_s, "update": now.t_train_s}
+        settings = replace(self.settings(), corrections={})
+        now = evaluate_plan(self._plan, self.model, self.cluster.hardware, w, settings)
+        # The update ran on the plan's own layout (its ZeRO stage, recompute and micro-batch change
+        # only when a plan is applied): priced by `evaluate_plan`'s fastest layout on the same groups
+        # instead, the difference between two layouts was learned as model error (until 2026-12-07).
+        shape = TrainShape.from_workload(w, settings.ref_forward)
+        ran = estimate_train(self.model, self.cluster.hardware, self._plan.train.layout, shape)
+        predicted = {"rollout": now.t_rollout_s, "update": ran.time_s if ran.feasible else now.t_train_s}
         for stage, seconds in measured_s.items():
             if stage in predicted and seconds > 0 and 0 < predicted[stage] < math.inf:
                 self.corrections.observe(stage, predicted[stage], seconds)

@@ -43,3 +43,22 @@ def test_a_run_measuring_the_prediction_teaches_the_correction_nothing() -> None
     planner.observe(w, 16, {"rollout": plan.t_rollout_s, "update": plan.t_train_s}, iteration=0)
     assert planner.corrections.factor("rollout") == pytest.approx(1.0, abs=1e-9)
     assert planner.corrections.factor("update") == pytest.approx(1.0, abs=1e-9)
+
+
+def test_an_update_measuring_the_running_layouts_price_teaches_the_correction_nothing() -> None:
+    # Shorter sequences than planned for: on the same TP/PP/DP groups a larger micro-batch prices
+    # faster (evaluate_plan's choice), but the update ran on the plan's own layout, and measured
+    # exactly its price; compared with the other layout's, the correction learned 1.09.
+    from libra_core.planner.train_cost import TrainShape, estimate_train
+
+    cluster, model = parse_cluster("16xA800"), get_model("qwen3-8b")
+    w = workload_preset("math-short")
+    policy = ReplanPolicy()
+    planner = LibraPlanner(cluster, model, w, policy, window_iterations=1, replan_every=10, staleness=0)
+    plan, _ = planner.step(1)
+    shorter = w.scaled(0.5)
+    ran = estimate_train(model, cluster.hardware, plan.train.layout, TrainShape.from_workload(shorter))
+    other = evaluate_plan(plan, model, cluster.hardware, shorter, SearchSettings())
+    assert other.t_train_s < ran.time_s * 0.95  # the case: the re-priced layout is another one
+    planner.observe(shorter, w.group_size, {"update": ran.time_s})
+    assert planner.corrections.factor("update") == pytest.approx(1.0, abs=1e-9)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,28 +126,57 @@ class Completion:
     finish_reason: str  # "stop" (a stop token) or "length"
 
 
-def parse_completion(payload: dict[str, Any], max_tokens: int | None = None) -> Completion:
-    """Read one choice of a /v1/completions response; raise EngineRequestError if malformed, or if
-    it holds more than `max_tokens` tokens (the row would overrun `rollout.max_total_tokens` and
-    still validate: until 2026-12-07 such a reply was taken as it was)."""
+def parse_completion(
+    payload: dict[str, Any], max_tokens: int | None = None, url: str | None = None
+) -> Completion:
+    """Read one choice of a /v1/completions response; raise EngineRequestError (naming the engine
+    at `url`) if malformed, or if it holds more than `max_tokens` tokens (the row would overrun
+    `rollout.max_total_tokens` and still validate: until 2026-12-07 such a reply was taken as it was).
+
+    Values are checked, not converted: until 2026-12-07 `int()`/`float()` took a string of token
+    ids as its digits, floats and booleans as ids, and NaN as a log-prob, which failed the whole
+    rollout later at the schema check, naming no engine."""
     try:
         choice = payload["choices"][0]
-        token_ids = [int(t) for t in choice["token_ids"]]
-        logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
-        finish = str(choice["finish_reason"])
+        token_ids = _values(choice["token_ids"], _is_token_id, "token id")
+        logprobs = _values(choice["logprobs"]["token_logprobs"], _is_logprob, "log-prob")
+        finish = choice["finish_reason"]
+        if not isinstance(finish, str):
+            raise ValueError(f"finish_reason {finish!r} is not a string")
     except (KeyError, IndexError, TypeError, ValueError) as err:
-        raise EngineRequestError(f"malformed completion payload ({err!r}): {str(payload)[:300]}") from err
+        raise EngineRequestError(
+            f"malformed completion payload ({err!r}): {str(payload)[:300]}", url=url
+        ) from err
     if len(token_ids) != len(logprobs):
-        raise EngineRequestError(f"{len(token_ids)} token ids but {len(logprobs)} log-probs in completion")
+        raise EngineRequestError(
+            f"{len(token_ids)} token ids but {len(logprobs)} log-probs in completion", url=url
+        )
     if max_tokens is not None and len(token_ids) > max_tokens:
         raise EngineRequestError(
-            f"completion of {len(token_ids)} tokens for a request of max_tokens {max_tokens}"
+            f"completion of {len(token_ids)} tokens for a request of max_tokens {max_tokens}", url=url
         )
-    return Completion(token_ids, logprobs, finish)
+    return Completion(token_ids, [float(x) for x in logprobs], finish)
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_logprob(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _values(values: Any, ok: Callable[[Any], bool], what: str) -> list[Any]:
+    if not isinstance(values, list):
+        raise TypeError(f"{what}s are not a list: {str(values)[:100]}")
+    for value in values:
+        if not ok(value):
+            raise ValueError(f"{what} {value!r} is not valid")
+    return values
 
 
 def parse_completions(
-    payload: dict[str, Any], prompts: list[list[int]], max_tokens: int | None = None
+    payload: dict[str, Any], prompts: list[list[int]], max_tokens: int | None = None, url: str | None = None
 ) -> list[Completion]:
     """Read every choice of a multi-prompt /v1/completions response, in prompt order. A choice that
     echoes its prompt's token ids (`return_token_ids`) must echo the prompt sent at its index; none
@@ -154,25 +185,27 @@ def parse_completions(
     choices = payload.get("choices") if isinstance(payload, dict) else None
     if not isinstance(choices, list) or len(choices) != expected:
         got = len(choices) if isinstance(choices, list) else "no"
-        raise EngineRequestError(f"expected {expected} choices, got {got}: {str(payload)[:300]}")
+        raise EngineRequestError(f"expected {expected} choices, got {got}: {str(payload)[:300]}", url=url)
     try:
         ordered = sorted(choices, key=lambda c: int(c["index"]))
     except (KeyError, TypeError, ValueError) as err:
-        raise EngineRequestError(f"completion choices without a valid index ({err!r})") from err
+        raise EngineRequestError(f"completion choices without a valid index ({err!r})", url=url) from err
     if [int(c["index"]) for c in ordered] != list(range(expected)):
-        raise EngineRequestError(f"completion choice indices are not 0..{expected - 1}")
+        raise EngineRequestError(f"completion choice indices are not 0..{expected - 1}", url=url)
     for choice, prompt in zip(ordered, prompts, strict=True):
         echoed = choice.get("prompt_token_ids")
         if echoed is not None and not isinstance(echoed, list):
             raise EngineRequestError(
-                f"choice {choice['index']} echoes prompt_token_ids that are not a list: {str(echoed)[:100]}"
+                f"choice {choice['index']} echoes prompt_token_ids that are not a list: {str(echoed)[:100]}",
+                url=url,
             )
         if echoed is not None and echoed != prompt:
             raise EngineRequestError(
                 f"choice {choice['index']} answers a different prompt ({len(echoed)} tokens echoed, "
-                f"{len(prompt)} sent)"
+                f"{len(prompt)} sent)",
+                url=url,
             )
-    return [parse_completion({"choices": [c]}, max_tokens) for c in ordered]
+    return [parse_completion({"choices": [c]}, max_tokens, url) for c in ordered]
 
 
 @dataclass
@@ -242,7 +275,7 @@ class EngineClient:
         }
         if self.coalesce_window_s == 0:
             return parse_completion(
-                await self._post_completions(http, {**body, "prompt": prompt_ids}), max_tokens
+                await self._post_completions(http, {**body, "prompt": prompt_ids}), max_tokens, self.url
             )
         loop = asyncio.get_running_loop()
         key = (id(http), max_tokens, temperature, top_p, tuple(stop_token_ids), ignore_eos)
@@ -272,7 +305,7 @@ class EngineClient:
         try:
             payload = await self._post_completions(http, {**batch.body, "prompt": batch.prompts})
             results: list[Completion] | None = parse_completions(
-                payload, batch.prompts, batch.body["max_tokens"]
+                payload, batch.prompts, batch.body["max_tokens"], self.url
             )
             error: BaseException | None = None
         except asyncio.CancelledError:

@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import json
 import logging
+import re
 import shutil
 import struct
 import textwrap
@@ -144,7 +145,9 @@ def warmup_sources(cfg: LibraConfig) -> list[str]:
     """The modules whose source decides `cfg`'s warm-up and its reported accuracy, sorted:
     `WARMUP_MODULES`, the environment's module (from the environment registry) and, transitively,
     every libra_core.envs module that an environment module among them imports, at the top or
-    inside a function (so tools, reward checks and their worker processes are included)."""
+    inside a function (so tools, reward checks and their worker processes are included), or runs
+    as a script by its file name (the sandbox's launcher, `sandbox_launcher.py`: a path, not an
+    import, so until 2026-12-07 a change to it kept the accuracy the old sandbox scored)."""
     factory = environment_factory(cfg.environment.type)
     if inspect.isclass(factory):
         roots = [*WARMUP_MODULES, factory.__module__]
@@ -158,8 +161,24 @@ def warmup_sources(cfg: LibraConfig) -> list[str]:
             continue
         seen.add(name)
         if name.startswith("libra_core.envs."):  # the model modules' env imports are roots already
-            todo += [m for m in _imported_modules(_read_source(name)) if m.startswith("libra_core.envs.")]
+            source = _read_source(name)
+            todo += [m for m in _imported_modules(source) if m.startswith("libra_core.envs.")]
+            todo += _sibling_scripts(name, source)
     return sorted(seen)
+
+
+def _sibling_scripts(name: str, source: str) -> list[str]:
+    """Modules of `name`'s package that `source` names by file (a string constant `x.py` that is
+    a file beside it), i.e. runs as a script rather than imports."""
+    package = name.rpartition(".")[0]
+    names = {
+        node.value.removesuffix(".py")
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"\w+\.py", node.value)
+    }
+    return sorted(f"{package}.{n}" for n in names if _module_path(f"{package}.{n}"))
 
 
 def _imported_modules(source: str) -> list[str]:

@@ -217,6 +217,10 @@ def test_warmup_sources_include_the_environment_and_its_reward_code() -> None:
     assert core | math <= sources({"type": "math_tools"})
     assert core | {"libra_core.envs.code", "libra_core.envs.sandbox"} <= sources({"type": "code"})
     assert core | {"libra_core.envs.search", "libra_core.envs.answer_check"} <= sources({"type": "search"})
+    # the sandbox runs its launcher by file name, not by import; the greedy check's tool calls and
+    # the code reward both go through it (it was left out of the key until 2026-12-07)
+    assert "libra_core.envs.sandbox_launcher" in sources({"type": "code"})
+    assert "libra_core.envs.sandbox_launcher" not in arithmetic
 
 
 def test_a_head_size_the_cpu_engine_cannot_take_stops_before_the_warm_up(monkeypatch, tmp_path: Path) -> None:

@@ -414,7 +414,9 @@ class Gateway(SideChannelServer):
                 if join is not None and life.state is HybridState.ROLLOUT:
                     return Reply(ended(why_over(life)))
                 oldest = next(iter(self._log), None)
-                if oldest is not None and step < oldest:
+                # Before the open step and not in the log: trimmed, or published while no hybrid
+                # needed a copy; it never comes (a pull for it was answered `retry` for ever).
+                if (oldest is not None and step < oldest) or step < self._open.membership.step:
                     if join is not None:
                         self.coordinator.fail(worker, f"update {step} expired from the log (oldest {oldest})")
                         self._cond.notify_all()  # a step's close may be waiting for its payload

@@ -106,3 +106,19 @@ def test_a_snapshot_that_never_comes_is_not_asked_for_again_for_ever() -> None:
     finally:
         client.close()
         core.close()
+
+
+def test_an_update_published_while_no_hybrid_needed_it_is_expired_not_retried() -> None:
+    # With no hybrid the gateway keeps no copy of an update; a connection that asks for one anyway
+    # (it never fetched a snapshot) was answered `retry` for ever: the update never comes.
+    core = Core(deadline_s=0.5)
+    client = GatewayClient(core.gateway.address, KEY, "h1", max_wait_s=5.0)
+    try:
+        core.step()  # step 0, published with nobody to pull it
+        t0 = time.monotonic()
+        reply, update = client.pull(0, wait_s=2.0)
+        assert update is None and reply == {**reply, "ok": False, "reason": "expired"}, reply
+        assert not reply.get("retry") and time.monotonic() - t0 < 1.5
+    finally:
+        client.close()
+        core.close()

@@ -125,7 +125,7 @@ def simulate_flow(
     folder at the time it runs; None: this process's.
 
     Args:
-        scenario: r2e-gym, search-r1, dapo-math or tiny, or a trace file (.parquet/.arrow) to replay.
+        scenario: r2e-gym, search-r1, dapo-math or tiny, or a trace .parquet file to replay.
         hardware: the cluster, COUNTxGPU (48xA800; the GPU may be a hardware spec YAML file).
         iterations: RL iterations simulated per policy.
         policies: comma-separated policy names, or all.

@@ -1,8 +1,8 @@
 """Simulating a run's policies side by side, one worker process each (`simulate(..., jobs=N)`).
 
 Policies share nothing while they run: each worker rebuilds the workload from the run's inputs
-(`SimRun`, which is small and picklable) and simulates its policy with the RNG stream of the
-policy's place in the run, so the results equal those of `jobs=1`. Workers are spawned, not
+(`SimRun`, which is small and picklable) and simulates its policy; the simulator draws nothing at
+random once the workload is built, so the results equal those of `jobs=1`. Workers are spawned, not
 forked: the caller may hold threads (a Prefect task, the CLI's progress bars) whose locks a fork
 would copy mid-use. Progress ticks travel back on a queue and reach the caller's callback on the
 caller's thread; a stage's count never goes backwards, and each stage ends at `iterations`.

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from libra_core.config.base import Frozen
+
 # models.py imports this module inside its validator, after it is loaded: no import cycle
 from libra_core.config.models import DEFAULT_POOLS, ArithmeticEnvConfig, LibraConfig
-from libra_core.config.pools import ElasticConfig
+from libra_core.config.pools import ElasticConfig, RayPoolConfig
 from libra_core.config.pretrained import SmolLM2ModelConfig
 
 
@@ -55,6 +57,16 @@ def _planner_prices_the_pipeline_that_runs(cfg: LibraConfig) -> list[str]:
     ]
 
 
+def _changed_from_default(section: str, value: Frozen, default: Frozen) -> list[str]:
+    """`section.key=value` for each key of `value` that differs from `default`."""
+    defaults = default.model_dump()
+    return [
+        f"{section}.{key}={setting!r}"
+        for key, setting in value.model_dump().items()
+        if setting != defaults[key]
+    ]
+
+
 def _pools_are_wired(cfg: LibraConfig) -> list[str]:
     # The experiment flow runs the update in one local trainer process and the other stages on
     # their default pools; these settings validated and then did nothing.
@@ -70,6 +82,19 @@ def _pools_are_wired(cfg: LibraConfig) -> list[str]:
             f"stages.update.size {cfg.stages.update.size}: the update stage runs one trainer process "
             "(data-parallel ranks are not launched yet); use 1"
         )
+    # Plan and reward run once in the flow's process and sync reaches every rollout instance: only
+    # the rollout and update sizes are read (plan_stage.make_plan), and these validated and did nothing
+    # (until 2026-12-07).
+    unread = [
+        f"stages.{name}.size={getattr(cfg.stages, name).size}"
+        for name in ("plan", "reward", "sync")
+        if getattr(cfg.stages, name).size != 1
+    ]
+    if unread:
+        problems.append(
+            f"{', '.join(unread)}: only stages.rollout.size and stages.update.size are read (plan and "
+            "reward run once in the flow's process, sync reaches every rollout instance); use 1"
+        )
     moved = [
         f"stages.{name}.pool={getattr(cfg.stages, name).pool}"
         for name, default in DEFAULT_POOLS.items()
@@ -80,14 +105,18 @@ def _pools_are_wired(cfg: LibraConfig) -> list[str]:
             f"{', '.join(moved)}: stages run on their default pools ({DEFAULT_POOLS}); "
             "moving one is not wired"
         )
+    # No flow builds a Ray pool from config (pools.type=ray is refused above): these validated and
+    # changed nothing (until 2026-12-07).
+    changed = _changed_from_default("pools.ray", cfg.pools.ray, RayPoolConfig())
+    if changed:
+        problems.append(
+            f"{', '.join(changed)}: Ray pools are not wired into the experiment flow yet (a run refuses "
+            "pools.type=ray; code builds one with libra_core.pools.registry.build_pool); "
+            "keep the pools.ray defaults"
+        )
     # No flow builds the gateway from config: these validated and changed nothing (until 2026-12-07
     # the gateway's own errors even told users to change them).
-    default = ElasticConfig()
-    changed = [
-        f"pools.elastic.{key}={value!r}"
-        for key, value in cfg.pools.elastic.model_dump().items()
-        if value != getattr(default, key)
-    ]
+    changed = _changed_from_default("pools.elastic", cfg.pools.elastic, ElasticConfig())
     if changed:
         problems.append(
             f"{', '.join(changed)}: the elastic hybrid pool is not wired into the experiment flow yet "

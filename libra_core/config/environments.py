@@ -26,7 +26,9 @@ _FORMAT_DOC = (
 class EnvRewardWeights(Frozen):
     correct: float = Field(1.0, description="Reward for a correct final answer (all tests pass, EM).")
     well_formed: float = Field(
-        0.1, description="Reward for a parseable but wrong final answer (search: scaled by token F1)."
+        0.1,
+        description="Reward for a parseable but wrong final answer. search: a floor; a partial answer "
+        "gets max(well_formed, min(token F1, 0.99) x correct).",
     )
     malformed: float = Field(0.0, description="Reward when no final answer could be parsed.")
 
@@ -59,7 +61,11 @@ class SandboxConfig(Frozen):
         65536, ge=1024, description="Cap on each of stdout/stderr and on any file written (RLIMIT_FSIZE)."
     )
     max_processes: int = Field(
-        16, ge=1, description="Processes/threads the code may run at once (RLIMIT_NPROC, namespace mode)."
+        16,
+        ge=1,
+        description="Processes/threads the code may run at once (RLIMIT_NPROC): namespace mode, under its "
+        "own uid; rlimits mode when not root too, where it counts all of the user's processes (as root "
+        "it does not apply and the audit hook refuses forks).",
     )
     max_workdir_mib: int = Field(
         64,
@@ -151,7 +157,8 @@ class SearchEnvConfig(Frozen):
     latency_ms: tuple[LatencyMs, LatencyMs] = Field(
         (5.0, 40.0),
         description="Extra service latency per request, drawn uniformly from [lo, hi] ms, each >= 0 (models "
-        "a remote index; (0, 0) disables it).",
+        "a remote index; (0, 0) disables it). Only the service Libra starts itself: ignored with "
+        "service_url.",
     )
     service_url: str | None = Field(
         None, description="Use an already running service at this URL instead of starting one."

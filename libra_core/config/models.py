@@ -132,7 +132,11 @@ class TokenizerConfig(Frozen):
         "char_bpe", description="Character-level BPE trained locally by `tokenizers`."
     )
     vocab_size: int = Field(
-        64, ge=16, le=4096, description="Upper bound on vocabulary size (alphabet + merges)."
+        64,
+        ge=16,
+        le=4096,
+        description="tiny_qwen2 only: upper bound on vocabulary size (alphabet + merges). hf_local and "
+        "smollm2 bring their own tokenizer and train none.",
     )
 
 
@@ -153,9 +157,10 @@ class ArithmeticEnvConfig(Frozen):
         0.4,
         ge=0,
         le=1,
-        description="Share of the SFT warm-up's multi-call demonstrations that stop after a random "
-        "number of calls and answer with the latest result: a teacher that stops too early, so RL "
-        "has a flaw to unlearn (docs/results.md). 0: every demonstration is a full solution.",
+        description="tiny_qwen2 only (hf_local and smollm2 skip the SFT warm-up): share of the "
+        "warm-up's multi-call demonstrations that stop after a random number of calls and answer with "
+        "the latest result: a teacher that stops too early, so RL has a flaw to unlearn "
+        "(docs/results.md). 0: every demonstration is a full solution.",
     )
 
     @model_validator(mode="after")
@@ -186,9 +191,15 @@ PoolName = Literal["driver", "rollout", "trainer"]
 
 
 class StageConfig(Frozen):
-    pool: PoolName = Field(description="Worker pool the stage runs on.")
+    """One stage's pool and size; a run refuses a pool other than the stage's default."""
+
+    pool: PoolName = Field(description="Worker pool the stage runs on (only its default runs yet).")
     size: int = Field(
-        1, ge=1, description="Workers of that pool the stage uses (vLLM instances for rollout)."
+        1,
+        ge=1,
+        description="Workers of that pool the stage uses: vLLM instances for rollout, trainer "
+        "processes for update (only 1 runs yet). Only the rollout and update sizes are read (by the "
+        "static planner); a run refuses any other stage's size but 1.",
     )
 
 
@@ -214,11 +225,26 @@ class StagesConfig(Frozen):
             }
         return data
 
-    plan: StageConfig = Field(default_factory=lambda: StageConfig(pool="driver"))
-    rollout: StageConfig = Field(default_factory=lambda: StageConfig(pool="rollout"))
-    reward: StageConfig = Field(default_factory=lambda: StageConfig(pool="driver"))
-    update: StageConfig = Field(default_factory=lambda: StageConfig(pool="trainer"))
-    sync: StageConfig = Field(default_factory=lambda: StageConfig(pool="rollout"))
+    plan: StageConfig = Field(
+        default_factory=lambda: StageConfig(pool="driver"),
+        description="Pool sizes for the iteration (planner.type); runs once in the flow's process: size 1.",
+    )
+    rollout: StageConfig = Field(
+        default_factory=lambda: StageConfig(pool="rollout"),
+        description="Trajectory sampling; size: vLLM instances (planner.type static).",
+    )
+    reward: StageConfig = Field(
+        default_factory=lambda: StageConfig(pool="driver"),
+        description="Scoring the trajectories; runs once in the flow's process: size 1.",
+    )
+    update: StageConfig = Field(
+        default_factory=lambda: StageConfig(pool="trainer"),
+        description="The GRPO update; one trainer process: size 1.",
+    )
+    sync: StageConfig = Field(
+        default_factory=lambda: StageConfig(pool="rollout"),
+        description="Weight sync to every rollout instance; size 1.",
+    )
 
 
 # vLLM's _SAMPLING_EPS: a temperature below it samples greedily (vllm/sampling_params.py).
@@ -261,7 +287,12 @@ class VllmEngineConfig(Frozen):
         1, ge=1, description="KV cache size per instance on CPU (VLLM_CPU_KVCACHE_SPACE)."
     )
     max_num_seqs: int = Field(256, ge=1, description="Most concurrent sequences per instance.")
-    cpu_threads: int = Field(0, ge=0, description="OMP threads per CPU instance; 0 lets vLLM decide.")
+    cpu_threads: int = Field(
+        0,
+        ge=0,
+        description="OMP threads per CPU instance; 0 lets vLLM decide in the sync pipeline and gives "
+        "the engines half of the cores in the async one (libra_core/pipeline/cpu_split.py).",
+    )
     extra_args: tuple[str, ...] = Field(
         (), description="Extra command-line arguments for the server (not the flags Libra sets)."
     )
@@ -280,7 +311,9 @@ class VllmEngineConfig(Frozen):
 
 
 class RolloutConfig(Frozen):
-    engine: VllmEngineConfig = Field(default_factory=VllmEngineConfig)
+    engine: VllmEngineConfig = Field(
+        default_factory=VllmEngineConfig, description="The inference servers that sample trajectories."
+    )
     min_difficulty: int | None = Field(
         3,
         ge=1,
@@ -328,31 +361,65 @@ class RolloutConfig(Frozen):
 
 
 class EvalConfig(Frozen):
-    every: int = Field(5, ge=0, description="Greedy evaluation every N iterations (0: never).")
+    every: int = Field(
+        5,
+        ge=0,
+        description="Greedy evaluation every N iterations and after the last (0: none during RL; the "
+        "tiny_qwen2 warm-up's accuracy is still measured on eval.num_prompts problems).",
+    )
     num_prompts: int = Field(64, ge=1, description="Size of the fixed evaluation set.")
 
 
 class LibraConfig(Frozen):
     """The whole `stages.yaml`."""
 
-    experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
-    model: TinyModelConfig | HFLocalModelConfig | SmolLM2ModelConfig = Field(
-        default_factory=TinyModelConfig, discriminator="type"
+    experiment: ExperimentConfig = Field(
+        default_factory=ExperimentConfig,
+        description="Name, length, seed and output folder of the run, and how often it checkpoints.",
     )
-    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    model: TinyModelConfig | HFLocalModelConfig | SmolLM2ModelConfig = Field(
+        default_factory=TinyModelConfig,
+        discriminator="type",
+        description="The policy: tiny_qwen2 (built and warmed up locally) | hf_local | smollm2.",
+    )
+    tokenizer: TokenizerConfig = Field(
+        default_factory=TokenizerConfig, description="The tokenizer trained for a tiny_qwen2 policy."
+    )
     environment: Annotated[
         ArithmeticEnvConfig | MathToolsEnvConfig | SearchEnvConfig | CodeEnvConfig,
         BeforeValidator(default_environment_type),
-    ] = Field(default_factory=ArithmeticEnvConfig, discriminator="type")
-    stages: StagesConfig = Field(default_factory=StagesConfig)
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    training: TrainingConfig = Field(default_factory=TrainingConfig)
-    pipeline: PipelineConfig = Field(default_factory=PipelineConfig)
-    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
-    planner: PlannerConfig = Field(default_factory=PlannerConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    pools: PoolsConfig = Field(default_factory=PoolsConfig)
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    ] = Field(
+        default_factory=ArithmeticEnvConfig,
+        discriminator="type",
+        description="The task: arithmetic (embedded) | math_tools | search | code (docs/environments.md).",
+    )
+    stages: StagesConfig = Field(
+        default_factory=StagesConfig, description="The pool and size of each stage of an iteration."
+    )
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig, description="Inference engines and sampling of the rollout stage."
+    )
+    training: TrainingConfig = Field(
+        default_factory=TrainingConfig, description="The GRPO update stage and the SFT warm-up."
+    )
+    pipeline: PipelineConfig = Field(
+        default_factory=PipelineConfig, description="How iterations overlap (sync | async)."
+    )
+    scheduler: SchedulerConfig = Field(
+        default_factory=SchedulerConfig, description="Rollout routing across buckets (docs/scheduling.md)."
+    )
+    planner: PlannerConfig = Field(
+        default_factory=PlannerConfig, description="The resource planner (docs/planner.md)."
+    )
+    eval: EvalConfig = Field(
+        default_factory=EvalConfig, description="Greedy evaluation on a fixed held-out set."
+    )
+    pools: PoolsConfig = Field(
+        default_factory=PoolsConfig, description="Worker pools and the Elastic Hybrid Pool (docs/elastic.md)."
+    )
+    schedule: ScheduleConfig = Field(
+        default_factory=ScheduleConfig, description="When `libra serve` runs the experiment on its own."
+    )
 
     @model_validator(mode="before")
     @classmethod

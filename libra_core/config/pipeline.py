@@ -55,4 +55,7 @@ class PipelineConfig(Frozen):
     behavior_weight_cap: float = Field(
         5.0, gt=0, description="Cap on the proximal/behaviour importance weight of a token."
     )
-    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    dynamic_sampling: DynamicSamplingConfig = Field(
+        default_factory=DynamicSamplingConfig,
+        description="Drop prompt groups without GRPO signal and over-sample prompts to refill the batch.",
+    )

@@ -1,8 +1,11 @@
 """Worker-pool and Elastic Hybrid Pool settings (the `pools:` section of stages.yaml).
 
-`pools.type` picks the pool backend from libra_core/pools/registry.py (`local` subprocesses on this
-machine, or `ray` actors on a Ray cluster); `pools.local` and `pools.ray` hold each backend's
-settings and only the selected one is used. `pools.elastic` describes how hybrid workers join
+`pools.type` picks the pool backend that libra_core/pools/registry.py `build_pool` builds for code
+(`local` subprocesses on this machine, or `ray` actors on a Ray cluster); `pools.local` and
+`pools.ray` hold each backend's settings. A run reads neither by `pools.type`: it refuses
+`pools.type: ray` and any `pools.ray` value but the defaults (no flow builds a Ray pool yet), and
+uses `pools.local` only in the async pipeline, for its trainer process (libra_core/pools/trainer.py;
+the sync pipeline updates in the flow's process). `pools.elastic` describes how hybrid workers join
 core training (libra_core/elastic; the rules are in docs/elastic.md); no flow builds the gateway
 from it yet, so a run refuses any value but the defaults (config/cross_field.py).
 """
@@ -19,7 +22,11 @@ PoolType = Literal["local", "ray"]
 
 
 class LocalPoolConfig(Frozen):
-    """Subprocess workers on this machine, each addressable by id (the embedded default)."""
+    """Subprocess workers on this machine, each addressable by id (the embedded default).
+
+    A run reads it only in the async pipeline, for the trainer process its update runs in
+    (libra_core/pools/trainer.py); the sync pipeline updates in the flow's process and starts no
+    such pool. Code that builds a pool with libra_core.pools.registry.build_pool reads it too."""
 
     start_method: Literal["spawn", "forkserver"] = Field(
         "spawn", description="multiprocessing start method; spawn never inherits threads or locks."
@@ -32,11 +39,19 @@ class LocalPoolConfig(Frozen):
         "cores), which the update also sets in it; this applies to pools built from the config in "
         "code (libra_core.pools.registry.build_pool).",
     )
-    start_timeout_s: float = Field(60.0, gt=0, description="Give up if a worker has not answered by then.")
+    start_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Give up if a worker has not answered by then (in a run: the async pipeline's "
+        "trainer process).",
+    )
 
 
 class RayPoolConfig(Frozen):
-    """Ray actors, one per worker, with explicit resource requests (multi-node pools)."""
+    """Ray actors, one per worker, with explicit resource requests (multi-node pools).
+
+    Read only by code that builds a pool with libra_core.pools.registry.build_pool: a run refuses
+    `pools.type: ray`, and any value here but these defaults rather than ignore it."""
 
     address: str | None = Field(
         None, description="Ray cluster address (e.g. `auto`); null starts a local cluster in-process."
@@ -88,7 +103,22 @@ class ElasticConfig(Frozen):
 
 
 class PoolsConfig(Frozen):
-    type: PoolType = Field("local", description="Worker-pool backend: local | ray.")
-    local: LocalPoolConfig = Field(default_factory=LocalPoolConfig)
-    ray: RayPoolConfig = Field(default_factory=RayPoolConfig)
-    elastic: ElasticConfig = Field(default_factory=ElasticConfig)
+    """Worker-pool backends and the Elastic Hybrid Pool (the `pools:` section)."""
+
+    type: PoolType = Field(
+        "local",
+        description="Worker-pool backend build_pool builds: local | ray. A run refuses ray (its flow "
+        "runs the trainer in a local pool).",
+    )
+    local: LocalPoolConfig = Field(
+        default_factory=LocalPoolConfig,
+        description="Local subprocess pool; in a run, the async pipeline's trainer process only.",
+    )
+    ray: RayPoolConfig = Field(
+        default_factory=RayPoolConfig,
+        description="Ray actor pool, for code; a run refuses any value but the defaults.",
+    )
+    elastic: ElasticConfig = Field(
+        default_factory=ElasticConfig,
+        description="Elastic Hybrid Pool gateway; a run refuses any value but the defaults.",
+    )

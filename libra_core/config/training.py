@@ -68,15 +68,18 @@ class GRPOConfig(Frozen):
 
 
 class WarmupConfig(Frozen):
-    """Supervised warm-up on generated demonstrations, so RL starts from a policy that sometimes wins."""
+    """Supervised warm-up on generated demonstrations, so RL starts from a policy that sometimes wins.
 
-    steps: int = Field(350, ge=0, description="SFT optimizer steps (0 skips warm-up).")
-    batch_size: int = Field(64, ge=1, description="Demonstrations per SFT step.")
-    lr: float = Field(1e-3, gt=0, description="SFT learning rate (cosine-decayed).")
+    tiny_qwen2 only: hf_local and smollm2 policies skip the warm-up (libra_core/model/prepare.py)."""
+
+    steps: int = Field(350, ge=0, description="tiny_qwen2 only: SFT optimizer steps (0 skips warm-up).")
+    batch_size: int = Field(64, ge=1, description="tiny_qwen2 only: demonstrations per SFT step.")
+    lr: float = Field(1e-3, gt=0, description="tiny_qwen2 only: SFT learning rate (cosine-decayed).")
     cache: bool = Field(
         True,
-        description="Reuse a warm-up from `<output_dir>/.cache` with identical settings, seed, rollout "
-        "limits and data file contents.",
+        description="tiny_qwen2 only: reuse a warm-up from `<output_dir>/.cache` with identical "
+        "settings, seed, rollout limits and data file contents. smollm2 keeps its conversion cache "
+        "there whatever this says.",
     )
 
 
@@ -88,7 +91,17 @@ class TrainingConfig(Frozen):
         "stage launches data-parallel ranks.",
     )
     device: Literal["cpu", "cuda", "auto"] = Field("auto", description="Device for the update stage.")
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
-    threads: int = Field(0, ge=0, description="torch intra-op threads on CPU; 0 keeps torch's default.")
+    optimizer: OptimizerConfig = Field(
+        default_factory=OptimizerConfig, description="Optimizer of the RL update (not the SFT warm-up's)."
+    )
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO loss, grouping and batching.")
+    warmup: WarmupConfig = Field(
+        default_factory=WarmupConfig, description="tiny_qwen2 only: the SFT warm-up before RL."
+    )
+    threads: int = Field(
+        0,
+        ge=0,
+        description="torch intra-op threads of the update stage on CPU (not the SFT warm-up, which "
+        "keeps torch's default); 0 keeps torch's default in the sync pipeline and gives the trainer "
+        "half of the cores in the async one (libra_core/pipeline/cpu_split.py).",
+    )

@@ -1,6 +1,8 @@
 """Shared test settings and helpers (importable from tests as `tests.support`)."""
 
 import http.server
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -81,3 +83,19 @@ def start_serve(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def stop_serve(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """SIGTERM a `start_serve` process group; SIGKILL it if it has not exited within `timeout_s`.
+    For tests whose subject is not the shutdown (tests/flows/test_serve_shutdown.py's is): a serve
+    left running after a slow shutdown (CI once saw one outlast 60 s while the session's SQLite API
+    answered "database is locked") kept polling the shared deployment, and the next test took its
+    poll for its own serve's and read the runs before that serve had checked them."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

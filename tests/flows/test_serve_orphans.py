@@ -7,7 +7,6 @@ serve` process, which finds the runs as a killed serve would have left them."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support import ROOT, TEST_OVERRIDES, start_serve
+from tests.support import ROOT, TEST_OVERRIDES, start_serve, stop_serve
 
 _HOLD_LOCK = (
     "import sys, time\nfrom libra_core.pipeline.run_lock import lock_run\n"
@@ -67,9 +66,7 @@ def _serve_until_polled(api_url: str, deployment_id: Any, tmp_path: Path) -> tup
         deadline = time.monotonic() + 60
         while client.read_deployment(deployment_id).last_polled == polled:
             if serve.poll() is not None or time.monotonic() > deadline:
-                if serve.poll() is None:
-                    os.killpg(serve.pid, signal.SIGTERM)
-                    serve.wait(timeout=60)
+                stop_serve(serve)
                 raise AssertionError(log.read_text()[-4000:])
             time.sleep(0.5)
     return serve, log
@@ -137,9 +134,7 @@ def test_serve_marks_runs_left_by_a_killed_serve_crashed(prefect_quiet, test_con
                 runs = (new, iteration, warming, resumed, sim, alive, held, elsewhere)
                 states = {r.id: client.read_flow_run(r.id).state for r in runs}
         finally:
-            if serve.poll() is None:
-                os.killpg(serve.pid, signal.SIGTERM)
-                serve.wait(timeout=60)
+            stop_serve(serve)
     output = log.read_text()
     for run in (new, iteration, warming, resumed, sim):
         state = states[run.id]

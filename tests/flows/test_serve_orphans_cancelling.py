@@ -7,13 +7,12 @@ real `libra serve` process, as in test_serve_orphans.py."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 from pathlib import Path
 from typing import Any
 
 from tests.flows.test_serve_orphans import _running_run, _serve_until_polled, alive_and_held
+from tests.support import stop_serve
 
 
 def _cancelling_run(client: Any, deployment_id: Any, **parameters: Any) -> Any:
@@ -75,9 +74,7 @@ def test_serve_marks_cancelling_runs_left_by_a_killed_serve_cancelled(
                 runs = (cancelling, iteration, sim, alive, held)
                 states = {r.id: client.read_flow_run(r.id).state for r in runs}
         finally:
-            if serve.poll() is None:
-                os.killpg(serve.pid, signal.SIGTERM)
-                serve.wait(timeout=60)
+            stop_serve(serve)
     output = log.read_text()
     for run in (cancelling, iteration, sim):
         state = states[run.id]
